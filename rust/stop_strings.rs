@@ -1,0 +1,600 @@
+//! Multi-stop-string matching over a growing text.
+//!
+//! # Semantics
+//!
+//! A [`StopStrings`] is a list of non-empty stop strings compiled once into an
+//! Aho-Corasick automaton (the `aho-corasick` crate, [`MatchKind::Standard`]).
+//! It is immutable and shared (`Arc`) between sequences and threads; identical
+//! lists share one automaton through a process-wide cache ([`StopStrings::compile`]).
+//!
+//! A [`StopMatcher`] is the per-sequence state: the automaton state after the
+//! text fed so far and the number of code points fed. [`StopMatcher::feed`]
+//! steps the automaton over the new text only, so a step costs
+//! O(len(delta)) whatever the number of stop strings.
+//!
+//! * A match counts only if it *ends* inside the newly fed text; it may start
+//!   in text fed earlier.
+//! * Among the matches ending in the new text, the one that ends earliest wins;
+//!   a tie at the same end goes to the lowest list index.
+//! * `feed` always consumes the whole delta, so a matcher keeps working after a
+//!   reported match (the finish machine relies on this to skip matches that
+//!   complete below `min_tokens`). Feeding a text in any chunking therefore
+//!   reports the same first match as feeding it one character at a time.
+//! * Offsets are code points of the cumulative text, never bytes.
+//! * [`StopMatcher::holdback`] is the length of the longest suffix of the text
+//!   fed so far that is a proper prefix of some stop string: the exact amount a
+//!   streaming detokenizer must keep back. It is 0 when the stop string is
+//!   included in the output (the text before a match can always be emitted).
+//!
+//! # Costs
+//!
+//! Compiling is linear in the total length of the stop strings. Lists whose
+//! stop strings total at most [`DFA_MAX_PATTERN_BYTES`] bytes use the crate's
+//! DFA (one table lookup per byte); larger lists use its contiguous NFA, which
+//! has the same amortised O(1) cost per byte with far less memory.
+//!
+//! ```
+//! use stopline::stop_strings::StopStrings;
+//! let stops = StopStrings::compile(vec!["ST".into(), "OP".into()]).unwrap();
+//! let mut m = stops.matcher(false);
+//! assert!(m.feed("k").is_none());
+//! let hit = m.feed("STOP").unwrap();
+//! assert_eq!((hit.index, hit.start, hit.end, hit.truncate_to), (0, 1, 3, 1));
+//! ```
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use aho_corasick::automaton::{Automaton, StateID};
+use aho_corasick::dfa::DFA;
+use aho_corasick::nfa::contiguous;
+use aho_corasick::{Anchored, MatchKind};
+use lru::LruCache;
+use rustc_hash::FxHashMap;
+
+use crate::error::Error;
+
+/// Lists whose stop strings total at most this many UTF-8 bytes are compiled
+/// to a DFA; larger ones to a contiguous NFA.
+pub const DFA_MAX_PATTERN_BYTES: usize = 16 * 1024;
+
+/// Number of distinct stop lists the process-wide cache keeps.
+pub const CACHE_CAPACITY: usize = 1024;
+
+enum Engine {
+    Dfa(DFA),
+    Nfa(contiguous::NFA),
+}
+
+/// A compiled, immutable list of stop strings.
+pub struct StopStrings {
+    stops: Vec<String>,
+    /// Length of each stop string in code points.
+    stop_chars: Vec<usize>,
+    max_stop_chars: usize,
+    engine: Engine,
+    start: StateID,
+    /// Hold-back in code points for each automaton state reachable at a code
+    /// point boundary; states absent from the map hold back nothing.
+    holdback: FxHashMap<StateID, usize>,
+}
+
+/// The first stop string completed by one `feed`, in code points of the
+/// cumulative text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StopMatch {
+    /// Index of the stop string in the list.
+    pub index: usize,
+    /// Code-point offset where the stop string starts.
+    pub start: usize,
+    /// Code-point offset just past the stop string.
+    pub end: usize,
+    /// `end` when the stop string is kept in the output, else `start`.
+    pub truncate_to: usize,
+}
+
+/// Per-sequence incremental matcher over a shared [`StopStrings`].
+#[derive(Clone)]
+pub struct StopMatcher {
+    stops: Arc<StopStrings>,
+    state: StateID,
+    chars_fed: usize,
+    include_in_output: bool,
+}
+
+/// Steps `aut` over `bytes` from `sid`; returns the final state and, for the
+/// first position where some stop string ends, the byte offset just past it
+/// and the lowest pattern index ending there.
+#[inline(always)]
+fn scan<A: Automaton>(aut: &A, mut sid: StateID, bytes: &[u8]) -> (StateID, Option<(usize, usize)>) {
+    let mut i = 0;
+    while i < bytes.len() {
+        sid = aut.next_state(Anchored::No, sid, bytes[i]);
+        i += 1;
+        if aut.is_special(sid) && aut.is_match(sid) {
+            let mut best = aut.match_pattern(sid, 0).as_usize();
+            for k in 1..aut.match_len(sid) {
+                best = best.min(aut.match_pattern(sid, k).as_usize());
+            }
+            for &b in &bytes[i..] {
+                sid = aut.next_state(Anchored::No, sid, b);
+            }
+            return (sid, Some((i, best)));
+        }
+    }
+    (sid, None)
+}
+
+#[inline(always)]
+fn step_only<A: Automaton>(aut: &A, mut sid: StateID, bytes: &[u8]) -> StateID {
+    for &b in bytes {
+        sid = aut.next_state(Anchored::No, sid, b);
+    }
+    sid
+}
+
+/// Code points in `s`, with a fast path for ASCII.
+#[inline]
+pub(crate) fn char_len(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
+/// Byte offset of the code point `k` positions before the end of `s`
+/// (clamped to 0). O(k).
+#[inline]
+pub(crate) fn byte_offset_from_end(s: &str, k: usize) -> usize {
+    if k == 0 {
+        return s.len();
+    }
+    match s.char_indices().rev().nth(k - 1) {
+        Some((b, _)) => b,
+        None => 0,
+    }
+}
+
+fn cache() -> &'static Mutex<LruCache<Vec<String>, Arc<StopStrings>>> {
+    static CACHE: OnceLock<Mutex<LruCache<Vec<String>, Arc<StopStrings>>>> = OnceLock::new();
+    CACHE.get_or_init(|| {
+        Mutex::new(LruCache::new(NonZeroUsize::new(CACHE_CAPACITY).expect("nonzero capacity")))
+    })
+}
+
+impl StopStrings {
+    /// Compiles `stops`, reusing the automaton of an identical list compiled
+    /// earlier in this process (LRU cache of [`CACHE_CAPACITY`] lists).
+    ///
+    /// # Errors
+    /// [`Error::EmptyStop`] for an empty string, [`Error::Build`] if the
+    /// automaton cannot be built.
+    pub fn compile(stops: Vec<String>) -> Result<Arc<StopStrings>, Error> {
+        if let Some(hit) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&stops) {
+            return Ok(Arc::clone(hit));
+        }
+        let compiled = Arc::new(StopStrings::new(stops.clone())?);
+        cache()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(stops, Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    /// Compiles `stops` without consulting the cache.
+    pub fn new(stops: Vec<String>) -> Result<StopStrings, Error> {
+        if let Some(index) = stops.iter().position(|s| s.is_empty()) {
+            return Err(Error::EmptyStop { index });
+        }
+        let total: usize = stops.iter().map(String::len).sum();
+        let engine = if total <= DFA_MAX_PATTERN_BYTES {
+            let dfa = DFA::builder()
+                .match_kind(MatchKind::Standard)
+                .prefilter(false)
+                .build(&stops)
+                .map_err(|e| Error::Build(e.to_string()))?;
+            Engine::Dfa(dfa)
+        } else {
+            let nfa = contiguous::NFA::builder()
+                .match_kind(MatchKind::Standard)
+                .prefilter(false)
+                .build(&stops)
+                .map_err(|e| Error::Build(e.to_string()))?;
+            Engine::Nfa(nfa)
+        };
+        let start = match &engine {
+            Engine::Dfa(a) => a.start_state(Anchored::No),
+            Engine::Nfa(a) => a.start_state(Anchored::No),
+        }
+        .map_err(|e| Error::Build(e.to_string()))?;
+        let stop_chars: Vec<usize> = stops.iter().map(|s| char_len(s)).collect();
+        let max_stop_chars = stop_chars.iter().copied().max().unwrap_or(0);
+        let mut out = StopStrings {
+            stops,
+            stop_chars,
+            max_stop_chars,
+            engine,
+            start,
+            holdback: FxHashMap::default(),
+        };
+        out.holdback = out.holdback_table();
+        Ok(out)
+    }
+
+    /// For every trie node at a code-point boundary: the longest suffix of
+    /// its string that is a proper prefix of some stop string, in code points.
+    fn holdback_table(&self) -> FxHashMap<StateID, usize> {
+        let mut table = FxHashMap::default();
+        // Nodes that are a complete stop string but no proper prefix of one,
+        // with their string; resolved below through their failure suffix.
+        let mut complete_only: Vec<(StateID, &str)> = Vec::new();
+        for stop in &self.stops {
+            let mut sid = self.start;
+            let mut prev = 0;
+            for (chars, (b, c)) in stop.char_indices().enumerate() {
+                let end = b + c.len_utf8();
+                sid = self.step(sid, &stop.as_bytes()[prev..end]);
+                prev = end;
+                if end < stop.len() {
+                    table.insert(sid, chars + 1);
+                } else {
+                    complete_only.push((sid, stop.as_str()));
+                }
+            }
+        }
+        complete_only.sort_by_key(|(_, s)| s.len());
+        for (sid, text) in complete_only {
+            if table.contains_key(&sid) {
+                continue;
+            }
+            let first = text.chars().next().map_or(0, char::len_utf8);
+            let suffix_state = self.step(self.start, &text.as_bytes()[first..]);
+            let hold = table.get(&suffix_state).copied().unwrap_or(0);
+            table.insert(sid, hold);
+        }
+        table.retain(|_, v| *v > 0);
+        table
+    }
+
+    #[inline]
+    fn step(&self, sid: StateID, bytes: &[u8]) -> StateID {
+        match &self.engine {
+            Engine::Dfa(a) => step_only(a, sid, bytes),
+            Engine::Nfa(a) => step_only(a, sid, bytes),
+        }
+    }
+
+    #[inline]
+    fn scan(&self, sid: StateID, bytes: &[u8]) -> (StateID, Option<(usize, usize)>) {
+        match &self.engine {
+            Engine::Dfa(a) => scan(a, sid, bytes),
+            Engine::Nfa(a) => scan(a, sid, bytes),
+        }
+    }
+
+    /// A fresh per-sequence matcher.
+    pub fn matcher(self: &Arc<Self>, include_in_output: bool) -> StopMatcher {
+        StopMatcher {
+            stops: Arc::clone(self),
+            state: self.start,
+            chars_fed: 0,
+            include_in_output,
+        }
+    }
+
+    /// The stop strings, in list order.
+    pub fn stops(&self) -> &[String] {
+        &self.stops
+    }
+
+    /// Length of stop string `index` in code points.
+    pub fn stop_chars(&self, index: usize) -> usize {
+        self.stop_chars[index]
+    }
+
+    /// Length of the longest stop string in code points (0 for an empty list).
+    pub fn max_stop_chars(&self) -> usize {
+        self.max_stop_chars
+    }
+
+    /// Number of stop strings.
+    pub fn len(&self) -> usize {
+        self.stops.len()
+    }
+
+    /// True for an empty list (which never matches).
+    pub fn is_empty(&self) -> bool {
+        self.stops.is_empty()
+    }
+
+    /// Heap bytes used by the automaton.
+    pub fn memory_usage(&self) -> usize {
+        match &self.engine {
+            Engine::Dfa(a) => a.memory_usage(),
+            Engine::Nfa(a) => a.memory_usage(),
+        }
+    }
+
+    /// Stateless check in the shape of vLLM's `check_stop_strings`: looks for
+    /// a stop string that ends inside the last `new_char_count` code points of
+    /// `text` (earliest end wins, then list order).
+    ///
+    /// `text_chars` is `text`'s length in code points (callers that know it
+    /// avoid a count). Returns the stop index and vLLM's offset: the match
+    /// start, or with `include_in_output` the match end, or -1 when that end is
+    /// the end of the text (nothing to cut).
+    ///
+    /// # Errors
+    /// [`Error::NewCharCount`] if `new_char_count > text_chars`.
+    pub fn check(
+        &self,
+        text: &str,
+        text_chars: usize,
+        new_char_count: usize,
+        include_in_output: bool,
+    ) -> Result<Option<(usize, isize)>, Error> {
+        if new_char_count > text_chars {
+            return Err(Error::NewCharCount { value: new_char_count as i64, text_len: text_chars });
+        }
+        if new_char_count == 0 || self.stops.is_empty() {
+            return Ok(None);
+        }
+        let new_start = byte_offset_from_end(text, new_char_count);
+        let lookback = self.max_stop_chars - 1;
+        let window_start = byte_offset_from_end(&text[..new_start], lookback);
+        let sid = self.step(self.start, &text.as_bytes()[window_start..new_start]);
+        let (_, hit) = self.scan(sid, &text.as_bytes()[new_start..]);
+        Ok(hit.map(|(end_byte, index)| {
+            let end = text_chars - char_len(&text[new_start + end_byte..]);
+            let offset = if include_in_output {
+                if end >= text_chars {
+                    -1
+                } else {
+                    end as isize
+                }
+            } else {
+                (end - self.stop_chars[index]) as isize
+            };
+            (index, offset)
+        }))
+    }
+}
+
+impl StopMatcher {
+    /// Feeds the next piece of text. `delta_chars` is its length in code
+    /// points when the caller knows it (Python does), else it is counted.
+    ///
+    /// Returns the earliest stop string that ends inside `delta`; the whole
+    /// delta is consumed either way.
+    #[inline]
+    pub fn feed_counted(&mut self, delta: &str, delta_chars: usize) -> Option<StopMatch> {
+        let (state, hit) = self.stops.scan(self.state, delta.as_bytes());
+        self.state = state;
+        let before = self.chars_fed;
+        self.chars_fed += delta_chars;
+        hit.map(|(end_byte, index)| {
+            let within = if delta_chars == delta.len() { end_byte } else { char_len(&delta[..end_byte]) };
+            let end = before + within;
+            let start = end - self.stops.stop_chars[index];
+            StopMatch { index, start, end, truncate_to: if self.include_in_output { end } else { start } }
+        })
+    }
+
+    /// [`feed_counted`](Self::feed_counted), counting the code points itself.
+    #[inline]
+    pub fn feed(&mut self, delta: &str) -> Option<StopMatch> {
+        self.feed_counted(delta, char_len(delta))
+    }
+
+    /// Code points of the longest suffix of the text fed so far that is a
+    /// proper prefix of some stop string; 0 when stops are kept in the output.
+    #[inline]
+    pub fn holdback(&self) -> usize {
+        if self.include_in_output || self.stops.holdback.is_empty() {
+            return 0;
+        }
+        self.stops.holdback.get(&self.state).copied().unwrap_or(0)
+    }
+
+    /// Code points fed so far.
+    pub fn chars_fed(&self) -> usize {
+        self.chars_fed
+    }
+
+    /// Whether matches are kept in the output (`truncate_to == end`).
+    pub fn include_in_output(&self) -> bool {
+        self.include_in_output
+    }
+
+    /// The compiled list this matcher runs.
+    pub fn stop_strings(&self) -> &Arc<StopStrings> {
+        &self.stops
+    }
+
+    /// Forgets all text fed, as if new.
+    pub fn reset(&mut self) {
+        self.state = self.stops.start;
+        self.chars_fed = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn compile(stops: &[&str]) -> Arc<StopStrings> {
+        StopStrings::compile(stops.iter().map(|s| s.to_string()).collect()).unwrap()
+    }
+
+    /// Naive reference: the first (end, index) of a stop ending in text[from..].
+    fn naive_first(text: &[char], from: usize, stops: &[Vec<char>]) -> Option<(usize, usize)> {
+        for end in from + 1..=text.len() {
+            for (i, s) in stops.iter().enumerate() {
+                if s.len() <= end && text[end - s.len()..end] == s[..] {
+                    return Some((end, i));
+                }
+            }
+        }
+        None
+    }
+
+    fn naive_holdback(text: &[char], stops: &[Vec<char>]) -> usize {
+        let mut best = 0;
+        for s in stops {
+            for k in (1..s.len()).rev() {
+                if k <= text.len() && text[text.len() - k..] == s[..k] {
+                    best = best.max(k);
+                    break;
+                }
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn earliest_end_then_list_order() {
+        let s = compile(&["a", "is"]);
+        let mut m = s.matcher(false);
+        m.feed(" The user");
+        let hit = m.feed(" is a").unwrap();
+        assert_eq!((hit.index, hit.start, hit.end), (1, 10, 12));
+        let s = compile(&["ab", "b"]);
+        let hit = s.matcher(false).feed("ab").unwrap();
+        assert_eq!(hit.index, 0);
+        let s = compile(&["b", "ab"]);
+        assert_eq!(s.matcher(false).feed("ab").unwrap().index, 0);
+    }
+
+    #[test]
+    fn match_may_start_in_earlier_text_but_must_end_in_new_text() {
+        let s = compile(&["bcd"]);
+        let mut m = s.matcher(true);
+        assert!(m.feed("abc").is_none());
+        let hit = m.feed("dx").unwrap();
+        assert_eq!((hit.start, hit.end, hit.truncate_to), (1, 4, 4));
+        assert!(m.feed("").is_none());
+    }
+
+    #[test]
+    fn code_point_offsets() {
+        let s = compile(&["キス", "テ"]);
+        let mut m = s.matcher(false);
+        m.feed("日本語の");
+        let hit = m.feed("テキスト").unwrap();
+        assert_eq!((hit.index, hit.start, hit.end), (1, 4, 5));
+    }
+
+    #[test]
+    fn holdback_is_exact() {
+        let s = compile(&["aab", "ab"]);
+        let mut m = s.matcher(false);
+        let mut seen = vec![];
+        for c in ["x", "a", "a", "a", "c"] {
+            m.feed(c);
+            seen.push(m.holdback());
+        }
+        assert_eq!(seen, vec![0, 1, 2, 2, 0]);
+        assert_eq!(s.matcher(true).holdback(), 0);
+    }
+
+    #[test]
+    fn holdback_after_a_completed_stop_uses_its_suffix() {
+        // "cd" completes (a caller may ignore it below min_tokens); "d" is
+        // still a live prefix of "dz".
+        let s = compile(&["cd", "dz"]);
+        let mut m = s.matcher(false);
+        assert!(m.feed("cd").is_some());
+        assert_eq!(m.holdback(), 1);
+    }
+
+    #[test]
+    fn empty_list_and_empty_stop() {
+        let s = compile(&[]);
+        assert!(s.matcher(false).feed("anything").is_none());
+        assert!(matches!(
+            StopStrings::new(vec!["a".into(), "".into()]),
+            Err(Error::EmptyStop { index: 1 })
+        ));
+    }
+
+    #[test]
+    fn identical_lists_share_one_automaton() {
+        let a = compile(&["cache", "me"]);
+        let b = compile(&["cache", "me"]);
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn stateless_check_matches_vllm_shape() {
+        let s = compile(&["."]);
+        assert_eq!(s.check("hello world.", 12, 1, false).unwrap(), Some((0, 11)));
+        assert_eq!(s.check("hello world.", 12, 1, true).unwrap(), Some((0, -1)));
+        assert!(s.check("hello", 5, 6, false).is_err());
+    }
+
+    #[test]
+    fn large_lists_use_the_nfa() {
+        let stops: Vec<String> = (0..5000).map(|i| format!("stop-{i:05}")).collect();
+        let s = StopStrings::new(stops).unwrap();
+        assert!(matches!(s.engine, Engine::Nfa(_)));
+        let s = Arc::new(s);
+        let mut m = s.matcher(false);
+        assert!(m.feed("xx stop-0").is_none());
+        assert_eq!(m.holdback(), 6);
+        let hit = m.feed("4999 yy").unwrap();
+        assert_eq!((hit.index, hit.start), (4999, 3));
+    }
+
+    fn alphabet() -> impl Strategy<Value = char> {
+        prop::sample::select(vec!['a', 'b', 'c', 'é', '日', '🙂', '\u{301}'])
+    }
+
+    proptest! {
+        #[test]
+        fn matches_naive_reference_under_any_chunking(
+            text in prop::collection::vec(alphabet(), 0..40),
+            stops in prop::collection::vec(prop::collection::vec(alphabet(), 1..5), 0..6),
+            cuts in prop::collection::vec(0usize..40, 0..8),
+            include in any::<bool>(),
+        ) {
+            let stop_strs: Vec<String> = stops.iter().map(|s| s.iter().collect()).collect();
+            let compiled = Arc::new(StopStrings::new(stop_strs).unwrap());
+            let mut m = compiled.matcher(include);
+            let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c <= text.len()).collect();
+            cuts.push(text.len());
+            cuts.sort_unstable();
+            let mut prev = 0;
+            for cut in cuts {
+                let delta: String = text[prev..cut].iter().collect();
+                let got = m.feed(&delta);
+                let want = naive_first(&text[..cut], prev, &stops);
+                prop_assert_eq!(got.map(|h| (h.end, h.index)), want);
+                if let Some(h) = got {
+                    prop_assert_eq!(h.start, h.end - stops[h.index].len());
+                    prop_assert_eq!(h.truncate_to, if include { h.end } else { h.start });
+                }
+                let hold = if include { 0 } else { naive_holdback(&text[..cut], &stops) };
+                prop_assert_eq!(m.holdback(), hold);
+                prev = cut;
+            }
+        }
+
+        #[test]
+        fn stateless_check_equals_matcher(
+            text in prop::collection::vec(alphabet(), 0..30),
+            stops in prop::collection::vec(prop::collection::vec(alphabet(), 1..4), 0..5),
+            new in 0usize..30,
+        ) {
+            let new = new.min(text.len());
+            let stop_strs: Vec<String> = stops.iter().map(|s| s.iter().collect()).collect();
+            let compiled = Arc::new(StopStrings::new(stop_strs).unwrap());
+            let s: String = text.iter().collect();
+            let got = compiled.check(&s, text.len(), new, false).unwrap();
+            let want = naive_first(&text, text.len() - new, &stops)
+                .map(|(end, i)| (i, (end - stops[i].len()) as isize));
+            prop_assert_eq!(got, want);
+        }
+    }
+}
