@@ -1,0 +1,23 @@
+"""stopline: when an LLM sequence stops and what it reports.
+
+The Rust core (``stopline._core``) holds the stop-string matcher and the
+finish-state machine; :mod:`stopline.baseline` is the plain-Python reference
+used by the differential tests and benchmarks; :mod:`stopline.logits` (needs
+the ``torch`` extra) masks logits on the GPU.
+"""
+
+from stopline._core import (
+    StopMatch,
+    StopMatcher,
+    StopStrings,
+    __version__,
+    check_stop_strings,
+)
+
+__all__ = [
+    "StopMatch",
+    "StopMatcher",
+    "StopStrings",
+    "__version__",
+    "check_stop_strings",
+]
