@@ -13,9 +13,15 @@ pub enum Error {
     /// `new_char_count` is outside `[0, len(output_text)]`.
     NewCharCount { value: i64, text_len: usize },
     /// A request parameter is out of range; `field` is its public name.
-    Param { field: &'static str, message: String },
+    Param {
+        field: &'static str,
+        message: String,
+    },
     /// A step's arguments are inconsistent with each other or with the state.
-    Step { field: &'static str, message: String },
+    Step {
+        field: &'static str,
+        message: String,
+    },
     /// `update` after the sequence finished.
     Finished { finish_reason: &'static str },
     /// A batch slot that is out of range, free or already taken.

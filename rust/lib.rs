@@ -1,16 +1,24 @@
 //! stopline's core: when an LLM sequence stops and what it reports.
 //!
 //! * [`stop_strings`]: the incremental multi-stop-string matcher.
+//! * [`finish`]: the ordered finish-state machine of one sequence.
+//! * [`batch`]: many sequences advanced by one call per engine step.
 //! * [`error`]: the one error type.
 //!
 //! The PyO3 binding (`python` module, feature `python`) is the only code that
 //! knows about Python; everything else is tested with plain `cargo test`.
 
+pub mod batch;
 pub mod error;
+pub mod finish;
 pub mod stop_strings;
 
 #[cfg(feature = "python")]
 mod python;
 
+pub use batch::{FinishBatch, SlotStep};
 pub use error::Error;
+pub use finish::{
+    Finish, FinishReason, FinishTracker, Matched, Repetition, Step, StopParams, StopReason,
+};
 pub use stop_strings::{StopMatch, StopMatcher, StopStrings};

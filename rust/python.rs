@@ -1,14 +1,20 @@
 //! The PyO3 binding: converts Python values to core types and maps core errors
 //! to Python exceptions. No semantics live here.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::IntoPyObjectExt;
 
+use crate::batch::{FinishBatch, SlotStep};
 use crate::error::Error;
-use crate::stop_strings::{StopMatch as CoreMatch, StopMatcher as CoreMatcher, StopStrings as CoreStops};
+use crate::finish::{Finish, FinishTracker, Matched, Repetition, Step, StopParams, StopReason};
+use crate::stop_strings::{
+    StopMatch as CoreMatch, StopMatcher as CoreMatcher, StopStrings as CoreStops,
+};
 
 fn to_py_err(e: Error) -> PyErr {
     match e {
@@ -27,7 +33,10 @@ pub(crate) fn extract_str<'a, 'py>(
         PyTypeError::new_err(format!(
             "{} must be str, got {}",
             field(),
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
         ))
     })?;
     let text = s.to_str().map_err(|_| {
@@ -79,13 +88,17 @@ pub struct PyStopStrings {
 impl PyStopStrings {
     #[new]
     fn new(stops: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(Self { inner: compile_stops(stops, "stop")? })
+        Ok(Self {
+            inner: compile_stops(stops, "stop")?,
+        })
     }
 
     /// A fresh per-sequence incremental matcher.
     #[pyo3(signature = (include_in_output = false))]
     fn matcher(&self, include_in_output: bool) -> PyStopMatcher {
-        PyStopMatcher { inner: self.inner.matcher(include_in_output) }
+        PyStopMatcher {
+            inner: self.inner.matcher(include_in_output),
+        }
     }
 
     /// Stateless check in the shape of vLLM's `check_stop_strings`.
@@ -97,7 +110,13 @@ impl PyStopStrings {
         new_char_count: i64,
         include_in_output: bool,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        check_impl(py, &self.inner, output_text, new_char_count, include_in_output)
+        check_impl(
+            py,
+            &self.inner,
+            output_text,
+            new_char_count,
+            include_in_output,
+        )
     }
 
     /// The stop strings, in list order.
@@ -130,11 +149,22 @@ fn check_impl<'py>(
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let (text, chars) = extract_str(output_text, &|| "output_text".into())?;
     if new_char_count < 0 || new_char_count as u64 > chars as u64 {
-        return Err(to_py_err(Error::NewCharCount { value: new_char_count, text_len: chars }));
+        return Err(to_py_err(Error::NewCharCount {
+            value: new_char_count,
+            text_len: chars,
+        }));
     }
-    let hit = stops.check(text, chars, new_char_count as usize, include_in_output).map_err(to_py_err)?;
+    let hit = stops
+        .check(text, chars, new_char_count as usize, include_in_output)
+        .map_err(to_py_err)?;
     hit.map(|(index, offset)| {
-        PyTuple::new(py, [stops.stops()[index].as_str().into_pyobject(py)?.into_any(), offset.into_pyobject(py)?.into_any()])
+        PyTuple::new(
+            py,
+            [
+                stops.stops()[index].as_str().into_pyobject(py)?.into_any(),
+                offset.into_pyobject(py)?.into_any(),
+            ],
+        )
     })
     .transpose()
 }
@@ -183,7 +213,11 @@ impl PyStopMatcher {
             "StopMatcher(chars_fed={}, holdback={}, include_in_output={})",
             self.inner.chars_fed(),
             self.inner.holdback(),
-            if self.inner.include_in_output() { "True" } else { "False" }
+            if self.inner.include_in_output() {
+                "True"
+            } else {
+                "False"
+            }
         )
     }
 }
@@ -246,7 +280,815 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStopStrings>()?;
     m.add_class::<PyStopMatcher>()?;
     m.add_class::<PyStopMatch>()?;
+    m.add_class::<PyStopParams>()?;
+    m.add_class::<PyStepResult>()?;
+    m.add_class::<PyFinishTracker>()?;
+    m.add_class::<PyBatchStepResult>()?;
+    m.add_class::<PyFinishBatch>()?;
     m.add_function(wrap_pyfunction!(check_stop_strings, m)?)?;
+    m.add_function(wrap_pyfunction!(to_openai_finish_reason, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+// ---------------------------------------------------------------- finish ---
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// One token id: a non-negative int below 2**32.
+#[inline]
+fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u32> {
+    let v: i64 = item.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{} must be an int, got {}",
+            field(),
+            type_name(item)
+        ))
+    })?;
+    u32::try_from(v).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{}={v} is not a valid token id (must be in [0, 2**32))",
+            field()
+        ))
+    })
+}
+
+/// A sequence of token ids (list, tuple, any iterable of ints, or one int).
+fn extract_ids(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<u32>> {
+    if let Ok(list) = obj.cast::<PyList>() {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            out.push(extract_id(&item, &|| format!("{field}[{i}]"))?);
+        }
+        return Ok(out);
+    }
+    if obj.extract::<i64>().is_ok() && !obj.is_instance_of::<PyString>() && obj.try_iter().is_err()
+    {
+        return Ok(vec![extract_id(obj, &|| field.to_string())?]);
+    }
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{field} must be a sequence of ints, got {}",
+            type_name(obj)
+        ))
+    })?;
+    let mut out = Vec::new();
+    for (i, item) in iter.enumerate() {
+        out.push(extract_id(&item?, &|| format!("{field}[{i}]"))?);
+    }
+    Ok(out)
+}
+
+fn extract_nonneg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<u64> {
+    let v: i64 = obj.extract().map_err(|_| {
+        PyTypeError::new_err(format!("{field} must be an int, got {}", type_name(obj)))
+    })?;
+    u64::try_from(v).map_err(|_| PyValueError::new_err(format!("{field} must be >= 0, got {v}")))
+}
+
+fn extract_opt_nonneg(obj: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<Option<u64>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => extract_nonneg(o, field).map(Some),
+    }
+}
+
+/// Text pieces aligned with token ids; kept alive by `holder`.
+fn extract_texts<'a, 'py>(holder: &'a [Bound<'py, PyAny>], field: &str) -> PyResult<Vec<&'a str>> {
+    holder
+        .iter()
+        .enumerate()
+        .map(|(i, o)| extract_str(o, &|| format!("{field}[{i}]")).map(|(s, _)| s))
+        .collect()
+}
+
+fn collect_items<'py>(obj: &Bound<'py, PyAny>, field: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be a sequence of str (one piece per token), not a single str"
+        )));
+    }
+    if let Ok(list) = obj.cast::<PyList>() {
+        return Ok(list.iter().collect());
+    }
+    obj.try_iter()
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{field} must be a sequence of str, got {}",
+                type_name(obj)
+            ))
+        })?
+        .collect()
+}
+
+fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
+    let get = |key: &str, default: Option<u64>| -> PyResult<usize> {
+        let v = match obj.get_item(key) {
+            Ok(v) => Some(v),
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(obj.py()) => None,
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "repetition must be a mapping with keys max_pattern_size, min_pattern_size, min_count; got {}",
+                    type_name(obj)
+                )))
+            }
+        };
+        match (v, default) {
+            (Some(v), _) => Ok(extract_nonneg(&v, &format!("repetition[{key:?}]"))? as usize),
+            (None, Some(d)) => Ok(d as usize),
+            (None, None) => Err(PyValueError::new_err(format!(
+                "repetition is missing the key {key:?}"
+            ))),
+        }
+    };
+    Ok(Repetition {
+        max_pattern_size: get("max_pattern_size", None)?,
+        min_pattern_size: get("min_pattern_size", Some(0))?,
+        min_count: get("min_count", None)?,
+    })
+}
+
+/// Per-request stop parameters, validated at construction (field names as in
+/// vLLM's `SamplingParams`).
+#[pyclass(name = "StopParams", module = "stopline", frozen)]
+pub struct PyStopParams {
+    inner: Arc<StopParams>,
+}
+
+#[pymethods]
+impl PyStopParams {
+    #[new]
+    #[pyo3(signature = (
+        *, max_tokens = None, min_tokens = None, prompt_len = None, max_model_len = None,
+        eos_token_ids = None, ignore_eos = false, stop_token_ids = None, stop = None,
+        include_stop_str_in_output = false, vocab_size = None, repetition = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        max_tokens: Option<&Bound<'_, PyAny>>,
+        min_tokens: Option<&Bound<'_, PyAny>>,
+        prompt_len: Option<&Bound<'_, PyAny>>,
+        max_model_len: Option<&Bound<'_, PyAny>>,
+        eos_token_ids: Option<&Bound<'_, PyAny>>,
+        ignore_eos: bool,
+        stop_token_ids: Option<&Bound<'_, PyAny>>,
+        stop: Option<&Bound<'_, PyAny>>,
+        include_stop_str_in_output: bool,
+        vocab_size: Option<&Bound<'_, PyAny>>,
+        repetition: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let ids = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Vec<u32>> {
+            match o {
+                Some(o) if !o.is_none() => extract_ids(o, field),
+                _ => Ok(Vec::new()),
+            }
+        };
+        let vocab = extract_opt_nonneg(vocab_size, "vocab_size")?;
+        let params = StopParams {
+            max_tokens: extract_opt_nonneg(max_tokens, "max_tokens")?,
+            min_tokens: extract_opt_nonneg(min_tokens, "min_tokens")?.unwrap_or(0),
+            prompt_len: extract_opt_nonneg(prompt_len, "prompt_len")?.unwrap_or(0),
+            max_model_len: extract_opt_nonneg(max_model_len, "max_model_len")?,
+            eos_token_ids: ids(eos_token_ids, "eos_token_ids")?,
+            ignore_eos,
+            stop_token_ids: ids(stop_token_ids, "stop_token_ids")?,
+            stop: match stop {
+                Some(s) if !s.is_none() => Some(compile_stops(s, "stop")?),
+                _ => None,
+            },
+            include_stop_str_in_output,
+            vocab_size: vocab
+                .map(|v| {
+                    u32::try_from(v).map_err(|_| {
+                        PyValueError::new_err(format!("vocab_size={v} is larger than 2**32 - 1"))
+                    })
+                })
+                .transpose()?,
+            repetition: match repetition {
+                Some(r) if !r.is_none() => Some(extract_repetition(r)?),
+                _ => None,
+            },
+        };
+        params.validate().map_err(to_py_err)?;
+        Ok(Self {
+            inner: Arc::new(params),
+        })
+    }
+
+    #[getter]
+    fn max_tokens(&self) -> Option<u64> {
+        self.inner.max_tokens
+    }
+    #[getter]
+    fn min_tokens(&self) -> u64 {
+        self.inner.min_tokens
+    }
+    #[getter]
+    fn prompt_len(&self) -> u64 {
+        self.inner.prompt_len
+    }
+    #[getter]
+    fn max_model_len(&self) -> Option<u64> {
+        self.inner.max_model_len
+    }
+    #[getter]
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.inner.eos_token_ids.clone()
+    }
+    #[getter]
+    fn ignore_eos(&self) -> bool {
+        self.inner.ignore_eos
+    }
+    #[getter]
+    fn stop_token_ids(&self) -> Vec<u32> {
+        self.inner.stop_token_ids.clone()
+    }
+    #[getter]
+    fn stop(&self) -> Vec<String> {
+        self.inner
+            .stop
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.stops().to_vec())
+    }
+    #[getter]
+    fn include_stop_str_in_output(&self) -> bool {
+        self.inner.include_stop_str_in_output
+    }
+    #[getter]
+    fn vocab_size(&self) -> Option<u32> {
+        self.inner.vocab_size
+    }
+    #[getter]
+    fn repetition(&self) -> Option<(usize, usize, usize)> {
+        self.inner
+            .repetition
+            .map(|r| (r.max_pattern_size, r.min_pattern_size, r.min_count))
+    }
+
+    fn __repr__(&self) -> String {
+        let p = &self.inner;
+        format!(
+            "StopParams(max_tokens={:?}, min_tokens={}, prompt_len={}, max_model_len={:?}, eos_token_ids={:?}, \
+             ignore_eos={}, stop_token_ids={:?}, stop={:?}, include_stop_str_in_output={}, vocab_size={:?})",
+            p.max_tokens,
+            p.min_tokens,
+            p.prompt_len,
+            p.max_model_len,
+            p.eos_token_ids,
+            p.ignore_eos,
+            p.stop_token_ids,
+            self.stop(),
+            p.include_stop_str_in_output,
+            p.vocab_size
+        )
+    }
+}
+
+/// The state a `StepResult` reports, taken from a tracker.
+struct Outcome {
+    finish: Option<Finish>,
+    stop_string: Option<String>,
+    num_tokens: usize,
+    text_len: usize,
+}
+
+impl Outcome {
+    fn of(t: &FinishTracker) -> Self {
+        let finish = t.finish();
+        let stop_string = finish.and_then(|f| match f.matched {
+            Some(Matched::StopString(i)) => Some(t.stop_string(i).to_owned()),
+            _ => None,
+        });
+        Outcome {
+            finish,
+            stop_string,
+            num_tokens: t.token_ids().len(),
+            text_len: t.text_len(),
+        }
+    }
+
+    fn finish_reason(&self) -> Option<&'static str> {
+        self.finish.map(|f| f.reason.as_str())
+    }
+
+    fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self.finish.and_then(|f| f.stop_reason) {
+            None => py.None(),
+            Some(StopReason::StopString(_)) => self.stop_string.clone().into_py_any(py)?,
+            Some(StopReason::TokenId(id)) => id.into_py_any(py)?,
+            Some(StopReason::RepetitionDetected) => "repetition_detected".into_py_any(py)?,
+        })
+    }
+
+    fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self.finish.and_then(|f| f.matched) {
+            None => py.None(),
+            Some(Matched::StopString(_)) => self.stop_string.clone().into_py_any(py)?,
+            Some(Matched::TokenId(id)) => id.into_py_any(py)?,
+        })
+    }
+}
+
+/// What one update reported: the state after it and the streaming deltas.
+///
+/// `num_tokens` counts output tokens kept; `text_len` is the kept text in
+/// code points; `text_delta` / `token_ids_delta` are what may be streamed now.
+#[pyclass(name = "StepResult", module = "stopline", frozen)]
+pub struct PyStepResult {
+    outcome: Outcome,
+    #[pyo3(get)]
+    text_delta: String,
+    #[pyo3(get)]
+    token_ids_delta: Vec<u32>,
+}
+
+impl PyStepResult {
+    fn new(t: &FinishTracker, step: &Step) -> Self {
+        PyStepResult {
+            outcome: Outcome::of(t),
+            text_delta: t.text()[step.text_delta.clone()].to_owned(),
+            token_ids_delta: t.token_ids()[step.token_ids_delta.clone()].to_vec(),
+        }
+    }
+}
+
+#[pymethods]
+impl PyStepResult {
+    #[getter]
+    fn finished(&self) -> bool {
+        self.outcome.finish.is_some()
+    }
+    #[getter]
+    fn finish_reason(&self) -> Option<&'static str> {
+        self.outcome.finish_reason()
+    }
+    #[getter]
+    fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.outcome.stop_reason(py)
+    }
+    #[getter]
+    fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.outcome.matched(py)
+    }
+    #[getter]
+    fn num_tokens(&self) -> usize {
+        self.outcome.num_tokens
+    }
+    #[getter]
+    fn text_len(&self) -> usize {
+        self.outcome.text_len
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "StepResult(finished={}, finish_reason={}, stop_reason={}, matched={}, num_tokens={}, text_len={}, \
+             text_delta={}, token_ids_delta={:?})",
+            if self.finished() { "True" } else { "False" },
+            self.finish_reason().map_or("None".to_string(), |r| format!("'{r}'")),
+            self.stop_reason(py)?.bind(py).repr()?,
+            self.matched(py)?.bind(py).repr()?,
+            self.outcome.num_tokens,
+            self.outcome.text_len,
+            PyString::new(py, &self.text_delta).repr()?,
+            self.token_ids_delta
+        ))
+    }
+}
+
+/// The finish state of one sequence. Not thread-safe: concurrent use raises
+/// instead of corrupting state.
+#[pyclass(name = "FinishTracker", module = "stopline")]
+pub struct PyFinishTracker {
+    inner: FinishTracker,
+}
+
+#[pymethods]
+impl PyFinishTracker {
+    #[new]
+    fn new(params: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let p = params.cast::<PyStopParams>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "params must be a stopline.StopParams, got {}",
+                type_name(params)
+            ))
+        })?;
+        Ok(Self {
+            inner: FinishTracker::new(Arc::clone(&p.get().inner)).map_err(to_py_err)?,
+        })
+    }
+
+    /// Appends one decoding step: one token or a speculative accept run.
+    #[pyo3(signature = (token_ids, texts = None, grammar_terminated_at = None))]
+    fn update(
+        &mut self,
+        token_ids: &Bound<'_, PyAny>,
+        texts: Option<&Bound<'_, PyAny>>,
+        grammar_terminated_at: Option<i64>,
+    ) -> PyResult<PyStepResult> {
+        let ids = extract_ids(token_ids, "token_ids")?;
+        let holder = match texts {
+            Some(t) if !t.is_none() => Some(collect_items(t, "texts")?),
+            _ => None,
+        };
+        let pieces = holder
+            .as_deref()
+            .map(|h| extract_texts(h, "texts"))
+            .transpose()?;
+        let g = match grammar_terminated_at {
+            None => None,
+            Some(g) => Some(usize::try_from(g).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "grammar_terminated_at={g} is outside the run of {} tokens",
+                    ids.len()
+                ))
+            })?),
+        };
+        let step = self
+            .inner
+            .update(&ids, pieces.as_deref(), g)
+            .map_err(to_py_err)?;
+        Ok(PyStepResult::new(&self.inner, &step))
+    }
+
+    /// Finishes with "abort" and flushes everything kept; a no-op (empty
+    /// deltas) once finished.
+    fn abort(&mut self) -> PyStepResult {
+        let step = self.inner.abort();
+        PyStepResult::new(&self.inner, &step)
+    }
+
+    #[getter]
+    fn finished(&self) -> bool {
+        self.inner.is_finished()
+    }
+    #[getter]
+    fn finish_reason(&self) -> Option<&'static str> {
+        self.inner.finish().map(|f| f.reason.as_str())
+    }
+    #[getter]
+    fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Outcome::of(&self.inner).stop_reason(py)
+    }
+    #[getter]
+    fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Outcome::of(&self.inner).matched(py)
+    }
+    #[getter]
+    fn num_tokens(&self) -> usize {
+        self.inner.token_ids().len()
+    }
+    #[getter]
+    fn text_len(&self) -> usize {
+        self.inner.text_len()
+    }
+    /// Output token ids kept (a copy).
+    #[getter]
+    fn token_ids(&self) -> Vec<u32> {
+        self.inner.token_ids().to_vec()
+    }
+    /// Output text kept.
+    #[getter]
+    fn text(&self) -> &str {
+        self.inner.text()
+    }
+    /// Code points released through `text_delta` so far.
+    #[getter]
+    fn emitted_len(&self) -> usize {
+        self.inner.emitted_len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "FinishTracker(num_tokens={}, text_len={}, finish_reason={})",
+            self.inner.token_ids().len(),
+            self.inner.text_len(),
+            self.finish_reason()
+                .map_or("None".to_string(), |r| format!("'{r}'"))
+        )
+    }
+}
+
+/// One row of a batch step, with its deltas stored in the result's buffers.
+struct BatchRow {
+    slot: usize,
+    outcome: Outcome,
+    text: Range<usize>,
+    tokens: Range<usize>,
+}
+
+/// Per-slot results of one `FinishBatch.step`, in the order of its `slots`.
+/// List attributes are built on access.
+#[pyclass(name = "BatchStepResult", module = "stopline", frozen)]
+pub struct PyBatchStepResult {
+    rows: Vec<BatchRow>,
+    text: String,
+    tokens: Vec<u32>,
+}
+
+#[pymethods]
+impl PyBatchStepResult {
+    fn __len__(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn __getitem__(&self, index: isize) -> PyResult<PyStepResult> {
+        let n = self.rows.len() as isize;
+        let i = if index < 0 { index + n } else { index };
+        if i < 0 || i >= n {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "index {index} is out of range for {n} rows"
+            )));
+        }
+        let r = &self.rows[i as usize];
+        Ok(PyStepResult {
+            outcome: Outcome {
+                stop_string: r.outcome.stop_string.clone(),
+                ..r.outcome
+            },
+            text_delta: self.text[r.text.clone()].to_owned(),
+            token_ids_delta: self.tokens[r.tokens.clone()].to_vec(),
+        })
+    }
+
+    #[getter]
+    fn slots(&self) -> Vec<usize> {
+        self.rows.iter().map(|r| r.slot).collect()
+    }
+    #[getter]
+    fn finished(&self) -> Vec<bool> {
+        self.rows
+            .iter()
+            .map(|r| r.outcome.finish.is_some())
+            .collect()
+    }
+    /// Slots that finished in this step.
+    #[getter]
+    fn finished_slots(&self) -> Vec<usize> {
+        self.rows
+            .iter()
+            .filter(|r| r.outcome.finish.is_some())
+            .map(|r| r.slot)
+            .collect()
+    }
+    #[getter]
+    fn finish_reasons(&self) -> Vec<Option<&'static str>> {
+        self.rows
+            .iter()
+            .map(|r| r.outcome.finish_reason())
+            .collect()
+    }
+    #[getter]
+    fn stop_reasons(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        self.rows
+            .iter()
+            .map(|r| r.outcome.stop_reason(py))
+            .collect()
+    }
+    #[getter]
+    fn matched(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        self.rows.iter().map(|r| r.outcome.matched(py)).collect()
+    }
+    #[getter]
+    fn num_tokens(&self) -> Vec<usize> {
+        self.rows.iter().map(|r| r.outcome.num_tokens).collect()
+    }
+    #[getter]
+    fn text_len(&self) -> Vec<usize> {
+        self.rows.iter().map(|r| r.outcome.text_len).collect()
+    }
+    #[getter]
+    fn text_deltas(&self) -> Vec<&str> {
+        self.rows
+            .iter()
+            .map(|r| &self.text[r.text.clone()])
+            .collect()
+    }
+    #[getter]
+    fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
+        self.rows
+            .iter()
+            .map(|r| self.tokens[r.tokens.clone()].to_vec())
+            .collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "BatchStepResult(rows={}, finished_slots={:?})",
+            self.rows.len(),
+            self.finished_slots()
+        )
+    }
+}
+
+/// Many finish trackers addressed by integer slot, advanced by one call per
+/// engine step. Not thread-safe: concurrent use raises.
+#[pyclass(name = "FinishBatch", module = "stopline")]
+pub struct PyFinishBatch {
+    inner: FinishBatch,
+    scratch: Vec<SlotStep>,
+}
+
+fn opt_list<'a, 'py>(obj: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
+    obj.filter(|o| !o.is_none())
+}
+
+#[pymethods]
+impl PyFinishBatch {
+    #[new]
+    fn new(max_slots: i64) -> PyResult<Self> {
+        let n = usize::try_from(max_slots).map_err(|_| {
+            PyValueError::new_err(format!("max_slots must be >= 0, got {max_slots}"))
+        })?;
+        Ok(Self {
+            inner: FinishBatch::new(n),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Starts a sequence in an empty slot.
+    fn add(&mut self, slot: i64, params: &Bound<'_, PyAny>) -> PyResult<()> {
+        let p = params.cast::<PyStopParams>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "params must be a stopline.StopParams, got {}",
+                type_name(params)
+            ))
+        })?;
+        self.inner
+            .add(slot, Arc::clone(&p.get().inner))
+            .map_err(to_py_err)
+    }
+
+    /// Frees a slot (finished or not).
+    fn remove(&mut self, slot: i64) -> PyResult<()> {
+        self.inner.remove(slot).map(drop).map_err(to_py_err)
+    }
+
+    /// Aborts the sequence in a slot; returns what it flushed.
+    fn abort(&mut self, slot: i64) -> PyResult<PyStepResult> {
+        let t = self.inner.get_mut(slot).map_err(to_py_err)?;
+        let step = t.abort();
+        Ok(PyStepResult::new(t, &step))
+    }
+
+    /// The current state of a slot (empty deltas).
+    fn result(&self, slot: i64) -> PyResult<PyStepResult> {
+        let t = self.inner.get(slot).map_err(to_py_err)?;
+        let end = t.text().len();
+        let n = t.token_ids().len();
+        Ok(PyStepResult::new(
+            t,
+            &Step {
+                text_delta: end..end,
+                token_ids_delta: n..n,
+            },
+        ))
+    }
+
+    /// Output text kept in a slot.
+    fn text(&self, slot: i64) -> PyResult<String> {
+        Ok(self.inner.get(slot).map_err(to_py_err)?.text().to_owned())
+    }
+
+    /// Output token ids kept in a slot.
+    fn token_ids(&self, slot: i64) -> PyResult<Vec<u32>> {
+        Ok(self
+            .inner
+            .get(slot)
+            .map_err(to_py_err)?
+            .token_ids()
+            .to_vec())
+    }
+
+    #[getter]
+    fn max_slots(&self) -> usize {
+        self.inner.max_slots()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __contains__(&self, slot: i64) -> bool {
+        self.inner.get(slot).is_ok()
+    }
+
+    /// Advances every listed slot by its run; see the class docs.
+    #[pyo3(signature = (slots, token_ids, run_lengths = None, texts = None, grammar_terminated_at = None))]
+    fn step(
+        &mut self,
+        slots: &Bound<'_, PyAny>,
+        token_ids: &Bound<'_, PyAny>,
+        run_lengths: Option<&Bound<'_, PyAny>>,
+        texts: Option<&Bound<'_, PyAny>>,
+        grammar_terminated_at: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyBatchStepResult> {
+        let slots_v: Vec<i64> = extract_i64s(slots, "slots")?;
+        let ids = extract_ids(token_ids, "token_ids")?;
+        let runs = opt_list(run_lengths)
+            .map(|r| {
+                extract_i64s(r, "run_lengths")?
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        usize::try_from(v).map_err(|_| {
+                            PyValueError::new_err(format!("run_lengths[{i}]={v} must be >= 0"))
+                        })
+                    })
+                    .collect::<PyResult<Vec<usize>>>()
+            })
+            .transpose()?;
+        let grammar = opt_list(grammar_terminated_at)
+            .map(|g| extract_i64s(g, "grammar_terminated_at"))
+            .transpose()?;
+        let holder = opt_list(texts)
+            .map(|t| collect_items(t, "texts"))
+            .transpose()?;
+        let pieces = holder
+            .as_deref()
+            .map(|h| extract_texts(h, "texts"))
+            .transpose()?;
+        self.scratch.clear();
+        self.inner
+            .step(
+                &slots_v,
+                &ids,
+                runs.as_deref(),
+                pieces.as_deref(),
+                grammar.as_deref(),
+                &mut self.scratch,
+            )
+            .map_err(to_py_err)?;
+        let mut out = PyBatchStepResult {
+            rows: Vec::with_capacity(self.scratch.len()),
+            text: String::new(),
+            tokens: Vec::new(),
+        };
+        for s in &self.scratch {
+            let t = self.inner.get(s.slot as i64).expect("stepped slot exists");
+            let text_start = out.text.len();
+            out.text.push_str(&t.text()[s.step.text_delta.clone()]);
+            let tok_start = out.tokens.len();
+            out.tokens
+                .extend_from_slice(&t.token_ids()[s.step.token_ids_delta.clone()]);
+            out.rows.push(BatchRow {
+                slot: s.slot,
+                outcome: Outcome::of(t),
+                text: text_start..out.text.len(),
+                tokens: tok_start..out.tokens.len(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
+    let one = |item: &Bound<'_, PyAny>, i: usize| -> PyResult<i64> {
+        item.extract::<i64>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{field}[{i}] must be an int, got {}",
+                type_name(item)
+            ))
+        })
+    };
+    if let Ok(list) = obj.cast::<PyList>() {
+        return list.iter().enumerate().map(|(i, x)| one(&x, i)).collect();
+    }
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{field} must be a sequence of ints, got {}",
+            type_name(obj)
+        ))
+    })?;
+    iter.enumerate().map(|(i, x)| one(&x?, i)).collect()
+}
+
+/// Maps stopline's finish_reason to the OpenAI API's: "stop" becomes
+/// "tool_calls" when the response carries parsed tool calls (as vLLM's
+/// OpenAI server does); other reasons pass through.
+#[pyfunction]
+#[pyo3(signature = (finish_reason, has_tool_calls = false))]
+fn to_openai_finish_reason(
+    finish_reason: Option<&str>,
+    has_tool_calls: bool,
+) -> PyResult<Option<&'static str>> {
+    Ok(match finish_reason {
+        None => None,
+        Some("stop") if has_tool_calls => Some("tool_calls"),
+        Some("stop") => Some("stop"),
+        Some("length") => Some("length"),
+        Some("abort") => Some("abort"),
+        Some("error") => Some("error"),
+        Some("repetition") => Some("repetition"),
+        Some(other) => {
+            return Err(PyValueError::new_err(format!(
+                "finish_reason={other:?} is not one of 'stop', 'length', 'abort', 'error', 'repetition'"
+            )))
+        }
+    })
 }

@@ -106,7 +106,11 @@ pub struct StopMatcher {
 /// first position where some stop string ends, the byte offset just past it
 /// and the lowest pattern index ending there.
 #[inline(always)]
-fn scan<A: Automaton>(aut: &A, mut sid: StateID, bytes: &[u8]) -> (StateID, Option<(usize, usize)>) {
+fn scan<A: Automaton>(
+    aut: &A,
+    mut sid: StateID,
+    bytes: &[u8],
+) -> (StateID, Option<(usize, usize)>) {
     let mut i = 0;
     while i < bytes.len() {
         sid = aut.next_state(Anchored::No, sid, bytes[i]);
@@ -159,7 +163,9 @@ pub(crate) fn byte_offset_from_end(s: &str, k: usize) -> usize {
 fn cache() -> &'static Mutex<LruCache<Vec<String>, Arc<StopStrings>>> {
     static CACHE: OnceLock<Mutex<LruCache<Vec<String>, Arc<StopStrings>>>> = OnceLock::new();
     CACHE.get_or_init(|| {
-        Mutex::new(LruCache::new(NonZeroUsize::new(CACHE_CAPACITY).expect("nonzero capacity")))
+        Mutex::new(LruCache::new(
+            NonZeroUsize::new(CACHE_CAPACITY).expect("nonzero capacity"),
+        ))
     })
 }
 
@@ -171,7 +177,11 @@ impl StopStrings {
     /// [`Error::EmptyStop`] for an empty string, [`Error::Build`] if the
     /// automaton cannot be built.
     pub fn compile(stops: Vec<String>) -> Result<Arc<StopStrings>, Error> {
-        if let Some(hit) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&stops) {
+        if let Some(hit) = cache()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&stops)
+        {
             return Ok(Arc::clone(hit));
         }
         let compiled = Arc::new(StopStrings::new(stops.clone())?);
@@ -335,7 +345,10 @@ impl StopStrings {
         include_in_output: bool,
     ) -> Result<Option<(usize, isize)>, Error> {
         if new_char_count > text_chars {
-            return Err(Error::NewCharCount { value: new_char_count as i64, text_len: text_chars });
+            return Err(Error::NewCharCount {
+                value: new_char_count as i64,
+                text_len: text_chars,
+            });
         }
         if new_char_count == 0 || self.stops.is_empty() {
             return Ok(None);
@@ -374,10 +387,19 @@ impl StopMatcher {
         let before = self.chars_fed;
         self.chars_fed += delta_chars;
         hit.map(|(end_byte, index)| {
-            let within = if delta_chars == delta.len() { end_byte } else { char_len(&delta[..end_byte]) };
+            let within = if delta_chars == delta.len() {
+                end_byte
+            } else {
+                char_len(&delta[..end_byte])
+            };
             let end = before + within;
             let start = end - self.stops.stop_chars[index];
-            StopMatch { index, start, end, truncate_to: if self.include_in_output { end } else { start } }
+            StopMatch {
+                index,
+                start,
+                end,
+                truncate_to: if self.include_in_output { end } else { start },
+            }
         })
     }
 
@@ -529,7 +551,10 @@ mod tests {
     #[test]
     fn stateless_check_matches_vllm_shape() {
         let s = compile(&["."]);
-        assert_eq!(s.check("hello world.", 12, 1, false).unwrap(), Some((0, 11)));
+        assert_eq!(
+            s.check("hello world.", 12, 1, false).unwrap(),
+            Some((0, 11))
+        );
         assert_eq!(s.check("hello world.", 12, 1, true).unwrap(), Some((0, -1)));
         assert!(s.check("hello", 5, 6, false).is_err());
     }

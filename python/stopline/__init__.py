@@ -7,17 +7,29 @@ the ``torch`` extra) masks logits on the GPU.
 """
 
 from stopline._core import (
+    BatchStepResult,
+    FinishBatch,
+    FinishTracker,
+    StepResult,
     StopMatch,
     StopMatcher,
+    StopParams,
     StopStrings,
     __version__,
     check_stop_strings,
+    to_openai_finish_reason,
 )
 
 __all__ = [
+    "BatchStepResult",
+    "FinishBatch",
+    "FinishTracker",
+    "StepResult",
     "StopMatch",
     "StopMatcher",
+    "StopParams",
     "StopStrings",
     "__version__",
     "check_stop_strings",
+    "to_openai_finish_reason",
 ]

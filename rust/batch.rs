@@ -1,0 +1,284 @@
+//! Many finish trackers addressed by slot, advanced by one call per engine
+//! step.
+//!
+//! [`FinishBatch::step`] takes the step of every listed slot at once: flat
+//! token ids, per-slot run lengths and optionally flat text pieces aligned with
+//! the ids. All arguments are checked before any slot changes, so a rejected
+//! call leaves the whole batch as it was. Each slot is then advanced exactly as
+//! [`FinishTracker::update`] would.
+
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::finish::{FinishTracker, Step, StopParams};
+
+/// A fixed number of slots, each empty or holding one sequence.
+pub struct FinishBatch {
+    slots: Vec<Option<FinishTracker>>,
+    /// `seen[slot] == epoch` while validating one step: catches duplicates.
+    seen: Vec<u64>,
+    epoch: u64,
+}
+
+/// One slot's outcome of a batch step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotStep {
+    pub slot: usize,
+    pub step: Step,
+}
+
+fn slot_err(slot: i64, message: &'static str) -> Error {
+    Error::Slot { slot, message }
+}
+
+impl FinishBatch {
+    pub fn new(max_slots: usize) -> Self {
+        FinishBatch {
+            slots: (0..max_slots).map(|_| None).collect(),
+            seen: vec![0; max_slots],
+            epoch: 0,
+        }
+    }
+
+    pub fn max_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn index(&self, slot: i64) -> Result<usize, Error> {
+        usize::try_from(slot)
+            .ok()
+            .filter(|&s| s < self.slots.len())
+            .ok_or_else(|| slot_err(slot, "is outside [0, max_slots)"))
+    }
+
+    /// Starts a sequence in an empty slot.
+    ///
+    /// # Errors
+    /// [`Error::Slot`] if the slot is out of range or taken; [`Error::Param`]
+    /// if `params` does not validate.
+    pub fn add(&mut self, slot: i64, params: Arc<StopParams>) -> Result<(), Error> {
+        let i = self.index(slot)?;
+        if self.slots[i].is_some() {
+            return Err(slot_err(slot, "is already in use; remove() it first"));
+        }
+        self.slots[i] = Some(FinishTracker::new(params)?);
+        Ok(())
+    }
+
+    /// Frees a slot and returns its tracker.
+    pub fn remove(&mut self, slot: i64) -> Result<FinishTracker, Error> {
+        let i = self.index(slot)?;
+        self.slots[i]
+            .take()
+            .ok_or_else(|| slot_err(slot, "is empty"))
+    }
+
+    pub fn get(&self, slot: i64) -> Result<&FinishTracker, Error> {
+        let i = self.index(slot)?;
+        self.slots[i]
+            .as_ref()
+            .ok_or_else(|| slot_err(slot, "is empty"))
+    }
+
+    pub fn get_mut(&mut self, slot: i64) -> Result<&mut FinishTracker, Error> {
+        let i = self.index(slot)?;
+        self.slots[i]
+            .as_mut()
+            .ok_or_else(|| slot_err(slot, "is empty"))
+    }
+
+    /// Number of occupied slots.
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Advances every listed slot by its run.
+    ///
+    /// * `slots[i]` takes `run_lengths[i]` tokens (1 each when `None`) from
+    ///   `token_ids`, in order; `texts`, when given, is aligned with `token_ids`.
+    /// * `grammar_terminated_at[i]` is an index into slot i's run, or negative
+    ///   for none.
+    ///
+    /// Results are appended to `out` in the order of `slots`.
+    ///
+    /// # Errors
+    /// Any inconsistency ([`Error::Step`], [`Error::Slot`],
+    /// [`Error::Finished`]) is reported before any slot changes.
+    pub fn step<S: AsRef<str>>(
+        &mut self,
+        slots: &[i64],
+        token_ids: &[u32],
+        run_lengths: Option<&[usize]>,
+        texts: Option<&[S]>,
+        grammar_terminated_at: Option<&[i64]>,
+        out: &mut Vec<SlotStep>,
+    ) -> Result<(), Error> {
+        let idx = self.check(
+            slots,
+            token_ids,
+            run_lengths,
+            texts.map(<[S]>::len),
+            grammar_terminated_at,
+        )?;
+        let mut start = 0;
+        for (k, &i) in idx.iter().enumerate() {
+            let len = run_lengths.map_or(1, |r| r[k]);
+            let end = start + len;
+            let g = grammar_terminated_at.and_then(|g| usize::try_from(g[k]).ok());
+            let tracker = self.slots[i].as_mut().expect("checked above");
+            let step =
+                tracker.update_checked(&token_ids[start..end], texts.map(|t| &t[start..end]), g);
+            out.push(SlotStep { slot: i, step });
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn check(
+        &mut self,
+        slots: &[i64],
+        token_ids: &[u32],
+        run_lengths: Option<&[usize]>,
+        texts_len: Option<usize>,
+        grammar: Option<&[i64]>,
+    ) -> Result<Vec<usize>, Error> {
+        let step_err = |field: &'static str, message: String| Error::Step { field, message };
+        if let Some(r) = run_lengths {
+            if r.len() != slots.len() {
+                return Err(step_err(
+                    "run_lengths",
+                    format!("has {} entries for {} slots", r.len(), slots.len()),
+                ));
+            }
+        }
+        if let Some(g) = grammar {
+            if g.len() != slots.len() {
+                return Err(step_err(
+                    "grammar_terminated_at",
+                    format!("has {} entries for {} slots", g.len(), slots.len()),
+                ));
+            }
+        }
+        let total: usize = run_lengths.map_or(slots.len(), |r| r.iter().sum());
+        if total != token_ids.len() {
+            return Err(step_err(
+                "token_ids",
+                format!("has {} ids but the runs add up to {total}", token_ids.len()),
+            ));
+        }
+        if let Some(t) = texts_len {
+            if t != token_ids.len() {
+                return Err(step_err(
+                    "texts",
+                    format!(
+                        "has {t} pieces for {} token ids; pass one piece per token",
+                        token_ids.len()
+                    ),
+                ));
+            }
+        }
+        self.epoch += 1;
+        let mut idx = Vec::with_capacity(slots.len());
+        for (k, &slot) in slots.iter().enumerate() {
+            let i = self.index(slot)?;
+            if self.seen[i] == self.epoch {
+                return Err(slot_err(slot, "appears twice in one step"));
+            }
+            self.seen[i] = self.epoch;
+            let tracker = self.slots[i]
+                .as_ref()
+                .ok_or_else(|| slot_err(slot, "is empty"))?;
+            let len = run_lengths.map_or(1, |r| r[k]);
+            let g = grammar
+                .map(|g| g[k])
+                .filter(|&g| g >= 0)
+                .map(|g| g as usize);
+            tracker
+                .check_step(len, texts_len.map(|_| len), g)
+                .map_err(|e| match e {
+                    Error::Step { field, message } => Error::Step {
+                        field,
+                        message: format!("{message} (slot {slot})"),
+                    },
+                    Error::Finished { finish_reason } => Error::Step {
+                        field: "slots",
+                        message: format!(
+                            "slot {slot} already finished (finish_reason={finish_reason:?})"
+                        ),
+                    },
+                    other => other,
+                })?;
+            idx.push(i);
+        }
+        Ok(idx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stop_strings::StopStrings;
+
+    fn params() -> Arc<StopParams> {
+        Arc::new(StopParams {
+            stop: Some(StopStrings::compile(vec!["END".into()]).unwrap()),
+            eos_token_ids: vec![2],
+            max_tokens: Some(4),
+            ..StopParams::default()
+        })
+    }
+
+    #[test]
+    fn batch_equals_trackers() {
+        let mut b = FinishBatch::new(4);
+        b.add(0, params()).unwrap();
+        b.add(3, params()).unwrap();
+        let mut t0 = FinishTracker::new(params()).unwrap();
+        let mut t3 = FinishTracker::new(params()).unwrap();
+        let mut out = vec![];
+        b.step(
+            &[3, 0],
+            &[5, 6, 2, 7],
+            Some(&[1, 3]),
+            Some(&["a", "b", "", "E"]),
+            None,
+            &mut out,
+        )
+        .unwrap();
+        t3.update(&[5], Some(&["a"]), None).unwrap();
+        t0.update(&[6, 2, 7], Some(&["b", "", "E"]), None).unwrap();
+        assert_eq!(b.get(0).unwrap().token_ids(), t0.token_ids());
+        assert_eq!(b.get(3).unwrap().token_ids(), t3.token_ids());
+        assert_eq!(b.get(0).unwrap().finish(), t0.finish());
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].slot, 3);
+    }
+
+    #[test]
+    fn rejected_step_changes_nothing() {
+        let mut b = FinishBatch::new(2);
+        b.add(0, params()).unwrap();
+        b.add(1, params()).unwrap();
+        let mut out = vec![];
+        let err = b.step(
+            &[0, 1, 0],
+            &[5, 6, 7],
+            None,
+            Some(&["a", "b", "c"]),
+            None,
+            &mut out,
+        );
+        assert!(matches!(err, Err(Error::Slot { slot: 0, .. })));
+        let err = b.step(&[0, 5], &[5, 6], None, Some(&["a", "b"]), None, &mut out);
+        assert!(matches!(err, Err(Error::Slot { slot: 5, .. })));
+        let err = b.step::<&str>(&[0, 1], &[5, 6], None, None, None, &mut out);
+        assert!(matches!(err, Err(Error::Step { field: "texts", .. })));
+        assert!(out.is_empty());
+        assert!(b.get(0).unwrap().token_ids().is_empty());
+        assert!(b.get(1).unwrap().token_ids().is_empty());
+    }
+}

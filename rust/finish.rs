@@ -1,0 +1,714 @@
+//! The ordered finish-state machine of one sequence.
+//!
+//! # Semantics
+//!
+//! [`FinishTracker::update`] appends one decoding step: a single token or a
+//! speculative-decoding accept run. The run is examined token by token and
+//! the first position at which a condition fires decides, so a run of k tokens
+//! gives exactly what k one-token updates give. `n` is the number of output
+//! tokens after appending the token at hand. At one position the checks are,
+//! in order:
+//!
+//! 1. invalid token (`vocab_size` set, id >= vocab_size) -> `error`; the token
+//!    and its text are not kept;
+//! 2. a stop string completing inside this token's text, only if
+//!    `n > min_tokens` (as vLLM v1's detokenizer; the match may start in
+//!    earlier tokens) -> `stop`, text cut at the match (kept up to its end with
+//!    `include_stop_str_in_output`);
+//! 3. EOS (unless `ignore_eos`) -> `stop`, `stop_reason` None. Fires below
+//!    `min_tokens` too: min_tokens is enforced by masking the logits, and an EOS
+//!    the sampler produced anyway is honoured;
+//! 4. a stop token id -> `stop`, `stop_reason` = the id (not disabled by
+//!    `ignore_eos`). For 3 and 4 the token is kept, its text only with
+//!    `include_stop_str_in_output`;
+//! 5. `n >= max_tokens` or `prompt_len + n >= max_model_len` -> `length`;
+//! 6. the grammar terminated at this position -> `stop`;
+//! 7. repetition (only when `n >= min_tokens`; vLLM's tail rule) -> `repetition`.
+//!
+//! Tokens after the deciding one are dropped. After a finish, `update` is an
+//! error and `abort` a no-op.
+//!
+//! # Streaming
+//!
+//! Each step reports the text and tokens that may be released: while running,
+//! everything but the exact stop-string hold-back, and a token only once all of
+//! its text is released; at finish, everything kept. Joined deltas equal the
+//! final text and the kept tokens, and no delta ever holds text past a stop cut
+//! (a match can only start inside the held-back suffix).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::stop_strings::{byte_offset_from_end, char_len, StopMatcher, StopStrings};
+
+/// vLLM's repetition rule: the sequence finishes when its last
+/// `L * min_count` output tokens are one pattern of `L` tokens repeated
+/// `min_count` times, for some `L` in `[min_pattern_size, max_pattern_size]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repetition {
+    pub max_pattern_size: usize,
+    /// 0 means 1.
+    pub min_pattern_size: usize,
+    pub min_count: usize,
+}
+
+/// Per-request stop parameters (field names as in vLLM's `SamplingParams`).
+#[derive(Clone, Default)]
+pub struct StopParams {
+    pub max_tokens: Option<u64>,
+    pub min_tokens: u64,
+    pub prompt_len: u64,
+    pub max_model_len: Option<u64>,
+    pub eos_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    pub stop_token_ids: Vec<u32>,
+    /// Compiled stop strings; `None` or an empty list for none.
+    pub stop: Option<Arc<StopStrings>>,
+    pub include_stop_str_in_output: bool,
+    pub vocab_size: Option<u32>,
+    pub repetition: Option<Repetition>,
+}
+
+fn param(field: &'static str, message: String) -> Error {
+    Error::Param { field, message }
+}
+
+impl StopParams {
+    /// Checks every field and their combinations.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming the first offending field and its value.
+    pub fn validate(&self) -> Result<(), Error> {
+        if let Some(m) = self.max_tokens {
+            if m < 1 {
+                return Err(param("max_tokens", format!("must be >= 1, got {m}")));
+            }
+            if self.min_tokens > m {
+                return Err(param(
+                    "min_tokens",
+                    format!(
+                        "min_tokens={} is greater than max_tokens={m}",
+                        self.min_tokens
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = self.max_model_len {
+            if m < 1 {
+                return Err(param("max_model_len", format!("must be >= 1, got {m}")));
+            }
+            if self.prompt_len >= m {
+                return Err(param(
+                    "prompt_len",
+                    format!(
+                        "prompt_len={} leaves no room under max_model_len={m}",
+                        self.prompt_len
+                    ),
+                ));
+            }
+        }
+        if let Some(v) = self.vocab_size {
+            if v < 1 {
+                return Err(param("vocab_size", format!("must be >= 1, got {v}")));
+            }
+            for (field, ids) in [
+                ("eos_token_ids", &self.eos_token_ids),
+                ("stop_token_ids", &self.stop_token_ids),
+            ] {
+                if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id >= v) {
+                    return Err(param(
+                        field,
+                        format!("{field}[{i}]={id} is outside [0, vocab_size={v})"),
+                    ));
+                }
+            }
+        }
+        if let Some(r) = self.repetition {
+            if r.max_pattern_size < 1 {
+                return Err(param(
+                    "repetition",
+                    format!("max_pattern_size must be >= 1, got {}", r.max_pattern_size),
+                ));
+            }
+            if r.min_pattern_size > r.max_pattern_size {
+                return Err(param(
+                    "repetition",
+                    format!(
+                        "min_pattern_size={} is greater than max_pattern_size={}",
+                        r.min_pattern_size, r.max_pattern_size
+                    ),
+                ));
+            }
+            if r.min_count < 2 {
+                return Err(param(
+                    "repetition",
+                    format!("min_count must be >= 2, got {}", r.min_count),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_strings(&self) -> Option<&Arc<StopStrings>> {
+        self.stop.as_ref().filter(|s| !s.is_empty())
+    }
+}
+
+/// Why a sequence finished (vLLM's `FinishReason` names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Error,
+    Abort,
+    Repetition,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Error => "error",
+            FinishReason::Abort => "abort",
+            FinishReason::Repetition => "repetition",
+        }
+    }
+}
+
+/// What caused a stop: the stop string (by list index), the stop token id, or
+/// the repetition detector. EOS and grammar termination have none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    StopString(usize),
+    TokenId(u32),
+    RepetitionDetected,
+}
+
+/// What matched: the stop string (by list index) or the deciding token id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matched {
+    StopString(usize),
+    TokenId(u32),
+}
+
+/// The final state of a finished sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub stop_reason: Option<StopReason>,
+    pub matched: Option<Matched>,
+}
+
+/// What one `update` released: ranges into [`FinishTracker::text`] (bytes)
+/// and [`FinishTracker::token_ids`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub text_delta: Range<usize>,
+    pub token_ids_delta: Range<usize>,
+}
+
+/// True when the tail of `tokens` repeats one pattern as `r` describes.
+pub fn has_repetition(tokens: &[u32], r: Repetition) -> bool {
+    let n = tokens.len();
+    (r.min_pattern_size.max(1)..=r.max_pattern_size).any(|len| {
+        let span = len * r.min_count;
+        span <= n && (0..span - len).all(|k| tokens[n - 1 - k] == tokens[n - 1 - k - len])
+    })
+}
+
+/// The finish state of one sequence.
+#[derive(Clone)]
+pub struct FinishTracker {
+    params: Arc<StopParams>,
+    matcher: Option<StopMatcher>,
+    tokens: Vec<u32>,
+    text: String,
+    text_chars: usize,
+    /// Code-point end of each kept token's text, for tokens not yet released.
+    pending_ends: VecDeque<usize>,
+    emitted_bytes: usize,
+    emitted_chars: usize,
+    emitted_tokens: usize,
+    finish: Option<Finish>,
+}
+
+impl FinishTracker {
+    /// # Errors
+    /// [`Error::Param`] if `params` does not validate.
+    pub fn new(params: Arc<StopParams>) -> Result<Self, Error> {
+        params.validate()?;
+        let matcher = params
+            .stop_strings()
+            .map(|s| s.matcher(params.include_stop_str_in_output));
+        Ok(FinishTracker {
+            params,
+            matcher,
+            tokens: Vec::new(),
+            text: String::new(),
+            text_chars: 0,
+            pending_ends: VecDeque::new(),
+            emitted_bytes: 0,
+            emitted_chars: 0,
+            emitted_tokens: 0,
+            finish: None,
+        })
+    }
+
+    /// Checks a step's arguments against each other and the state, without
+    /// changing anything.
+    pub fn check_step(
+        &self,
+        run_len: usize,
+        texts_len: Option<usize>,
+        grammar_terminated_at: Option<usize>,
+    ) -> Result<(), Error> {
+        if let Some(f) = self.finish {
+            return Err(Error::Finished {
+                finish_reason: f.reason.as_str(),
+            });
+        }
+        match texts_len {
+            Some(t) if t != run_len => {
+                return Err(Error::Step {
+                    field: "texts",
+                    message: format!(
+                        "has {t} pieces for {run_len} token ids; pass one piece per token"
+                    ),
+                })
+            }
+            None if self.matcher.is_some() => {
+                return Err(Error::Step {
+                    field: "texts",
+                    message:
+                        "is required: this sequence has stop strings, which are matched on text"
+                            .into(),
+                })
+            }
+            _ => {}
+        }
+        if let Some(g) = grammar_terminated_at {
+            if g >= run_len {
+                return Err(Error::Step {
+                    field: "grammar_terminated_at",
+                    message: format!("={g} is outside the run of {run_len} tokens"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one step (a token or an accept run); `texts`, when given, holds
+    /// one piece per token.
+    ///
+    /// # Errors
+    /// [`Error::Finished`] after a finish; [`Error::Step`] for a `texts`
+    /// length mismatch, missing texts with stop strings, or
+    /// `grammar_terminated_at` outside the run. Nothing changes on error.
+    pub fn update<S: AsRef<str>>(
+        &mut self,
+        token_ids: &[u32],
+        texts: Option<&[S]>,
+        grammar_terminated_at: Option<usize>,
+    ) -> Result<Step, Error> {
+        self.check_step(
+            token_ids.len(),
+            texts.map(<[S]>::len),
+            grammar_terminated_at,
+        )?;
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at))
+    }
+
+    /// [`update`](Self::update) for arguments already passed through
+    /// [`check_step`](Self::check_step).
+    pub(crate) fn update_checked<S: AsRef<str>>(
+        &mut self,
+        token_ids: &[u32],
+        texts: Option<&[S]>,
+        grammar_terminated_at: Option<usize>,
+    ) -> Step {
+        let tokens_before = self.emitted_tokens;
+        let text_before = self.emitted_bytes;
+        let p = Arc::clone(&self.params);
+        for (i, &id) in token_ids.iter().enumerate() {
+            let n = self.tokens.len() as u64 + 1;
+            let piece = texts.map_or("", |t| t[i].as_ref());
+            if p.vocab_size.is_some_and(|v| id >= v) {
+                self.finish = Some(Finish {
+                    reason: FinishReason::Error,
+                    stop_reason: None,
+                    matched: None,
+                });
+                break;
+            }
+            let piece_chars = char_len(piece);
+            if let Some(m) = self.matcher.as_mut() {
+                if let Some(hit) = m.feed_counted(piece, piece_chars) {
+                    if n > p.min_tokens {
+                        self.push(id, piece, piece_chars);
+                        self.cut_text(hit.truncate_to);
+                        self.finish = Some(Finish {
+                            reason: FinishReason::Stop,
+                            stop_reason: Some(StopReason::StopString(hit.index)),
+                            matched: Some(Matched::StopString(hit.index)),
+                        });
+                        break;
+                    }
+                }
+            }
+            let is_eos = !p.ignore_eos && p.eos_token_ids.contains(&id);
+            if is_eos || p.stop_token_ids.contains(&id) {
+                if p.include_stop_str_in_output {
+                    self.push(id, piece, piece_chars);
+                } else {
+                    self.push(id, "", 0);
+                }
+                self.finish = Some(Finish {
+                    reason: FinishReason::Stop,
+                    stop_reason: if is_eos {
+                        None
+                    } else {
+                        Some(StopReason::TokenId(id))
+                    },
+                    matched: Some(Matched::TokenId(id)),
+                });
+                break;
+            }
+            self.push(id, piece, piece_chars);
+            if p.max_tokens.is_some_and(|m| n >= m)
+                || p.max_model_len.is_some_and(|m| p.prompt_len + n >= m)
+            {
+                self.finish = Some(Finish {
+                    reason: FinishReason::Length,
+                    stop_reason: None,
+                    matched: None,
+                });
+                break;
+            }
+            if grammar_terminated_at == Some(i) {
+                self.finish = Some(Finish {
+                    reason: FinishReason::Stop,
+                    stop_reason: None,
+                    matched: Some(Matched::TokenId(id)),
+                });
+                break;
+            }
+            if let Some(r) = p.repetition {
+                if n >= p.min_tokens && has_repetition(&self.tokens, r) {
+                    self.finish = Some(Finish {
+                        reason: FinishReason::Repetition,
+                        stop_reason: Some(StopReason::RepetitionDetected),
+                        matched: None,
+                    });
+                    break;
+                }
+            }
+        }
+        self.release();
+        Step {
+            text_delta: text_before..self.emitted_bytes,
+            token_ids_delta: tokens_before..self.emitted_tokens,
+        }
+    }
+
+    /// Finishes with `abort`, releasing everything kept. A no-op (empty
+    /// deltas) on a finished sequence.
+    pub fn abort(&mut self) -> Step {
+        let tokens_before = self.emitted_tokens;
+        let text_before = self.emitted_bytes;
+        if self.finish.is_none() {
+            self.finish = Some(Finish {
+                reason: FinishReason::Abort,
+                stop_reason: None,
+                matched: None,
+            });
+            self.release();
+        }
+        Step {
+            text_delta: text_before..self.emitted_bytes,
+            token_ids_delta: tokens_before..self.emitted_tokens,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, id: u32, piece: &str, piece_chars: usize) {
+        self.tokens.push(id);
+        self.text.push_str(piece);
+        self.text_chars += piece_chars;
+        self.pending_ends.push_back(self.text_chars);
+    }
+
+    fn cut_text(&mut self, keep_chars: usize) {
+        let byte = byte_offset_from_end(&self.text, self.text_chars - keep_chars);
+        self.text.truncate(byte);
+        self.text_chars = keep_chars;
+    }
+
+    /// Advances the released text and tokens: all at finish, else all but the
+    /// hold-back.
+    fn release(&mut self) {
+        if self.finish.is_some() {
+            self.emitted_bytes = self.text.len();
+            self.emitted_chars = self.text_chars;
+            self.emitted_tokens = self.tokens.len();
+            self.pending_ends.clear();
+            return;
+        }
+        let hold = self.matcher.as_ref().map_or(0, StopMatcher::holdback);
+        if hold == 0 {
+            self.emitted_bytes = self.text.len();
+        } else {
+            self.emitted_bytes = byte_offset_from_end(&self.text, hold);
+        }
+        self.emitted_chars = self.text_chars - hold;
+        while self
+            .pending_ends
+            .front()
+            .is_some_and(|&e| e <= self.emitted_chars)
+        {
+            self.pending_ends.pop_front();
+            self.emitted_tokens += 1;
+        }
+    }
+
+    pub fn params(&self) -> &Arc<StopParams> {
+        &self.params
+    }
+
+    /// The final state, once finished.
+    pub fn finish(&self) -> Option<Finish> {
+        self.finish
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Output tokens kept.
+    pub fn token_ids(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Output text kept (after any stop-string cut).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Length of [`text`](Self::text) in code points.
+    pub fn text_len(&self) -> usize {
+        self.text_chars
+    }
+
+    /// Code points released to the stream so far.
+    pub fn emitted_len(&self) -> usize {
+        self.emitted_chars
+    }
+
+    /// The stop string with list index `index`.
+    pub fn stop_string(&self, index: usize) -> &str {
+        self.params
+            .stop_strings()
+            .map_or("", |s| s.stops()[index].as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn params(f: impl FnOnce(&mut StopParams)) -> Arc<StopParams> {
+        let mut p = StopParams::default();
+        f(&mut p);
+        Arc::new(p)
+    }
+
+    fn stops(list: &[&str]) -> Option<Arc<StopStrings>> {
+        Some(StopStrings::compile(list.iter().map(|s| s.to_string()).collect()).unwrap())
+    }
+
+    #[test]
+    fn eos_inside_accept_run_beats_length() {
+        let mut t = FinishTracker::new(params(|p| {
+            p.eos_token_ids = vec![2];
+            p.max_tokens = Some(5);
+        }))
+        .unwrap();
+        t.update::<&str>(&[10], None, None).unwrap();
+        t.update::<&str>(&[11], None, None).unwrap();
+        t.update::<&str>(&[12, 2, 20], None, None).unwrap();
+        let f = t.finish().unwrap();
+        assert_eq!(f.reason, FinishReason::Stop);
+        assert_eq!(f.matched, Some(Matched::TokenId(2)));
+        assert_eq!(t.token_ids(), &[10, 11, 12, 2]);
+        assert!(matches!(
+            t.update::<&str>(&[1], None, None),
+            Err(Error::Finished { .. })
+        ));
+    }
+
+    #[test]
+    fn stop_string_cuts_text_and_drops_later_tokens() {
+        let mut t = FinishTracker::new(params(|p| {
+            p.stop = stops(&["cd"]);
+            p.include_stop_str_in_output = true;
+        }))
+        .unwrap();
+        let s = t
+            .update(&[1, 2, 3], Some(&["ab", "cdx", "ef"]), None)
+            .unwrap();
+        assert_eq!(t.text(), "abcd");
+        assert_eq!(t.token_ids(), &[1, 2]);
+        assert_eq!(&t.text()[s.text_delta], "abcd");
+        assert_eq!(
+            t.finish().unwrap().stop_reason,
+            Some(StopReason::StopString(0))
+        );
+    }
+
+    #[test]
+    fn streaming_holds_back_partial_stop_and_its_tokens() {
+        let mut t = FinishTracker::new(params(|p| p.stop = stops(&["abc"]))).unwrap();
+        let s = t.update(&[1], Some(&["xya"]), None).unwrap();
+        assert_eq!(&t.text()[s.text_delta], "xy");
+        assert_eq!(s.token_ids_delta, 0..0);
+        let s = t.update(&[2], Some(&["bq"]), None).unwrap();
+        assert_eq!(&t.text()[s.text_delta], "abq");
+        assert_eq!(s.token_ids_delta, 0..2);
+    }
+
+    #[test]
+    fn min_tokens_gates_stop_strings_but_not_eos() {
+        let mut t = FinishTracker::new(params(|p| {
+            p.stop = stops(&["cd"]);
+            p.min_tokens = 2;
+        }))
+        .unwrap();
+        t.update(
+            &[99, 100, 99, 100, 120],
+            Some(&["c", "d", "c", "d", "x"]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.text(), "cd");
+        assert_eq!(t.token_ids().len(), 4);
+    }
+
+    #[test]
+    fn invalid_token_is_not_kept() {
+        let mut t = FinishTracker::new(params(|p| p.vocab_size = Some(100))).unwrap();
+        t.update(&[10, 100], Some(&["a", "?"]), None).unwrap();
+        assert_eq!(t.finish().unwrap().reason, FinishReason::Error);
+        assert_eq!((t.text(), t.token_ids()), ("a", &[10u32][..]));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let bad = params(|p| {
+            p.max_tokens = Some(3);
+            p.min_tokens = 4;
+        });
+        assert!(matches!(
+            FinishTracker::new(bad).err(),
+            Some(Error::Param {
+                field: "min_tokens",
+                ..
+            })
+        ));
+        let bad = params(|p| {
+            p.vocab_size = Some(10);
+            p.stop_token_ids = vec![10];
+        });
+        assert!(matches!(
+            FinishTracker::new(bad).err(),
+            Some(Error::Param {
+                field: "stop_token_ids",
+                ..
+            })
+        ));
+        let t = FinishTracker::new(params(|p| p.stop = stops(&["x"]))).unwrap();
+        assert!(matches!(
+            t.check_step(1, None, None),
+            Err(Error::Step { field: "texts", .. })
+        ));
+    }
+
+    #[test]
+    fn repetition_rule() {
+        let r = Repetition {
+            max_pattern_size: 3,
+            min_pattern_size: 2,
+            min_count: 3,
+        };
+        assert!(has_repetition(&[1, 2, 3, 1, 2, 3, 1, 2, 3], r));
+        assert!(!has_repetition(&[1, 2, 3, 1, 2, 3], r));
+        let r1 = Repetition {
+            max_pattern_size: 1,
+            min_pattern_size: 0,
+            min_count: 4,
+        };
+        assert!(has_repetition(&[7, 7, 7, 7], r1));
+    }
+
+    fn piece() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "", "a", "b", "c", "ab", "ca", "é", "日本", "🙂", "STOP", "x",
+        ])
+        .prop_map(str::to_string)
+    }
+
+    proptest! {
+        #[test]
+        fn step_invariance_and_stream_reassembly(
+            toks in prop::collection::vec((0u32..12, piece()), 1..30),
+            cuts in prop::collection::vec(1usize..30, 0..6),
+            min_tokens in 0u64..4,
+            include in any::<bool>(),
+            grammar_at in prop::option::of(0usize..30),
+        ) {
+            let p = params(|p| {
+                p.stop = stops(&["ab", "STOP", "a日"]);
+                p.eos_token_ids = vec![11];
+                p.stop_token_ids = vec![10];
+                p.max_tokens = Some(25);
+                p.min_tokens = min_tokens;
+                p.include_stop_str_in_output = include;
+                p.vocab_size = Some(12);
+                p.repetition = Some(Repetition { max_pattern_size: 2, min_pattern_size: 1, min_count: 4 });
+            });
+            let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
+            let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
+            let run = |bounds: &[usize]| {
+                let mut t = FinishTracker::new(Arc::clone(&p)).unwrap();
+                let (mut text, mut tokens) = (String::new(), Vec::new());
+                let mut prev = 0;
+                for &b in bounds {
+                    if t.is_finished() { break; }
+                    let g = grammar_at.filter(|&g| g >= prev && g < b).map(|g| g - prev);
+                    let s = t.update(&ids[prev..b], Some(&texts[prev..b]), g).unwrap();
+                    text.push_str(&t.text()[s.text_delta.clone()]);
+                    tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta.clone()]);
+                    prev = b;
+                }
+                if !t.is_finished() {
+                    let s = t.abort();
+                    text.push_str(&t.text()[s.text_delta]);
+                    tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta]);
+                }
+                (t.finish(), t.text().to_string(), t.token_ids().to_vec(), text, tokens)
+            };
+            let singles: Vec<usize> = (1..=ids.len()).collect();
+            let mut bounds: Vec<usize> = cuts.into_iter().filter(|&c| c < ids.len()).collect();
+            bounds.push(ids.len());
+            bounds.sort_unstable();
+            bounds.dedup();
+            let a = run(&singles);
+            let b = run(&bounds);
+            prop_assert_eq!(&a, &b);
+            prop_assert_eq!(&a.1, &a.3);
+            prop_assert_eq!(&a.2, &a.4);
+        }
+    }
+}
