@@ -1,0 +1,678 @@
+"""Plain-Python reference and baseline for stop strings and the finish machine.
+
+This module implements SPEC sections 2 and 3 the way inference engines write
+this logic today, independently of the Rust core, so that it can serve both
+as the oracle of the differential tests and as the baseline the benchmarks
+compare against. It is meant to be honest, not slow: windowed ``str.find``
+scans and per-token Python checks, as engines do.
+
+Sources of the rules:
+
+- Stop strings: as vLLM's ``check_stop_strings`` (``vllm/v1/engine/
+  detokenizer.py``), which searches only a window of the growing text that
+  reaches ``len(stop) - 1`` characters back before the new characters, and
+  returns ``(stop, offset)`` with ``offset = -1`` when nothing is to be cut.
+  Unlike vLLM, which returns the first stop string *in list order* found in
+  the window, the earliest-ending match wins (SPEC 2, and the shared
+  vectors); ties at the same end go to the lowest list index.
+- Hold-back: exact, the longest suffix of the text that is a proper prefix of
+  some stop string (vLLM holds back ``max(len(stop)) - 1`` characters).
+- min_tokens gates stop strings as the vLLM v1 detokenizer does (it only
+  checks stop strings once ``num_output_tokens > min_tokens``), while the text
+  of earlier tokens is still searched, so a match may start there.
+- EOS, stop_token_ids, length and repetition follow vLLM v1's ``check_stop``
+  (``vllm/v1/core/sched/utils.py``): EOS reports no stop_reason, a stop token
+  reports its id, length fires on ``num_output_tokens >= max_tokens`` or
+  ``num_tokens >= max_model_len``, and repetition is
+  ``check_sequence_repetition`` (the last ``L * min_count`` output tokens are
+  one ``L``-token pattern repeated, for any ``L`` in
+  ``[max(min_pattern_size, 1), max_pattern_size]``).
+  The order of checks and the per-position evaluation of speculative runs
+  follow SPEC 3; EOS below min_tokens is honoured (SPEC 3.3), unlike vLLM.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "FinishBatch",
+    "FinishTracker",
+    "StepResult",
+    "StopMatch",
+    "StopMatcher",
+    "StopParams",
+    "check_stop_strings",
+]
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_encodable(s: str, what: str) -> None:
+    # isascii() is O(1) in CPython; only non-ASCII text pays for the scan.
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"{what} contains a lone surrogate {s[e.start]!r} at code point {e.start}"
+            ) from None
+
+
+def _validate_stops(stop: Any, what: str = "stop") -> tuple[str, ...]:
+    # A bare str is a Sequence[str] of its characters; that is never what a
+    # caller means, so refuse it instead of splitting it.
+    if isinstance(stop, str):
+        raise TypeError(f"{what} must be a sequence of str, not a str ({stop!r}); wrap it in a list")
+    try:
+        items = tuple(stop)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of str, got {type(stop).__name__}") from None
+    for i, s in enumerate(items):
+        if not isinstance(s, str):
+            raise TypeError(f"{what}[{i}] must be str, got {type(s).__name__}")
+        if not s:
+            raise ValueError(f"{what}[{i}] is an empty string")
+        _check_encodable(s, f"{what}[{i}]")
+    return items
+
+
+def _index(v: Any, what: str) -> int:
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(v).__name__}") from None
+
+
+def _param_int(name: str, v: Any) -> int:
+    # bool is an int subclass; max_tokens=True is a bug, not 1.
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, got bool ({v!r})")
+    return _index(v, name)
+
+
+def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of int, got {type(ids).__name__}")
+    try:
+        items = list(ids)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of int, got {type(ids).__name__}") from None
+    out = []
+    for i, t in enumerate(items):
+        t = _param_int(f"{name}[{i}]", t)
+        if t < 0:
+            raise ValueError(f"{name}[{i}] = {t} is negative")
+        if vocab_size is not None and t >= vocab_size:
+            raise ValueError(f"{name}[{i}] = {t} is outside the vocabulary (vocab_size={vocab_size})")
+        out.append(t)
+    return tuple(out)
+
+
+# ------------------------------------------------------------- stop strings
+
+
+def _earliest_match(text: str, new_from: int, stops: tuple[str, ...]) -> tuple[int, int, int] | None:
+    """(index, start, end) of the earliest-ending match whose last character
+    is at or after ``new_from``; ties go to the lowest index."""
+    best: tuple[int, int, int] | None = None
+    limit = len(text)
+    for i, s in enumerate(stops):
+        n = len(s)
+        lo = new_from - n + 1
+        if lo < 0:
+            lo = 0
+        # find() with an end bound only reports matches ending <= limit; once
+        # something matched, a later stop must end strictly earlier to win.
+        j = text.find(s, lo, limit)
+        if j != -1:
+            best = (i, j, j + n)
+            limit = j + n - 1
+    return best
+
+
+def check_stop_strings(
+    output_text: str,
+    new_char_count: int,
+    stop: Sequence[str],
+    include_in_output: bool,
+) -> tuple[str, int] | None:
+    """vLLM-compatible stateless check over the last ``new_char_count`` chars.
+
+    Returns None, or ``(stop_str, offset)``: the match start, or with
+    ``include_in_output`` its end, or -1 when that end is the end of the text.
+    """
+    if not isinstance(output_text, str):
+        raise TypeError(f"output_text must be str, got {type(output_text).__name__}")
+    new_char_count = _index(new_char_count, "new_char_count")
+    if new_char_count < 0 or new_char_count > len(output_text):
+        raise ValueError(
+            f"new_char_count={new_char_count} is outside [0, len(output_text)={len(output_text)}]"
+        )
+    stops = _validate_stops(stop)
+    _check_encodable(output_text, "output_text")
+    if not new_char_count or not stops:
+        return None
+    m = _earliest_match(output_text, len(output_text) - new_char_count, stops)
+    if m is None:
+        return None
+    i, start, end = m
+    if include_in_output:
+        return stops[i], (-1 if end >= len(output_text) else end)
+    return stops[i], start
+
+
+@dataclass(frozen=True, slots=True)
+class StopMatch:
+    """A stop string match, offsets in code points of the cumulative text."""
+
+    index: int
+    stop: str
+    start: int
+    end: int
+    truncate_to: int
+
+
+class StopMatcher:
+    """Incremental stop-string matcher for one sequence.
+
+    Keeps only the last ``max(len(stop)) - 1`` characters, which is all a
+    match ending in the next delta can reach back into.
+    """
+
+    __slots__ = ("_stops", "_include", "_keep", "_prefixes", "_tail", "_fed", "_holdback")
+
+    def __init__(self, stops: Sequence[str], include_in_output: bool = False) -> None:
+        self._stops = _validate_stops(stops, "stops")
+        self._include = bool(include_in_output)
+        self._keep = max(map(len, self._stops), default=1) - 1
+        self._prefixes = frozenset(s[:k] for s in self._stops for k in range(1, len(s)))
+        self.reset()
+
+    def reset(self) -> None:
+        self._tail = ""
+        self._fed = 0
+        self._holdback = 0
+
+    @property
+    def holdback(self) -> int:
+        return self._holdback
+
+    @property
+    def chars_fed(self) -> int:
+        return self._fed
+
+    def feed(self, delta: str) -> StopMatch | None:
+        if not isinstance(delta, str):
+            raise TypeError(f"delta must be str, got {type(delta).__name__}")
+        if not delta:
+            return None
+        _check_encodable(delta, "delta")
+        tail = self._tail
+        base = self._fed - len(tail)
+        window = tail + delta
+        m = _earliest_match(window, len(tail), self._stops) if self._stops else None
+        self._fed += len(delta)
+        keep = self._keep
+        self._tail = window[-keep:] if keep else ""
+        if not self._include and self._prefixes:
+            # A held suffix can grow by at most len(delta) per feed.
+            t = self._tail
+            hb = 0
+            for k in range(min(len(t), self._holdback + len(delta)), 0, -1):
+                if t[-k:] in self._prefixes:
+                    hb = k
+                    break
+            self._holdback = hb
+        if m is None:
+            return None
+        i, start, end = m
+        start += base
+        end += base
+        return StopMatch(i, self._stops[i], start, end, end if self._include else start)
+
+
+# -------------------------------------------------------------- finish state
+
+
+_REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopParams:
+    """Per-request stop parameters, validated at construction."""
+
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    prompt_len: int = 0
+    max_model_len: int | None = None
+    eos_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+    stop_token_ids: Sequence[int] = ()
+    stop: Sequence[str] = ()
+    include_stop_str_in_output: bool = False
+    vocab_size: int | None = None
+    repetition: Mapping[str, int] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        vocab = self.vocab_size
+        if vocab is not None:
+            vocab = _param_int("vocab_size", vocab)
+            if vocab < 1:
+                raise ValueError(f"vocab_size must be >= 1, got {vocab}")
+        put("vocab_size", vocab)
+
+        mt = self.max_tokens
+        if mt is not None:
+            mt = _param_int("max_tokens", mt)
+            if mt < 1:
+                raise ValueError(f"max_tokens must be >= 1, got {mt}")
+        put("max_tokens", mt)
+
+        mn = _param_int("min_tokens", self.min_tokens)
+        if mn < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {mn}")
+        if mt is not None and mn > mt:
+            raise ValueError(f"min_tokens={mn} is greater than max_tokens={mt}")
+        put("min_tokens", mn)
+
+        pl = _param_int("prompt_len", self.prompt_len)
+        if pl < 0:
+            raise ValueError(f"prompt_len must be >= 0, got {pl}")
+        put("prompt_len", pl)
+        mml = self.max_model_len
+        if mml is not None:
+            mml = _param_int("max_model_len", mml)
+            if mml < 1:
+                raise ValueError(f"max_model_len must be >= 1, got {mml}")
+            if pl >= mml:
+                raise ValueError(f"prompt_len={pl} leaves no room for output (max_model_len={mml})")
+        put("max_model_len", mml)
+
+        for name in ("ignore_eos", "include_stop_str_in_output"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be bool, got {type(v).__name__} ({v!r})")
+
+        put("eos_token_ids", _id_list("eos_token_ids", self.eos_token_ids, vocab))
+        put("stop_token_ids", _id_list("stop_token_ids", self.stop_token_ids, vocab))
+        put("stop", _validate_stops(self.stop))
+
+        rep = self.repetition
+        if rep is not None:
+            if not isinstance(rep, Mapping):
+                raise TypeError(f"repetition must be a mapping, got {type(rep).__name__}")
+            unknown = sorted(set(rep) - set(_REPETITION_KEYS), key=str)
+            if unknown:
+                raise ValueError(f"repetition has unknown keys {unknown}; expected {list(_REPETITION_KEYS)}")
+            for k in ("max_pattern_size", "min_count"):
+                if k not in rep:
+                    raise ValueError(f"repetition needs {k!r}")
+            mx = _param_int("repetition.max_pattern_size", rep["max_pattern_size"])
+            mnp = _param_int("repetition.min_pattern_size", rep.get("min_pattern_size", 0))
+            cnt = _param_int("repetition.min_count", rep["min_count"])
+            if mx < 1:
+                raise ValueError(f"repetition.max_pattern_size must be >= 1, got {mx}")
+            if mnp < 0:
+                raise ValueError(f"repetition.min_pattern_size must be >= 0, got {mnp}")
+            if mnp > mx:
+                raise ValueError(f"repetition.min_pattern_size={mnp} is greater than max_pattern_size={mx}")
+            if cnt < 2:
+                raise ValueError(f"repetition.min_count must be >= 2, got {cnt}")
+            rep = {"max_pattern_size": mx, "min_pattern_size": mnp, "min_count": cnt}
+        put("repetition", rep)
+
+
+@dataclass(slots=True)
+class StepResult:
+    finished: bool
+    finish_reason: str | None
+    stop_reason: str | int | None
+    matched: str | int | None
+    num_tokens: int
+    text_len: int
+    text_delta: str
+    token_ids_delta: list[int]
+
+
+def _repeats(tokens: list[int], lo: int, hi: int, count: int) -> bool:
+    n = len(tokens)
+    for size in range(lo, hi + 1):
+        span = size * count
+        if span > n:
+            return False
+        pattern = tokens[n - size:]
+        for k in range(2, count + 1):
+            if tokens[n - k * size:n - (k - 1) * size] != pattern:
+                break
+        else:
+            return True
+    return False
+
+
+class FinishTracker:
+    """Finish-state machine for one sequence (SPEC 3)."""
+
+    __slots__ = (
+        "_params", "_vocab", "_min_tokens", "_limit", "_eos", "_stop_ids", "_include",
+        "_matcher", "_rep", "_tokens", "_ends", "_emitted_parts", "_pending",
+        "_emitted_len", "_emitted_tokens", "_text_len", "_finished", "_reason",
+        "_stop_reason", "_matched",
+    )
+
+    def __init__(self, params: StopParams) -> None:
+        if not isinstance(params, StopParams):
+            raise TypeError(f"params must be StopParams, got {type(params).__name__}")
+        p = params
+        self._params = p
+        self._vocab = p.vocab_size
+        self._min_tokens = p.min_tokens
+        limits = []
+        if p.max_tokens is not None:
+            limits.append(p.max_tokens)
+        if p.max_model_len is not None:
+            limits.append(p.max_model_len - p.prompt_len)
+        # n >= max_tokens or prompt_len + n >= max_model_len, as one bound.
+        self._limit = min(limits) if limits else None
+        self._eos = frozenset() if p.ignore_eos else frozenset(p.eos_token_ids)
+        self._stop_ids = frozenset(p.stop_token_ids)
+        self._include = p.include_stop_str_in_output
+        self._matcher = StopMatcher(p.stop, p.include_stop_str_in_output) if p.stop else None
+        r = p.repetition
+        self._rep = None if r is None else (max(r["min_pattern_size"], 1), r["max_pattern_size"], r["min_count"])
+        self._tokens: list[int] = []
+        self._ends: list[int] = []  # text end offset of each kept token
+        self._emitted_parts: list[str] = []
+        self._pending = ""  # kept text not yet emitted (at most the hold-back while running)
+        self._emitted_len = 0
+        self._emitted_tokens = 0
+        self._text_len = 0
+        self._finished = False
+        self._reason: str | None = None
+        self._stop_reason: str | int | None = None
+        self._matched: str | int | None = None
+
+    # -- read-only state
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._reason
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        return self._stop_reason
+
+    @property
+    def matched(self) -> str | int | None:
+        return self._matched
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def text_len(self) -> int:
+        return self._text_len
+
+    @property
+    def token_ids(self) -> list[int]:
+        return list(self._tokens)
+
+    @property
+    def text(self) -> str:
+        return "".join(self._emitted_parts) + self._pending
+
+    # -- stepping
+    def _prepare(self, token_ids: Any, texts: Any, grammar_terminated_at: Any, where: str = ""):
+        """Validate one step without touching state; returns normalized args."""
+        if self._finished:
+            raise RuntimeError(
+                f"{where}sequence already finished (finish_reason={self._reason!r}); no more updates"
+            )
+        if isinstance(token_ids, (str, bytes)):
+            raise TypeError(f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}")
+        try:
+            run = list(token_ids)
+        except TypeError:
+            raise TypeError(f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}") from None
+        for i, t in enumerate(run):
+            if type(t) is not int:
+                t = run[i] = _index(t, f"{where}token_ids[{i}]")
+            if t < 0:
+                raise ValueError(f"{where}token_ids[{i}] = {t} is negative")
+        if texts is None:
+            if self._matcher is not None:
+                raise ValueError(f"{where}texts is required: stop strings need the token text")
+        else:
+            if isinstance(texts, str):
+                raise TypeError(f"{where}texts must be a sequence of str (one per token), not a str")
+            texts = list(texts)
+            if len(texts) != len(run):
+                raise ValueError(f"{where}texts has {len(texts)} pieces for {len(run)} token ids")
+            for i, s in enumerate(texts):
+                if not isinstance(s, str):
+                    raise TypeError(f"{where}texts[{i}] must be str, got {type(s).__name__}")
+                _check_encodable(s, f"{where}texts[{i}]")
+        g = grammar_terminated_at
+        if g is not None:
+            g = _index(g, f"{where}grammar_terminated_at")
+            if not 0 <= g < len(run):
+                raise ValueError(
+                    f"{where}grammar_terminated_at={g} is outside the run of {len(run)} token(s)"
+                )
+        return run, texts, g
+
+    def _finish(self, reason: str, stop_reason: str | int | None, matched: str | int | None) -> None:
+        self._finished = True
+        self._reason = reason
+        self._stop_reason = stop_reason
+        self._matched = matched
+
+    def _apply(self, run: list[int], texts: list[str] | None, g: int | None) -> StepResult:
+        tokens = self._tokens
+        ends = self._ends
+        matcher = self._matcher
+        vocab = self._vocab
+        limit = self._limit
+        for i, t in enumerate(run):
+            piece = texts[i] if texts is not None else ""
+            n = len(tokens) + 1
+            # 1. invalid token: neither it nor its text is kept
+            if vocab is not None and t >= vocab:
+                self._finish("error", None, None)
+                break
+            # 2. stop string completing in this piece (the matcher sees every piece)
+            if matcher is not None and piece:
+                m = matcher.feed(piece)
+                if m is not None and n > self._min_tokens:
+                    tokens.append(t)
+                    cut = m.truncate_to - self._emitted_len
+                    self._pending = (self._pending + piece)[:cut]
+                    self._text_len = m.truncate_to
+                    self._finish("stop", m.stop, m.stop)
+                    break
+            # 3./4. EOS and stop token ids: token kept, text only if included
+            if t in self._eos or t in self._stop_ids:
+                tokens.append(t)
+                if self._include:
+                    self._pending += piece
+                    self._text_len += len(piece)
+                if t in self._eos:
+                    self._finish("stop", None, t)
+                else:
+                    self._finish("stop", t, t)
+                break
+            tokens.append(t)
+            if piece:
+                self._pending += piece
+                self._text_len += len(piece)
+            ends.append(self._text_len)
+            # 5. length
+            if limit is not None and n >= limit:
+                self._finish("length", None, None)
+                break
+            # 6. grammar termination
+            if g == i:
+                self._finish("stop", None, t)
+                break
+            # 7. repetition
+            rep = self._rep
+            if rep is not None and n >= self._min_tokens and _repeats(tokens, *rep):
+                self._finish("repetition", "repetition_detected", None)
+                break
+        return self._emit()
+
+    def _emit(self) -> StepResult:
+        if self._finished:
+            text_delta = self._pending
+            self._pending = ""
+            tok_delta = self._tokens[self._emitted_tokens:]
+            self._ends.clear()
+        else:
+            hb = self._matcher.holdback if self._matcher is not None else 0
+            cut = len(self._pending) - hb
+            text_delta = self._pending[:cut]
+            self._pending = self._pending[cut:]
+            emitted = self._emitted_len + cut
+            ends = self._ends
+            k = self._emitted_tokens
+            while k < len(ends) and ends[k] <= emitted:
+                k += 1
+            tok_delta = self._tokens[self._emitted_tokens:k]
+        if text_delta:
+            self._emitted_parts.append(text_delta)
+            self._emitted_len += len(text_delta)
+        self._emitted_tokens += len(tok_delta)
+        return StepResult(
+            self._finished, self._reason, self._stop_reason, self._matched,
+            len(self._tokens), self._text_len, text_delta, tok_delta,
+        )
+
+    def update(
+        self,
+        token_ids: Sequence[int],
+        texts: Sequence[str] | None = None,
+        grammar_terminated_at: int | None = None,
+    ) -> StepResult:
+        """Append one step (one token or a speculative accept run)."""
+        return self._apply(*self._prepare(token_ids, texts, grammar_terminated_at))
+
+    def abort(self) -> StepResult:
+        """Finish with "abort" and flush; a no-op on a finished tracker."""
+        if self._finished:
+            return StepResult(
+                True, self._reason, self._stop_reason, self._matched,
+                len(self._tokens), self._text_len, "", [],
+            )
+        self._finish("abort", None, None)
+        return self._emit()
+
+
+class FinishBatch:
+    """Many FinishTrackers addressed by slot, stepped with one call."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, max_slots: int) -> None:
+        max_slots = _param_int("max_slots", max_slots)
+        if max_slots < 1:
+            raise ValueError(f"max_slots must be >= 1, got {max_slots}")
+        self._slots: list[FinishTracker | None] = [None] * max_slots
+
+    @property
+    def max_slots(self) -> int:
+        return len(self._slots)
+
+    def _slot(self, slot: Any) -> int:
+        s = _param_int("slot", slot)
+        if not 0 <= s < len(self._slots):
+            raise ValueError(f"slot {s} is outside [0, {len(self._slots)})")
+        return s
+
+    def add(self, slot: int, params: StopParams) -> None:
+        s = self._slot(slot)
+        if self._slots[s] is not None:
+            raise ValueError(f"slot {s} is already in use; remove it first")
+        self._slots[s] = FinishTracker(params)
+
+    def remove(self, slot: int) -> None:
+        s = self._slot(slot)
+        if self._slots[s] is None:
+            raise ValueError(f"slot {s} is empty")
+        self._slots[s] = None
+
+    def step(
+        self,
+        slots: Sequence[int],
+        token_ids: Sequence[int],
+        run_lengths: Sequence[int] | None = None,
+        texts: Sequence[str] | None = None,
+        grammar_terminated_at: Sequence[int] | None = None,
+    ) -> list[StepResult]:
+        """One engine step for the listed slots; validates everything first."""
+        if isinstance(slots, (str, bytes)) or isinstance(token_ids, (str, bytes)):
+            raise TypeError("slots and token_ids must be sequences of int")
+        slots = [self._slot(s) for s in slots]
+        token_ids = list(token_ids)
+        nslots = len(slots)
+        if len(set(slots)) != nslots:
+            dup = next(s for s in slots if slots.count(s) > 1)
+            raise ValueError(f"slot {dup} is listed more than once")
+        if run_lengths is None:
+            if len(token_ids) != nslots:
+                raise ValueError(
+                    f"{len(token_ids)} token ids for {nslots} slots (run_lengths=None means one each)"
+                )
+            lengths = [1] * nslots
+        else:
+            lengths = list(run_lengths)
+            if len(lengths) != nslots:
+                raise ValueError(f"run_lengths has {len(lengths)} entries for {nslots} slots")
+            for k, s in enumerate(slots):
+                r = lengths[k] = _param_int(f"slot {s}: run length", lengths[k])
+                if r < 0:
+                    raise ValueError(f"slot {s}: run length {r} is negative")
+            if sum(lengths) != len(token_ids):
+                raise ValueError(f"run_lengths sum to {sum(lengths)} but {len(token_ids)} token ids were given")
+        if texts is not None:
+            if isinstance(texts, str):
+                raise TypeError("texts must be a sequence of str (one per token), not a str")
+            texts = list(texts)
+            if len(texts) != len(token_ids):
+                raise ValueError(f"texts has {len(texts)} pieces for {len(token_ids)} token ids")
+        if grammar_terminated_at is not None:
+            gta = list(grammar_terminated_at)
+            if len(gta) != nslots:
+                raise ValueError(f"grammar_terminated_at has {len(gta)} entries for {nslots} slots")
+        else:
+            gta = None
+        prepared = []
+        pos = 0
+        for k, s in enumerate(slots):
+            tr = self._slots[s]
+            if tr is None:
+                raise ValueError(f"slot {s} is empty")
+            r = lengths[k]
+            g = None
+            if gta is not None:
+                g = _index(gta[k], f"slot {s}: grammar_terminated_at")
+                if g == -1:
+                    g = None
+            prepared.append((tr, tr._prepare(
+                token_ids[pos:pos + r],
+                None if texts is None else texts[pos:pos + r],
+                g,
+                f"slot {s}: ",
+            )))
+            pos += r
+        return [tr._apply(*args) for tr, args in prepared]
