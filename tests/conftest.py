@@ -13,10 +13,16 @@ baseline (``stopline.baseline``) and the Rust extension (``stopline``):
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 import stopline
-import stopline._core as _core
 from stopline import baseline
+
+# Modest by default to keep the suite fast; `--hypothesis-profile=thorough`
+# for a long differential hunt.
+settings.register_profile("stopline", max_examples=200, deadline=None)
+settings.register_profile("thorough", max_examples=5000, deadline=None)
+settings.load_profile("stopline")
 
 RESULT_FIELDS = (
     "finished", "finish_reason", "stop_reason", "matched",
@@ -50,32 +56,13 @@ class BaselineImpl:
 
 class RustImpl:
     name = "rust"
-
-    @staticmethod
-    def _need(attr):
-        # Skip only while the lead has not landed this part of the binding yet.
-        if not hasattr(_core, attr):
-            pytest.skip(f"stopline._core has no {attr} yet")
-        return getattr(stopline, attr, getattr(_core, attr))
-
-    @property
-    def check_stop_strings(self):
-        return self._need("check_stop_strings")
-
-    @property
-    def StopParams(self):
-        return self._need("StopParams")
-
-    @property
-    def FinishTracker(self):
-        return self._need("FinishTracker")
-
-    @property
-    def FinishBatch(self):
-        return self._need("FinishBatch")
+    check_stop_strings = staticmethod(stopline.check_stop_strings)
+    StopParams = stopline.StopParams
+    FinishTracker = stopline.FinishTracker
+    FinishBatch = stopline.FinishBatch
 
     def matcher(self, stops, include_in_output=False):
-        return self._need("StopStrings")(stops).matcher(include_in_output=include_in_output)
+        return stopline.StopStrings(stops).matcher(include_in_output=include_in_output)
 
     def batch_step(self, batch, slots, token_ids, run_lengths=None, texts=None,
                    grammar_terminated_at=None):
