@@ -1,0 +1,601 @@
+"""Logits constraints: keep a sampler from ever drawing from an empty row.
+
+``LogitsConstraints`` holds per-slot constraint state on the logits' device (an
+engine keeps one per model runner, one slot per running request) and applies,
+once per engine step and in place on ``logits[rows, vocab]``, the pipeline of
+SPEC section 4:
+
+1. semantic masks: grammar bitmask (xgrammar layout), ``allowed_token_ids``,
+   ``bad_words`` (single-token words: a static ban; multi-token words: ban the
+   last token when the preceding tokens equal the tail of the output, as vLLM's
+   bad-words processor does);
+2. ``min_tokens``: while the row's output position is below ``min_tokens`` every
+   stop id (EOS included) is set to ``-inf``, as vLLM's
+   ``MinTokensLogitsProcessor`` does; if that leaves no finite logit and the
+   slot's restore policy allows it, the stop logits are put back exactly as they
+   were after step 1 (the grammar-only-allows-EOS conflict);
+3. ``logit_bias``: ``logit = dtype(float32(logit) + float32(bias))``.
+
+A row with no finite logit afterwards is reported in the returned
+``infeasible[rows]`` so the engine can finish it with ``"error"`` instead of
+sampling garbage (an argmax over all ``-inf`` silently returns token 0).
+
+Two backends give bit-identical logits and flags: ``"torch"`` (the plain
+reference, :mod:`stopline.logits.reference`, any device) and ``"triton"`` (one
+fused kernel, :mod:`stopline.logits.triton_kernel`, on CUDA; on CPU only under
+``TRITON_INTERPRET=1``).
+
+This module needs torch (``pip install 'stopline[torch]'``); ``import stopline``
+does not import it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+try:
+    import torch
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "stopline.logits needs torch (and triton for the GPU kernel): "
+        "pip install 'stopline[torch]'"
+    ) from exc
+
+__all__ = ["LogitsConstraints", "RESTORE_POLICIES", "BACKENDS"]
+
+#: Restore policies and their codes in the device state.
+RESTORE_POLICIES = {"never": 0, "structured": 1, "always": 2}
+BACKENDS = ("auto", "torch", "triton")
+LOGITS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_INT_DTYPES = (torch.int32, torch.int64)
+
+# A slot with more single-token bans than this gets them folded into its dense
+# per-slot token mask (one pass over the row) instead of a sparse id list.
+SPARSE_BAN_LIMIT = 64
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _token_id(value, field_name: str, vocab_size: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{field_name}: token id {value!r} is not an int")
+    value = int(value)
+    if not 0 <= value < vocab_size:
+        raise ValueError(f"{field_name}: token id {value} is outside [0, vocab_size={vocab_size})")
+    return value
+
+
+def _token_ids(values, field_name: str, vocab_size: int) -> list[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{field_name}: expected a sequence of token ids, got {values!r}")
+    return [_token_id(v, field_name, vocab_size) for v in values]
+
+
+def _dedupe(ids: Iterable[int]) -> list[int]:
+    return list(dict.fromkeys(ids))
+
+
+@dataclass
+class _SlotHost:
+    """Host mirror of one slot, for bookkeeping that must not touch the device."""
+
+    active: bool = False
+    has_bad_multi: bool = False
+    num_tokens: int = 0  # output tokens appended so far (history length)
+
+
+@dataclass
+class DeviceState:
+    """Per-slot constraint tables on the logits' device; read by both backends.
+
+    Shapes (S = max_slots, W = ceil(vocab_size / 32)); id tables are int32,
+    padded with -1; every stored id was checked to lie in [0, vocab_size):
+
+    - ``min_tokens[S]``, ``restore[S]`` (codes of ``RESTORE_POLICIES``)
+    - ``stop_ids[S, C_stop]``: distinct stop ids (EOS included)
+    - ``ban_ids[S, C_ban]``: distinct single-token bad words kept sparse
+    - ``has_allowed[S]``, ``allowed[S, W]``: per-slot dense token mask, bit j of
+      word w = token 32*w+j allowed (allowed_token_ids minus folded bans)
+    - ``bad_prefix[S, C_bad, C_pfx]``, ``bad_prefix_len[S, C_bad]`` (0 = unused),
+      ``bad_last[S, C_bad]``: multi-token bad words
+    - ``history[S, C_pfx]``: ring of the last C_pfx output tokens, token at output
+      position q stored at ``q % C_pfx``; ``history_len[S]``: output tokens so far
+    - ``bias_ids[S, C_bias]`` (distinct), ``bias_values[S, C_bias]`` (float32)
+
+    Capacities (C_*) are powers of two, grown (doubled or more) only when a
+    ``set`` needs a wider row than any before; ``set``/``clear`` otherwise
+    write only that slot's rows.
+    """
+
+    min_tokens: torch.Tensor
+    restore: torch.Tensor
+    stop_ids: torch.Tensor
+    ban_ids: torch.Tensor
+    has_allowed: torch.Tensor
+    allowed: torch.Tensor
+    bad_prefix: torch.Tensor
+    bad_prefix_len: torch.Tensor
+    bad_last: torch.Tensor
+    history: torch.Tensor
+    history_len: torch.Tensor
+    bias_ids: torch.Tensor
+    bias_values: torch.Tensor
+    any_allowed: bool = False  # some slot uses the dense mask (kernel specialisation)
+    extras: dict = field(default_factory=dict)
+
+
+class LogitsConstraints:
+    """Per-slot logits constraints, applied in place once per engine step.
+
+    Args:
+        max_slots: number of slots (concurrent sequences), slot ids are
+            ``0..max_slots-1``.
+        vocab_size: width of the logits rows this state applies to (the
+            model's logits width, padding included); token ids must lie in
+            ``[0, vocab_size)``.
+        device: device of the logits; the state lives there.
+
+    Raises:
+        TypeError / ValueError: non-int or non-positive ``max_slots`` /
+            ``vocab_size``.
+    """
+
+    def __init__(self, max_slots: int, vocab_size: int, device: str | torch.device = "cpu"):
+        for name, value in (("max_slots", max_slots), ("vocab_size", vocab_size)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if int(vocab_size) >= 2**31 - 64:
+            raise ValueError(f"vocab_size {vocab_size} does not fit int32 token ids")
+        self.max_slots = int(max_slots)
+        self.vocab_size = int(vocab_size)
+        self.device = torch.device(device)
+        self.num_words = (self.vocab_size + 31) // 32
+        S, dev = self.max_slots, self.device
+
+        def ids(cols):
+            return torch.full((S, cols), -1, dtype=torch.int32, device=dev)
+
+        self.state = DeviceState(
+            min_tokens=torch.zeros(S, dtype=torch.int32, device=dev),
+            restore=torch.full((S,), RESTORE_POLICIES["structured"], dtype=torch.int32, device=dev),
+            stop_ids=ids(4),
+            ban_ids=ids(0),
+            has_allowed=torch.zeros(S, dtype=torch.int32, device=dev),
+            allowed=torch.zeros((0, self.num_words), dtype=torch.int32, device=dev),
+            bad_prefix=torch.full((S, 0, 0), -1, dtype=torch.int32, device=dev),
+            bad_prefix_len=torch.zeros((S, 0), dtype=torch.int32, device=dev),
+            bad_last=ids(0),
+            history=ids(0),
+            history_len=torch.zeros(S, dtype=torch.int32, device=dev),
+            bias_ids=ids(0),
+            bias_values=torch.zeros((S, 0), dtype=torch.float32, device=dev),
+        )
+        self._slots = [_SlotHost() for _ in range(S)]
+
+    # ------------------------------------------------------------------ slots
+    def _slot(self, slot) -> int:
+        if isinstance(slot, bool) or not isinstance(slot, numbers.Integral):
+            raise TypeError(f"slot must be an int, got {slot!r}")
+        if not 0 <= int(slot) < self.max_slots:
+            raise ValueError(f"slot {slot} is outside [0, max_slots={self.max_slots})")
+        return int(slot)
+
+    def set(
+        self,
+        slot: int,
+        *,
+        min_tokens: int = 0,
+        stop_token_ids: Sequence[int] = (),
+        allowed_token_ids: Sequence[int] | None = None,
+        bad_words: Sequence[Sequence[int]] = (),
+        logit_bias: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
+        restore: str = "structured",
+    ) -> None:
+        """Start a sequence in ``slot`` with these constraints (replaces any old ones).
+
+        Args:
+            slot: slot id in ``[0, max_slots)``.
+            min_tokens: output tokens that must be produced before a stop id may
+                be sampled (vLLM/OpenAI ``min_tokens``); a row at output
+                position ``p`` (0-based) masks stop ids while ``p < min_tokens``.
+            stop_token_ids: *all* stop ids masked by ``min_tokens``, EOS ids
+                included (vLLM's ``all_stop_token_ids``); duplicates are merged.
+            allowed_token_ids: if given, only these tokens may be sampled
+                (vLLM's ``allowed_token_ids``); must not be empty.
+            bad_words: token sequences; a one-token word is always banned, a
+                longer word bans its last token when the other tokens equal the
+                tail of the output so far (vLLM's ``bad_words`` after
+                tokenization). Each word must be non-empty.
+            logit_bias: ``{token_id: bias}`` or ``(token_id, bias)`` pairs
+                (OpenAI ``logit_bias``), added in float32 after the masks; ids
+                must be distinct and biases finite.
+            restore: ``"structured"`` (put masked stop ids back only on rows
+                with a grammar, when masking left the row empty), ``"always"``
+                or ``"never"``.
+
+        The slot's output history is reset to empty; feed output tokens with
+        :meth:`append_tokens`. All arguments are validated on the host before
+        any device tensor is written.
+
+        Raises:
+            TypeError: a non-int id, slot or min_tokens; a malformed container.
+            ValueError: an id outside ``[0, vocab_size)``, an empty
+                ``allowed_token_ids`` or bad word, a duplicate ``logit_bias``
+                id, a non-finite bias, negative ``min_tokens``, an unknown
+                ``restore`` policy, a slot out of range.
+        """
+        s = self._slot(slot)
+        V = self.vocab_size
+        if isinstance(min_tokens, bool) or not isinstance(min_tokens, numbers.Integral):
+            raise TypeError(f"min_tokens must be an int, got {min_tokens!r}")
+        if min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
+        if min_tokens >= 2**31:
+            raise ValueError(f"min_tokens {min_tokens} does not fit int32")
+        if not isinstance(restore, str) or restore not in RESTORE_POLICIES:
+            raise ValueError(f"restore must be one of {sorted(RESTORE_POLICIES)}, got {restore!r}")
+        stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V))
+        allowed = None
+        if allowed_token_ids is not None:
+            allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V))
+            if not allowed:
+                raise ValueError("allowed_token_ids is empty: no token could ever be sampled")
+        if isinstance(bad_words, (str, bytes)) or not isinstance(bad_words, Iterable):
+            raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {bad_words!r}")
+        single: list[int] = []
+        multi: list[tuple[list[int], int]] = []
+        for word in bad_words:
+            toks = _token_ids(word, "bad_words", V)
+            if not toks:
+                raise ValueError("bad_words: an empty word bans nothing; remove it")
+            if len(toks) == 1:
+                single.append(toks[0])
+            else:
+                multi.append((toks[:-1], toks[-1]))
+        single = _dedupe(single)
+        multi = list({(tuple(p), last): None for p, last in multi})  # drop duplicate words
+        bias_ids: list[int] = []
+        bias_vals: list[float] = []
+        if logit_bias is not None:
+            items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
+            for item in items:
+                try:
+                    tid, val = item
+                except (TypeError, ValueError):
+                    raise TypeError(f"logit_bias: expected (token_id, bias) pairs, got {item!r}") from None
+                tid = _token_id(tid, "logit_bias", V)
+                if isinstance(val, bool) or not isinstance(val, numbers.Real):
+                    raise TypeError(f"logit_bias: bias for token {tid} is not a number: {val!r}")
+                val = float(val)
+                if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
+                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {val!r}")
+                if tid in bias_ids:
+                    raise ValueError(f"logit_bias: token id {tid} appears twice")
+                bias_ids.append(tid)
+                bias_vals.append(val)
+
+        # Validation done; from here on only device writes.
+        dense_bans = allowed is not None or len(single) > SPARSE_BAN_LIMIT
+        st = self.state
+        self._ensure_width("stop_ids", len(stops))
+        self._ensure_width("ban_ids", 0 if dense_bans else len(single))
+        self._ensure_width("bias_ids", len(bias_ids))
+        if multi:
+            self._ensure_bad_words(len(multi), max(len(p) for p, _ in multi))
+        dev = self.device
+
+        def row(values, width, fill=-1, dtype=torch.int32):
+            out = torch.full((width,), fill, dtype=dtype)
+            if values:
+                out[: len(values)] = torch.tensor(values, dtype=dtype)
+            return out.to(dev, non_blocking=True)
+
+        st.min_tokens[s] = int(min_tokens)
+        st.restore[s] = RESTORE_POLICIES[restore]
+        st.stop_ids[s] = row(stops, st.stop_ids.shape[1])
+        if st.ban_ids.shape[1]:
+            st.ban_ids[s] = row([] if dense_bans else single, st.ban_ids.shape[1])
+        if dense_bans:
+            self._ensure_allowed()
+            keep = torch.zeros(self.num_words * 32, dtype=torch.bool)
+            if allowed is None:
+                keep[:V] = True
+            else:
+                keep[torch.tensor(allowed, dtype=torch.long)] = True
+            if single:
+                keep[torch.tensor(single, dtype=torch.long)] = False
+            st.allowed[s] = _pack_bits(keep).to(dev, non_blocking=True)
+            st.has_allowed[s] = 1
+        else:
+            st.has_allowed[s] = 0
+        if st.bad_prefix_len.shape[1]:
+            C_bad, C_pfx = st.bad_prefix.shape[1:]
+            pre = torch.full((C_bad, C_pfx), -1, dtype=torch.int32)
+            plen = torch.zeros(C_bad, dtype=torch.int32)
+            last = torch.full((C_bad,), -1, dtype=torch.int32)
+            for i, (p, t) in enumerate(multi):
+                pre[i, : len(p)] = torch.tensor(p, dtype=torch.int32)
+                plen[i] = len(p)
+                last[i] = t
+            st.bad_prefix[s] = pre.to(dev, non_blocking=True)
+            st.bad_prefix_len[s] = plen.to(dev, non_blocking=True)
+            st.bad_last[s] = last.to(dev, non_blocking=True)
+            st.history[s] = -1
+            st.history_len[s] = 0
+        if st.bias_ids.shape[1]:
+            st.bias_ids[s] = row(bias_ids, st.bias_ids.shape[1])
+            st.bias_values[s] = row(bias_vals, st.bias_ids.shape[1], 0.0, torch.float32)
+        self._slots[s] = _SlotHost(active=True, has_bad_multi=bool(multi), num_tokens=0)
+
+    def clear(self, slot: int) -> None:
+        """Remove the slot's constraints (its rows then get only a grammar bitmask).
+
+        Writes only that slot's rows of the state. Raises ``TypeError`` /
+        ``ValueError`` for a bad slot id.
+        """
+        s = self._slot(slot)
+        st = self.state
+        st.min_tokens[s] = 0
+        st.restore[s] = RESTORE_POLICIES["structured"]
+        st.stop_ids[s] = -1
+        if st.ban_ids.shape[1]:
+            st.ban_ids[s] = -1
+        st.has_allowed[s] = 0
+        if st.bad_prefix_len.shape[1]:
+            st.bad_prefix_len[s] = 0
+            st.bad_last[s] = -1
+            st.history_len[s] = 0
+        if st.bias_ids.shape[1]:
+            st.bias_ids[s] = -1
+        self._slots[s] = _SlotHost()
+
+    def append_tokens(self, slot: int, token_ids) -> None:
+        """Append sampled (accepted) output tokens of ``slot`` to its history.
+
+        Args:
+            slot: slot id.
+            token_ids: a sequence of ints or a 1-D integer tensor (any device;
+                a tensor is copied without a host sync and its values are not
+                range-checked: history tokens are only compared, never used
+                as addresses).
+
+        Only slots with multi-token bad words keep device history (the last
+        ``C_pfx`` tokens, enough for their longest prefix); for the others this
+        only counts tokens on the host.
+
+        Raises:
+            TypeError / ValueError: a bad slot, a non-int id, an id outside
+                ``[0, vocab_size)`` in a sequence, a tensor that is not 1-D int.
+        """
+        s = self._slot(slot)
+        if isinstance(token_ids, torch.Tensor):
+            if token_ids.dim() != 1 or token_ids.dtype not in _INT_DTYPES + (torch.int16, torch.uint8, torch.int8):
+                raise TypeError(f"token_ids tensor must be 1-D integer, got {token_ids.dtype} {tuple(token_ids.shape)}")
+            ids_t = token_ids.to(device=self.device, dtype=torch.int32)
+        else:
+            ids_t = torch.tensor(_token_ids(token_ids, "token_ids", self.vocab_size), dtype=torch.int32)
+        k = int(ids_t.shape[0])
+        host = self._slots[s]
+        n = host.num_tokens
+        host.num_tokens = n + k
+        if not host.has_bad_multi or k == 0:
+            return
+        st = self.state
+        H = st.history.shape[1]
+        keep = min(k, H)
+        pos = torch.arange(n + k - keep, n + k, dtype=torch.long) % H
+        st.history[s, pos.to(self.device, non_blocking=True)] = ids_t[k - keep :].to(self.device, non_blocking=True)
+        st.history_len[s] = n + k
+
+    def num_tokens(self, slot: int) -> int:
+        """Output tokens appended to ``slot`` since its ``set`` (host count, no sync)."""
+        return self._slots[self._slot(slot)].num_tokens
+
+    # --------------------------------------------------------------- capacity
+    def _ensure_width(self, name: str, width: int) -> None:
+        st = self.state
+        old = getattr(st, name)
+        if width <= old.shape[1]:
+            return
+        new_w = max(_next_pow2(width), 2 * old.shape[1])
+        new = torch.full((old.shape[0], new_w), -1, dtype=old.dtype, device=old.device)
+        new[:, : old.shape[1]] = old
+        setattr(st, name, new)
+        if name == "bias_ids":
+            vals = torch.zeros((old.shape[0], new_w), dtype=torch.float32, device=old.device)
+            vals[:, : old.shape[1]] = st.bias_values
+            st.bias_values = vals
+
+    def _ensure_allowed(self) -> None:
+        st = self.state
+        if st.allowed.shape[0] == 0:
+            st.allowed = torch.zeros((self.max_slots, self.num_words), dtype=torch.int32, device=self.device)
+        st.any_allowed = True
+
+    def _ensure_bad_words(self, count: int, prefix_len: int) -> None:
+        st = self.state
+        S, C_bad, C_pfx = st.bad_prefix.shape
+        if count <= C_bad and prefix_len <= C_pfx:
+            return
+        nb = max(C_bad, _next_pow2(count))
+        npfx = max(C_pfx, _next_pow2(prefix_len))
+        dev = self.device
+        pre = torch.full((S, nb, npfx), -1, dtype=torch.int32, device=dev)
+        pre[:, :C_bad, :C_pfx] = st.bad_prefix
+        plen = torch.zeros((S, nb), dtype=torch.int32, device=dev)
+        plen[:, :C_bad] = st.bad_prefix_len
+        last = torch.full((S, nb), -1, dtype=torch.int32, device=dev)
+        last[:, :C_bad] = st.bad_last
+        hist = torch.full((S, npfx), -1, dtype=torch.int32, device=dev)
+        if npfx != C_pfx and C_pfx:
+            # Re-seat each live ring at the new modulus (positions n-C_pfx..n-1).
+            for s, host in enumerate(self._slots):
+                if host.has_bad_multi and host.num_tokens:
+                    q = torch.arange(max(0, host.num_tokens - C_pfx), host.num_tokens)
+                    hist[s, (q % npfx).to(dev)] = st.history[s, (q % C_pfx).to(dev)]
+        elif C_pfx:
+            hist[:, :C_pfx] = st.history
+        st.bad_prefix, st.bad_prefix_len, st.bad_last, st.history = pre, plen, last, hist
+
+    # ------------------------------------------------------------------ apply
+    def apply(
+        self,
+        logits: torch.Tensor,
+        row_slots,
+        row_positions,
+        bitmask: torch.Tensor | None = None,
+        grammar_rows: torch.Tensor | None = None,
+        backend: str = "auto",
+        *,
+        draft_token_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Apply the constraints in place; return ``infeasible`` (bool ``[rows]``).
+
+        Args:
+            logits: ``[rows, vocab_size]`` float32/bfloat16/float16 on this
+                state's device, last dimension contiguous; modified in place.
+            row_slots: ``[rows]`` int32/int64 tensor on the same device (or a
+                sequence of ints): the slot each row samples for. A row may
+                repeat a slot (speculative decoding: one row per draft
+                position). A device tensor is not range-checked on the host (no
+                sync): a row whose slot is outside ``[0, max_slots)`` is left
+                untouched and reported infeasible; a sequence or CPU tensor is
+                checked here and raises ``ValueError``.
+            row_positions: ``[rows]`` int32/int64: the 0-based output position
+                the row samples (the number of output tokens before it). Decides
+                ``min_tokens`` and where a multi-token bad word must match.
+            bitmask: optional int32 ``[rows, ceil(vocab_size/32)]`` in
+                xgrammar's ``apply_token_bitmask_inplace`` layout (bit j of word
+                w set = token 32*w+j allowed); applied to grammar rows.
+            grammar_rows: optional bool ``[rows]``: rows that have a grammar.
+                Default: every row when ``bitmask`` is given, none otherwise.
+                The bitmask is applied only to grammar rows, and only grammar
+                rows may have stop logits restored under ``"structured"``
+                (rows may be marked without a bitmask when the engine applied
+                the grammar itself).
+            backend: ``"torch"``, ``"triton"`` or ``"auto"`` (triton on CUDA,
+                torch otherwise).
+            draft_token_ids: optional int ``[rows, D]`` for speculative rows:
+                ``draft_token_ids[r, i]`` is the output token at position
+                ``n + i`` where ``n`` = tokens appended to the row's slot
+                (:meth:`num_tokens`); pad with -1. A row at position ``p``
+                matches multi-token bad words against the appended history
+                followed by ``draft_token_ids[r, :p-n]``. Positions for which no
+                token is known (not supplied, or dropped from the ring) never
+                match.
+
+        Returns:
+            bool tensor ``[rows]`` on the logits' device: True where the row
+            has no finite logit after the whole pipeline.
+
+        Raises:
+            TypeError: wrong tensor dtypes or non-tensor logits.
+            ValueError: shape/device mismatches, an unknown backend, a slot
+                out of range in host data, triton asked for on CPU without
+                ``TRITON_INTERPRET=1``.
+        """
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+        if logits.dtype not in LOGITS_DTYPES:
+            raise TypeError(f"logits dtype must be float32, bfloat16 or float16, got {logits.dtype}")
+        if logits.dim() != 2 or logits.shape[1] != self.vocab_size:
+            raise ValueError(f"logits must be [rows, vocab_size={self.vocab_size}], got {tuple(logits.shape)}")
+        if logits.device != self.device and not _same_device(logits.device, self.device):
+            raise ValueError(f"logits are on {logits.device} but the state is on {self.device}")
+        if logits.shape[1] > 1 and logits.stride(1) != 1:
+            raise ValueError("logits: the vocab dimension must be contiguous (stride 1)")
+        rows = logits.shape[0]
+        dev = logits.device
+        row_slots = self._row_tensor(row_slots, "row_slots", rows, dev, check_slots=True)
+        row_positions = self._row_tensor(row_positions, "row_positions", rows, dev, check_slots=False)
+        if bitmask is not None:
+            _check_tensor(bitmask, "bitmask", (torch.int32,), (rows, self.num_words), dev)
+            if self.num_words > 1 and bitmask.stride(1) != 1:
+                raise ValueError("bitmask: the word dimension must be contiguous (stride 1)")
+        if grammar_rows is not None:
+            _check_tensor(grammar_rows, "grammar_rows", (torch.bool,), (rows,), dev)
+        if draft_token_ids is not None:
+            _check_tensor(draft_token_ids, "draft_token_ids", _INT_DTYPES, None, dev)
+            if draft_token_ids.dim() != 2 or draft_token_ids.shape[0] != rows:
+                raise ValueError(f"draft_token_ids must be [rows={rows}, D], got {tuple(draft_token_ids.shape)}")
+            if draft_token_ids.shape[1] > 1 and draft_token_ids.stride(1) != 1:
+                raise ValueError("draft_token_ids: the last dimension must be contiguous")
+        if backend == "auto":
+            backend = "triton" if dev.type == "cuda" else "torch"
+        if backend == "triton" and dev.type != "cuda" and not _interpreting():
+            raise ValueError("backend='triton' needs CUDA logits (or TRITON_INTERPRET=1 to run the kernel on CPU)")
+        if rows == 0:
+            return torch.zeros(0, dtype=torch.bool, device=dev)
+        if backend == "torch":
+            from .reference import apply_reference as run
+        else:
+            from .triton_kernel import apply_triton as run
+        return run(self.state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, self.max_slots)
+
+    def _row_tensor(self, value, name, rows, dev, check_slots):
+        if isinstance(value, torch.Tensor):
+            _check_tensor(value, name, _INT_DTYPES, (rows,), dev)
+            if check_slots and value.device.type == "cpu":
+                self._check_slot_values(value)
+            return value
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise TypeError(f"{name} must be an int tensor or a sequence of ints, got {value!r}")
+        vals = list(value)
+        for v in vals:
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{name}: {v!r} is not an int")
+        t = torch.tensor(vals, dtype=torch.int64)
+        if t.shape != (rows,):
+            raise ValueError(f"{name} must have one entry per logits row ({rows}), got {len(vals)}")
+        if check_slots:
+            self._check_slot_values(t)
+        return t.to(dev, non_blocking=True)
+
+    def _check_slot_values(self, t: torch.Tensor) -> None:
+        if t.numel():
+            lo, hi = int(t.min()), int(t.max())
+            if lo < 0 or hi >= self.max_slots:
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"row_slots: slot {bad} is outside [0, max_slots={self.max_slots})")
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type == "cuda":
+        ia = a.index if a.index is not None else torch.cuda.current_device()
+        ib = b.index if b.index is not None else torch.cuda.current_device()
+        return ia == ib
+    return True
+
+
+def _check_tensor(t, name, dtypes, shape, dev) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} dtype must be one of {[str(d) for d in dtypes]}, got {t.dtype}")
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    if not _same_device(t.device, dev):
+        raise ValueError(f"{name} is on {t.device} but logits are on {dev}")
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def _pack_bits(keep: torch.Tensor) -> torch.Tensor:
+    """bool [32*W] -> int32 [W], bit j of word w = keep[32*w + j] (xgrammar layout)."""
+    bits = keep.view(-1, 32).to(torch.int64) << torch.arange(32, dtype=torch.int64)
+    words = bits.sum(dim=1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)

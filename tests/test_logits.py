@@ -1,0 +1,595 @@
+"""stopline.logits: torch reference == Triton kernel, bit for bit, and both == the spec.
+
+On a machine without CUDA the kernel runs under Triton's interpreter
+(TRITON_INTERPRET=1, set below before the kernel module is decorated); with
+CUDA the same tests run the compiled kernel on the GPU. A slow per-row oracle
+written straight from SPEC section 4 checks the reference itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import random
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the [torch] extra; CI installs it
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    # Must be set before @triton.jit runs on the kernel module (it picks the
+    # interpreter at decoration time), whatever other test files imported.
+    os.environ["TRITON_INTERPRET"] = "1"
+    _mod = sys.modules.get("stopline.logits.triton_kernel")
+    if _mod is not None and type(_mod._constraints_kernel).__name__ != "InterpretedFunction":
+        importlib.reload(_mod)
+
+from stopline.logits import LogitsConstraints  # noqa: E402
+from stopline.logits.reference import apply_reference, unpack_bitmask  # noqa: E402
+from stopline.logits.triton_kernel import apply_triton  # noqa: E402
+
+DEVICE = "cuda" if CUDA else "cpu"
+# The interpreter's float16 cast warns when a bias overflows to inf, which tests do on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+NEG = float("-inf")
+
+
+# ---------------------------------------------------------------- helpers
+def bits_of(t: torch.Tensor) -> torch.Tensor:
+    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[t.dtype])
+
+
+def assert_bit_identical(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Same bits everywhere, except that any NaN equals any NaN (payloads differ by device)."""
+    nan = torch.isnan(a.float())
+    assert torch.equal(nan, torch.isnan(b.float())), "NaN positions differ"
+    diff = (bits_of(a) != bits_of(b)) & ~nan
+    if diff.any():
+        r, c = diff.nonzero()[0].tolist()
+        raise AssertionError(f"logits differ at row {r}, token {c}: {a[r, c].item()} vs {b[r, c].item()}")
+
+
+def pack(allowed_rows: list[set[int]], V: int) -> torch.Tensor:
+    """xgrammar layout: int32 [rows, ceil(V/32)], bit j of word w = token 32*w+j allowed."""
+    W = (V + 31) // 32
+    out = torch.zeros((len(allowed_rows), W), dtype=torch.int64)
+    for r, toks in enumerate(allowed_rows):
+        for t in toks:
+            out[r, t // 32] |= 1 << (t % 32)
+    return torch.where(out >= 2**31, out - 2**32, out).to(torch.int32)
+
+
+def run_both(cons, logits, slots, pos, **kw):
+    """apply() through both backends on copies; assert bit-identical; return (logits, infeasible)."""
+    a, b = logits.clone(), logits.clone()
+    inf_a = cons.apply(a, slots, pos, backend="torch", **kw)
+    inf_b = cons.apply(b, slots, pos, backend="triton", **kw)
+    assert_bit_identical(a, b)
+    assert torch.equal(inf_a, inf_b), (inf_a, inf_b)
+    return a, inf_a
+
+
+# ---------------------------------------------------------------- oracle
+def oracle_row(row, V, cfg, seq, position, allowed_bits, is_grammar):
+    """SPEC section 4 for one row, written as plainly as possible.
+
+    cfg: the kwargs given to set() (None = no constraints); seq: the output
+    tokens at positions 0..position-1 (None where unknown); allowed_bits: the
+    grammar's allowed set for this row or None.
+    """
+    row = row.clone()
+    cfg = cfg or {}
+    # 1. semantic masks
+    for allowed in (allowed_bits, cfg.get("allowed_token_ids")):
+        if allowed is not None:
+            banned = [t for t in range(V) if t not in set(allowed)]
+            row[banned] = NEG
+    for word in cfg.get("bad_words", ()):
+        prefix = list(word[:-1])
+        if len(seq) >= len(prefix) and seq[len(seq) - len(prefix):] == prefix:
+            row[word[-1]] = NEG
+    after_semantic = row.clone()
+    # 2. min_tokens with restore-when-all-masked
+    stops = list(cfg.get("stop_token_ids", ()))
+    if position < cfg.get("min_tokens", 0) and stops:
+        for t in stops:
+            row[t] = NEG
+        if not torch.isfinite(row).any():
+            policy = cfg.get("restore", "structured")
+            if policy == "always" or (policy == "structured" and is_grammar):
+                for t in stops:
+                    row[t] = after_semantic[t]
+    # 3. logit_bias
+    for t, bias in (cfg.get("logit_bias") or {}).items():
+        row[t] = (row[t].float() + torch.tensor(bias, dtype=torch.float32)).to(row.dtype)
+    return row, not bool(torch.isfinite(row).any())
+
+
+# ---------------------------------------------------------------- random cases
+def random_case(rng: random.Random, V: int, dtype, n_slots: int = 5, n_rows: int = 8):
+    alphabet = list(range(min(V, 6)))  # bad words and history from a small alphabet, so words fire
+    cfgs, histories = {}, {}
+    for slot in range(n_slots):
+        if rng.random() < 0.15:
+            continue
+        cfg = {}
+        stops = rng.sample(range(V), rng.choice([0, 1, 1, 2, 3]))
+        if rng.random() < 0.3:
+            stops += rng.sample(alphabet, 1)  # a stop id that is also a bad word / allowed candidate
+        cfg["stop_token_ids"] = stops
+        cfg["min_tokens"] = rng.choice([0, 1, 3, 5, 8, 1000])
+        cfg["restore"] = rng.choice(["structured", "always", "never"])
+        r = rng.random()
+        if r < 0.15:
+            cfg["allowed_token_ids"] = list(stops) or [rng.randrange(V)]  # only stops allowed
+        elif r < 0.35:
+            cfg["allowed_token_ids"] = rng.sample(range(V), rng.randint(1, min(V, 12)))
+        if rng.random() < 0.5:
+            words = []
+            for _ in range(rng.randint(1, 5)):
+                length = rng.choice([1, 1, 2, 2, 3, 4])
+                words.append([rng.choice(alphabet) for _ in range(length)])
+            if rng.random() < 0.2:
+                words.append([rng.randrange(V)])
+            cfg["bad_words"] = words
+        if rng.random() < 0.45:
+            ids = rng.sample(range(V), rng.randint(1, min(V, 6)))
+            cfg["logit_bias"] = {
+                t: rng.choice([rng.uniform(-5, 5), 100.0, -100.0, 7e4, 0.0]) for t in ids
+            }
+        cfgs[slot] = cfg
+        histories[slot] = [rng.choice(alphabet) for _ in range(rng.randint(0, 6))]
+
+    rows = []
+    for _ in range(n_rows):
+        slot = rng.randrange(n_slots)
+        n = len(histories.get(slot, []))
+        rows.append((slot, n + rng.choice([0, 0, 0, 1, 2, 3])))  # offsets > 0: speculative draft rows
+    D = 3
+    draft = [[rng.choice(alphabet + [-1]) for _ in range(D)] for _ in rows]
+
+    logits = torch.randn(n_rows, V) * rng.choice([1.0, 4.0])
+    for r in range(n_rows):
+        u = rng.random()
+        if u < 0.08:
+            logits[r] = NEG  # arrives empty
+        elif u < 0.12:
+            logits[r] = float("nan")  # a broken model row
+        elif u < 0.25:
+            # finite only at a few tokens, possibly far from the first scan block
+            keep = rng.sample(range(V), rng.randint(1, 3))
+            row = torch.full((V,), NEG)
+            row[keep] = logits[r, keep]
+            logits[r] = row
+        elif u < 0.3:
+            logits[r, rng.randrange(V)] = float("inf")
+    logits = logits.to(dtype)
+
+    bitmask = grammar_rows = None
+    grammar_sets = [None] * n_rows
+    if rng.random() < 0.6:
+        for r, (slot, _) in enumerate(rows):
+            u = rng.random()
+            stops = cfgs.get(slot, {}).get("stop_token_ids", [])
+            if u < 0.3:
+                grammar_sets[r] = set(stops) or {rng.randrange(V)}  # grammar allows only stop ids
+            elif u < 0.4:
+                grammar_sets[r] = set()  # a dead grammar state
+            elif u < 0.6:
+                grammar_sets[r] = set(range(V))
+            else:
+                grammar_sets[r] = set(rng.sample(range(V), rng.randint(1, V)))
+        bitmask = pack(grammar_sets, V)
+        if rng.random() < 0.5:
+            grammar_rows = torch.tensor([rng.random() < 0.6 for _ in rows], dtype=torch.bool)
+    return cfgs, histories, rows, draft, logits, bitmask, grammar_rows, grammar_sets
+
+
+def build(cfgs, histories, n_slots, V, device):
+    cons = LogitsConstraints(n_slots, V, device)
+    for slot, cfg in cfgs.items():
+        cons.set(slot, **cfg)
+        cons.append_tokens(slot, histories[slot])
+    return cons
+
+
+def check_case(seed: int, V: int, dtype, with_oracle: bool) -> None:
+    rng = random.Random(seed)
+    cfgs, hist, rows, draft, logits, bitmask, grammar_rows, gsets = random_case(rng, V, dtype)
+    cons = build(cfgs, hist, 5, V, DEVICE)
+    dev = torch.device(DEVICE)
+    slots = torch.tensor([s for s, _ in rows], device=dev)
+    pos = torch.tensor([p for _, p in rows], device=dev, dtype=torch.int32)
+    draft_t = torch.tensor(draft, device=dev)
+    kw = dict(
+        bitmask=None if bitmask is None else bitmask.to(dev),
+        grammar_rows=None if grammar_rows is None else grammar_rows.to(dev),
+        draft_token_ids=draft_t,
+    )
+    out, infeasible = run_both(cons, logits.to(dev), slots, pos, **kw)
+    if CUDA:  # the CPU reference agrees with the GPU too
+        cpu = build(cfgs, hist, 5, V, "cpu")
+        ref = logits.clone()
+        ref_inf = cpu.apply(ref, slots.cpu(), pos.cpu(), backend="torch",
+                            bitmask=bitmask, grammar_rows=grammar_rows, draft_token_ids=draft_t.cpu())
+        assert_bit_identical(out.cpu(), ref)
+        assert torch.equal(infeasible.cpu(), ref_inf)
+    if not with_oracle:
+        return
+    for r, (slot, p) in enumerate(rows):
+        n = len(hist.get(slot, []))
+        seq = list(hist.get(slot, [])) + list(draft[r][: p - n])
+        is_grammar = bitmask is not None and (grammar_rows is None or bool(grammar_rows[r]))
+        want, want_inf = oracle_row(logits[r], V, cfgs.get(slot), seq, p,
+                                    gsets[r] if is_grammar else None, is_grammar)
+        assert_bit_identical(out[r : r + 1].cpu(), want[None])
+        assert bool(infeasible[r]) == want_inf, (r, slot, p)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("V", [37, 100])
+def test_random_cases_match_oracle(V, dtype):
+    # Breadth comes from the interpreter run; on a GPU each case compiles a kernel variant.
+    for seed in range(25 if not CUDA else 8):
+        check_case(seed * 1000 + V, V, dtype, with_oracle=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_random_cases_multi_block(dtype):
+    # V spans several dense tiles (2048) and scan tiles (1024), not a multiple of 32.
+    for seed in range(6):
+        check_case(seed, 4133, dtype, with_oracle=False)
+
+
+# ---------------------------------------------------------------- named engine failures
+EOS = 2
+
+
+def test_grammar_allows_only_eos_below_min_tokens_is_restored():
+    """xgrammar says only EOS; min_tokens masks it; 'structured' restores it and the row stops."""
+    from stopline import FinishTracker, StopParams
+
+    V = 64
+    cons = LogitsConstraints(2, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[EOS])
+    logits = torch.randn(1, V, device=DEVICE)
+    bitmask = pack([{EOS}], V).to(DEVICE)
+    out, infeasible = run_both(cons, logits, [0], [1], bitmask=bitmask)
+    assert not infeasible[0]
+    assert out[0, EOS] == logits[0, EOS]
+    assert torch.isinf(out[0]).sum() == V - 1
+    token = int(out[0].argmax())
+    assert token == EOS
+    tracker = FinishTracker(StopParams(min_tokens=5, eos_token_ids=[EOS], max_tokens=100))
+    tracker.update([9])
+    result = tracker.update([token])
+    assert result.finished and result.finish_reason == "stop"
+
+
+def test_plain_min_tokens_without_grammar_keeps_eos_masked():
+    V = 64
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=3, stop_token_ids=[EOS])
+    logits = torch.zeros(2, V, device=DEVICE)
+    logits[:, EOS] = 50.0  # the model wants to stop
+    out, infeasible = run_both(cons, logits, [0, 0], [2, 3])
+    assert out[0, EOS] == NEG and int(out[0].argmax()) != EOS  # position 2 < 3
+    assert out[1, EOS] == 50.0 and int(out[1].argmax()) == EOS  # position 3: allowed again
+    assert not infeasible.any()
+
+
+def test_structured_policy_does_not_restore_non_grammar_rows():
+    # allowed_token_ids is not a grammar: below min_tokens the row is empty and reported.
+    V = 64
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=3, stop_token_ids=[EOS], allowed_token_ids=[EOS])
+    out, infeasible = run_both(cons, torch.randn(1, V, device=DEVICE), [0], [0])
+    assert infeasible.tolist() == [True]
+    assert torch.isinf(out).all()
+    cons.set(0, min_tokens=3, stop_token_ids=[EOS], allowed_token_ids=[EOS], restore="always")
+    logits = torch.randn(1, V, device=DEVICE)
+    out, infeasible = run_both(cons, logits, [0], [0])
+    assert infeasible.tolist() == [False] and out[0, EOS] == logits[0, EOS]
+
+
+def test_never_policy_reports_the_conflict():
+    V = 64
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[EOS], restore="never")
+    out, infeasible = run_both(cons, torch.randn(1, V, device=DEVICE), [0], [0], bitmask=pack([{EOS}], V).to(DEVICE))
+    assert infeasible.tolist() == [True]
+
+
+def test_allowed_equals_single_bad_word_is_infeasible_not_token_zero():
+    V = 64
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, allowed_token_ids=[17], bad_words=[[17]])
+    logits = torch.randn(3, V, device=DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 0, 0], [0, 1, 2])
+    assert infeasible.tolist() == [True, True, True]
+    assert torch.isinf(out).all()  # argmax would silently say 0; the flag says "error"
+
+
+def test_several_eos_ids_all_masked_below_min_tokens():
+    # SmolLM2: <|endoftext|>=0 and <|im_end|>=2 both end a sequence.
+    V = 64
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=4, stop_token_ids=[0, 2, 2, 0])
+    logits = torch.randn(2, V, device=DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 0], [3, 4])
+    assert out[0, 0] == NEG and out[0, 2] == NEG
+    assert torch.isfinite(out[0]).sum() == V - 2
+    assert torch.equal(out[1], logits[1])
+    assert not infeasible.any()
+
+
+def test_out_of_vocab_logit_bias_raises_before_any_launch():
+    V = 64
+    cons = LogitsConstraints(2, V, DEVICE)
+    cons.set(0, logit_bias={5: 2.0})
+    before = [t.clone() for t in (cons.state.bias_ids, cons.state.bias_values)]
+    with pytest.raises(ValueError, match=r"logit_bias.*64"):
+        cons.set(0, logit_bias={5: 1.0, 64: 3.0})
+    with pytest.raises(ValueError, match=r"logit_bias.*-1"):
+        cons.set(1, logit_bias={-1: 3.0})
+    assert torch.equal(before[0], cons.state.bias_ids) and torch.equal(before[1], cons.state.bias_values)
+    logits = torch.zeros(1, V, device=DEVICE)
+    out, _ = run_both(cons, logits, [0], [0])
+    assert out[0, 5] == 2.0 and (out[0, :5] == 0).all()
+
+
+# ---------------------------------------------------------------- semantics details
+def test_multi_token_bad_word_uses_history_and_draft_tokens():
+    V = 32
+    cons = LogitsConstraints(2, V, DEVICE)
+    cons.set(0, bad_words=[[4, 5, 6], [9]])
+    cons.append_tokens(0, [1, 4])
+    logits = torch.zeros(4, V, device=DEVICE)
+    # row 0: position 2 after [1, 4] -> no; row 1: draft [5] at position 3 -> [4, 5] matches -> ban 6;
+    # row 2: draft [7] -> no; row 3: draft row without a supplied token -> unknown -> no.
+    draft = torch.tensor([[-1], [5], [7], [-1]], device=DEVICE)
+    out, _ = run_both(cons, logits, [0, 0, 0, 0], [2, 3, 3, 3], draft_token_ids=draft)
+    assert (out[:, 9] == NEG).all()
+    assert out[:, 6].tolist() == [0.0, NEG, 0.0, 0.0]
+    cons.append_tokens(0, torch.tensor([5], device=DEVICE))  # committed: [1, 4, 5]
+    out, _ = run_both(cons, torch.zeros(1, V, device=DEVICE), [0], [3])
+    assert out[0, 6] == NEG
+
+
+def test_bias_is_added_in_float32_and_rounded_once():
+    V = 8
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, logit_bias={1: 0.1, 2: 1e-3})
+    for dtype in DTYPES:
+        logits = torch.full((1, V), 1.0, device=DEVICE).to(dtype)
+        out, _ = run_both(cons, logits, [0], [0])
+        assert out[0, 1] == (torch.tensor(1.0) + torch.tensor(0.1, dtype=torch.float32)).to(dtype)
+        assert out[0, 2] == (torch.tensor(1.0) + torch.tensor(1e-3, dtype=torch.float32)).to(dtype)
+
+
+def test_bias_overflow_to_inf_is_infeasible():
+    # fp16 max is 65504: a finite logit plus a finite bias can become +inf, which is not finite.
+    V = 4
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, allowed_token_ids=[1], logit_bias={1: 6e4})
+    logits = torch.full((1, V), 3e4, device=DEVICE).to(torch.float16)
+    out, infeasible = run_both(cons, logits, [0], [0])
+    assert out[0, 1] == float("inf") and infeasible.tolist() == [True]
+
+
+def test_rows_that_arrive_empty_or_nan_are_infeasible():
+    V = 3000  # the early-exit count must walk several blocks
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=2, stop_token_ids=[7], restore="always")
+    logits = torch.full((3, V), NEG, device=DEVICE)
+    logits[1] = float("nan")
+    logits[2, 7] = 1.0  # only the stop id is finite: masked, then restored
+    out, infeasible = run_both(cons, logits, [0, 0, 0], [0, 0, 0])
+    assert infeasible.tolist() == [True, True, False]
+    assert out[2, 7] == 1.0
+
+
+def test_grammar_rows_select_where_the_bitmask_applies():
+    V = 40
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=9, stop_token_ids=[EOS])
+    bitmask = pack([{EOS}, {EOS}], V).to(DEVICE)
+    grammar_rows = torch.tensor([True, False], device=DEVICE)
+    logits = torch.randn(2, V, device=DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 0], [0, 0], bitmask=bitmask, grammar_rows=grammar_rows)
+    assert out[0, EOS] == logits[0, EOS] and torch.isinf(out[0]).sum() == V - 1  # restored
+    assert out[1, EOS] == NEG and torch.isfinite(out[1]).sum() == V - 1  # no grammar: untouched but EOS
+    assert not infeasible.any()
+
+
+def test_bitmask_matches_xgrammar_layout_bits():
+    V = 70
+    words = torch.tensor([[-(2**31) | 1, 0b101, 1 << 5]], dtype=torch.int32)  # tokens 0, 31, 32, 34, 69
+    assert unpack_bitmask(words, V).nonzero()[:, 1].tolist() == [0, 31, 32, 34, 69]
+    cons = LogitsConstraints(1, V, DEVICE)
+    out, _ = run_both(cons, torch.zeros(1, V, device=DEVICE), [0], [0], bitmask=words.to(DEVICE))
+    assert torch.isfinite(out[0]).nonzero()[:, 0].tolist() == [0, 31, 32, 34, 69]
+
+
+def test_out_of_range_slot_on_device_is_left_alone_and_reported():
+    # Device row_slots are not synced to the host for a range check; the kernel guards instead.
+    V = 16
+    cons = LogitsConstraints(2, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[1])
+    logits = torch.randn(3, V, device=DEVICE)
+    dev_slots = torch.tensor([0, 2, -1], device=DEVICE)
+    pos = torch.zeros(3, dtype=torch.int64, device=DEVICE)
+    a, b = logits.clone(), logits.clone()
+    ia = apply_reference(cons.state, a, dev_slots, pos, None, None, None, cons.max_slots)
+    ib = apply_triton(cons.state, b, dev_slots, pos, None, None, None, cons.max_slots)
+    assert_bit_identical(a, b)
+    assert ia.tolist() == ib.tolist() == [False, True, True]
+    assert torch.equal(a[1:], logits[1:])
+
+
+def test_corrupted_state_ids_never_write_out_of_bounds():
+    V = 16
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[1], bad_words=[[3], [4]], logit_bias={2: 1.0, 6: 0.5})
+    st = cons.state
+    st.stop_ids[0, 1] = V + 3
+    st.ban_ids[0, 1] = V
+    st.bias_ids[0, 1] = 10 * V
+    buf = torch.zeros(5, V, device=DEVICE)
+    for backend in ("torch", "triton"):
+        buf.zero_()
+        cons.apply(buf[1:3], [0, 0], [0, 0], backend=backend)
+        assert (buf[0] == 0).all() and (buf[3:] == 0).all(), backend
+        assert buf[1, 1] == NEG and buf[1, 3] == NEG and buf[1, 2] == 1.0
+
+
+# ---------------------------------------------------------------- state management
+def test_set_and_clear_touch_only_their_slot():
+    V = 50
+    cons = LogitsConstraints(4, V, DEVICE)
+    cons.set(1, min_tokens=3, stop_token_ids=[2, 3], logit_bias={4: 1.0}, bad_words=[[5, 6]])
+    cons.set(2, allowed_token_ids=[1, 2, 3])
+    tables = {k: v for k, v in vars(cons.state).items() if isinstance(v, torch.Tensor)}
+    snapshot = {k: (v.data_ptr(), v.clone()) for k, v in tables.items()}
+    cons.set(3, min_tokens=1, stop_token_ids=[7], logit_bias={8: -1.0}, bad_words=[[9, 10]])
+    cons.clear(1)
+    for k, v in vars(cons.state).items():
+        if not isinstance(v, torch.Tensor):
+            continue
+        ptr, old = snapshot[k]
+        assert v.data_ptr() == ptr, f"{k} was reallocated"
+        others = [i for i in range(4) if i not in (1, 3)]
+        if v.dim() and v.shape[0] == 4:
+            assert torch.equal(v[others], old[others]), k
+    logits = torch.zeros(3, V, device=DEVICE)
+    out, _ = run_both(cons, logits, [1, 2, 3], [0, 0, 0])
+    assert torch.isfinite(out[0]).all()  # cleared
+    assert torch.isfinite(out[1]).sum() == 3
+    assert out[2, 7] == NEG and out[2, 8] == -1.0
+
+
+def test_growing_a_table_keeps_other_slots_and_history():
+    V = 30
+    cons = LogitsConstraints(3, V, DEVICE)
+    cons.set(0, bad_words=[[1, 2]], stop_token_ids=[3], min_tokens=9)
+    cons.append_tokens(0, [5, 5, 5, 1])
+    # slot 1 needs wider tables: more stop ids, a longer bad word (history ring grows)
+    cons.set(1, bad_words=[[1, 2, 3, 4, 7]], stop_token_ids=list(range(10, 19)), min_tokens=9)
+    cons.append_tokens(1, [1, 2, 3])
+    cons.append_tokens(0, [9, 1])
+    cons.append_tokens(1, [4])
+    out, _ = run_both(cons, torch.zeros(2, V, device=DEVICE), [0, 1], [6, 4])
+    assert out[0, 2] == NEG and out[0, 3] == NEG and torch.isfinite(out[0]).sum() == V - 2
+    assert out[1, 7] == NEG and (out[1, 10:19] == NEG).all()
+
+
+# ---------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        (dict(stop_token_ids=[5, 99]), ValueError, r"stop_token_ids.*99"),
+        (dict(stop_token_ids=[-1]), ValueError, r"stop_token_ids.*-1"),
+        (dict(stop_token_ids=[1.5]), TypeError, r"stop_token_ids.*1.5"),
+        (dict(allowed_token_ids=[]), ValueError, r"allowed_token_ids.*empty"),
+        (dict(allowed_token_ids=[3, 64]), ValueError, r"allowed_token_ids.*64"),
+        (dict(bad_words=[[1, 2], []]), ValueError, r"bad_words.*empty"),
+        (dict(bad_words=[[1, 70]]), ValueError, r"bad_words.*70"),
+        (dict(bad_words="abc"), TypeError, r"bad_words"),
+        (dict(logit_bias={1: float("nan")}), ValueError, r"logit_bias.*1.*nan"),
+        (dict(logit_bias={1: float("inf")}), ValueError, r"logit_bias.*inf"),
+        (dict(logit_bias={1: 1e39}), ValueError, r"logit_bias.*float32"),
+        (dict(logit_bias=[(1, 1.0), (1, 2.0)]), ValueError, r"logit_bias.*twice"),
+        (dict(logit_bias={"1": 1.0}), TypeError, r"logit_bias"),
+        (dict(restore="sometimes"), ValueError, r"restore.*sometimes"),
+        (dict(min_tokens=-1), ValueError, r"min_tokens.*-1"),
+        (dict(min_tokens=2.0), TypeError, r"min_tokens"),
+    ],
+)
+def test_set_validation(kwargs, exc, pattern):
+    cons = LogitsConstraints(2, 64, DEVICE)
+    with pytest.raises(exc, match=pattern):
+        cons.set(0, **kwargs)
+
+
+def test_slot_validation():
+    cons = LogitsConstraints(2, 64, DEVICE)
+    for call in (lambda: cons.set(2), lambda: cons.clear(-1), lambda: cons.append_tokens(5, [1])):
+        with pytest.raises(ValueError, match="slot"):
+            call()
+    with pytest.raises(TypeError, match="slot"):
+        cons.set("0")
+    with pytest.raises(ValueError, match="token_ids.*64"):
+        cons.append_tokens(0, [64])
+    with pytest.raises(ValueError, match="max_slots"):
+        LogitsConstraints(0, 10)
+
+
+def test_apply_validation():
+    V = 64
+    cons = LogitsConstraints(2, V, DEVICE)
+    good = torch.zeros(2, V, device=DEVICE)
+    s = torch.tensor([0, 1], device=DEVICE)
+    p = torch.tensor([0, 0], device=DEVICE)
+    cases = [
+        (lambda: cons.apply(good.to(torch.float64), s, p), TypeError, "dtype"),
+        (lambda: cons.apply(torch.zeros(2, V - 1, device=DEVICE), s, p), ValueError, "vocab_size"),
+        (lambda: cons.apply(torch.zeros(2, 2 * V, device=DEVICE)[:, ::2], s, p), ValueError, "contiguous"),
+        (lambda: cons.apply(torch.zeros(2, V, device="meta"), s, p), ValueError, "state is on"),
+        (lambda: cons.apply(good, s.float(), p), TypeError, "row_slots"),
+        (lambda: cons.apply(good, s[:1], p), ValueError, "row_slots"),
+        (lambda: cons.apply(good, [0, 2], p), ValueError, r"row_slots.*2"),
+        (lambda: cons.apply(good, s, p, bitmask=torch.zeros(2, 1, dtype=torch.int32, device=DEVICE)),
+         ValueError, "bitmask"),  # narrower than the logits: xgrammar would leave columns unmasked
+        (lambda: cons.apply(good, s, p, bitmask=torch.zeros(2, 2, dtype=torch.int64, device=DEVICE)),
+         TypeError, "bitmask"),
+        (lambda: cons.apply(good, s, p, grammar_rows=torch.ones(2, dtype=torch.int32, device=DEVICE)),
+         TypeError, "grammar_rows"),
+        (lambda: cons.apply(good, s, p, backend="cuda"), ValueError, "backend"),
+        (lambda: cons.apply(good, s, p, draft_token_ids=torch.zeros(3, 2, dtype=torch.int64, device=DEVICE)),
+         ValueError, "draft_token_ids"),
+    ]
+    if not CUDA:
+        # a CPU tensor costs nothing to range-check on the host
+        cases.append((lambda: cons.apply(good, torch.tensor([0, 3]), p), ValueError, r"row_slots.*3"))
+    for call, exc, pattern in cases:
+        before = good.clone()
+        with pytest.raises(exc, match=pattern):
+            call()
+        assert torch.equal(good, before)
+
+
+def test_no_rows_is_a_no_op():
+    cons = LogitsConstraints(1, 8, DEVICE)
+    out = cons.apply(torch.zeros(0, 8, device=DEVICE), torch.zeros(0, dtype=torch.int64, device=DEVICE),
+                     torch.zeros(0, dtype=torch.int64, device=DEVICE))
+    assert out.shape == (0,) and out.dtype == torch.bool
+
+
+def test_import_stopline_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, stopline; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_triton_path_does_not_sync_the_host():
+    V = 4096
+    cons = LogitsConstraints(8, V, "cuda")
+    cons.set(0, min_tokens=5, stop_token_ids=[2], bad_words=[[1, 2], [3]], logit_bias={5: 1.0})
+    logits = torch.randn(8, V, device="cuda")
+    slots = torch.zeros(8, dtype=torch.int64, device="cuda")
+    pos = torch.arange(8, device="cuda")
+    bitmask = torch.full((8, V // 32), -1, dtype=torch.int32, device="cuda")
+    cons.apply(logits, slots, pos, bitmask=bitmask)  # compile outside the guard
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        cons.apply(logits, slots, pos, bitmask=bitmask)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
