@@ -62,7 +62,7 @@ def setup(rows: int, V: int, dtype, scenario: str, device: str, seed: int = 0):
         kw = dict(min_tokens=16, stop_token_ids=[EOS, EOS2])
         if scenario == "all":
             if s % 2 == 0:
-                ids = torch.randperm(V, generator=g)[:4096].tolist()
+                ids = torch.randint(0, V, (4096,), generator=g).tolist()
                 kw["allowed_token_ids"] = ids + [EOS]
             kw["bad_words"] = [[11], [12], [13], [21, 22], [23, 24, 25], [26, 27]]
             kw["logit_bias"] = {int(t): 0.5 for t in torch.randperm(V, generator=g)[:16]}
@@ -126,10 +126,10 @@ def run(args) -> list[dict]:
                         rec["vs_clone"] = rec["clone_us"] / rec["triton_us"]
                         rec["vs_torch"] = rec["torch_us"] / rec["triton_us"]
                         for cfg in args.configs:
-                            dw, sw, nw = (int(v) for v in cfg.split(":"))
+                            dw, sw, nw, io = (int(v) for v in cfg.split(":"))
                             rec[f"cfg {cfg} us"] = timer(lambda: apply_triton(
                                 cons.state, logits, slots, pos, bitmask, None, None, cons.max_slots,
-                                dense_words=dw, scan_words=sw, num_warps=nw))
+                                dense_words=dw, scan_words=sw, num_warps=nw, full_row_io=bool(io)))
                     results.append(rec)
                     print(_row(rec, gpu), flush=True)
                     del cons, logits, bitmask
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     p.add_argument("--configs", nargs="*", default=[],
-                   help="extra kernel tile configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS to time (GPU)")
+                   help="extra kernel configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS:FULL_ROW_IO to time (GPU)")
     p.add_argument("--json", type=Path)
     p.add_argument("--markdown", type=Path)
     args = p.parse_args(argv)

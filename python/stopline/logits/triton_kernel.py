@@ -48,6 +48,9 @@ DENSE_WORDS = 64
 # Tile of the early-exit finite count on rows without a dense mask.
 SCAN_WORDS = 32
 NUM_WARPS = 4
+# Dense pass I/O: False = load only kept logits and store only masked ones (masked
+# scalar accesses, fewer bytes for sparse grammars); True = rewrite the tile (vector I/O).
+FULL_ROW_IO = False
 
 
 @triton.jit
@@ -91,6 +94,7 @@ def _constraints_kernel(
     DENSE_WORDS: tl.constexpr,
     SCAN_WORDS: tl.constexpr,
     IS_BF16: tl.constexpr,
+    FULL_ROW_IO: tl.constexpr,
 ):
     row = tl.program_id(0)
     row64 = row.to(tl.int64)
@@ -172,8 +176,14 @@ def _constraints_kernel(
                 tok_ids = widx[:, None] * 32 + lane[None, :]
                 inb = tok_ids < vocab
                 keep = ((bits[:, None] >> lane[None, :]) & 1) != 0
-                x = tl.load(row_ptr + tok_ids, mask=inb & keep, other=NEG)
-                tl.store(row_ptr + tok_ids, NEG, mask=inb & ~keep)
+                if FULL_ROW_IO:
+                    # read and rewrite the whole tile: vector loads/stores
+                    x = tl.where(keep, tl.load(row_ptr + tok_ids, mask=inb, other=NEG), NEG)
+                    tl.store(row_ptr + tok_ids, x, mask=inb)
+                else:
+                    # touch only what is needed: load kept logits, store masked ones
+                    x = tl.load(row_ptr + tok_ids, mask=inb & keep, other=NEG)
+                    tl.store(row_ptr + tok_ids, NEG, mask=inb & ~keep)
                 count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
         else:
             # Early-exit count: stop once more finite logits are seen than steps
@@ -223,7 +233,8 @@ def _constraints_kernel(
 
 
 def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
-                 dense_words: int = DENSE_WORDS, scan_words: int = SCAN_WORDS, num_warps: int = NUM_WARPS):
+                 dense_words: int = DENSE_WORDS, scan_words: int = SCAN_WORDS, num_warps: int = NUM_WARPS,
+                 full_row_io: bool = FULL_ROW_IO):
     """Launch the fused kernel (one program per row); return bool ``infeasible [rows]``."""
     R, V = logits.shape
     infeasible = torch.empty(R, dtype=torch.bool, device=logits.device)
@@ -271,6 +282,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         DENSE_WORDS=dense_words,
         SCAN_WORDS=scan_words,
         IS_BF16=logits.dtype == torch.bfloat16,
+        FULL_ROW_IO=full_row_io,
         num_warps=num_warps,
     )
     return infeasible
