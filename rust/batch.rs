@@ -7,6 +7,7 @@
 //! call leaves the whole batch as it was. Each slot is then advanced exactly as
 //! [`FinishTracker::update`] would.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::Error;
@@ -24,6 +25,8 @@ pub struct FinishBatch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotStep {
     pub slot: usize,
+    /// This slot's run in the step's flat `token_ids` (and `texts`).
+    pub run: Range<usize>,
     pub step: Step,
 }
 
@@ -100,8 +103,8 @@ impl FinishBatch {
     ///
     /// * `slots[i]` takes `run_lengths[i]` tokens (1 each when `None`) from
     ///   `token_ids`, in order; `texts`, when given, is aligned with `token_ids`.
-    /// * `grammar_terminated_at[i]` is an index into slot i's run, or negative
-    ///   for none.
+    /// * `grammar_terminated_at[i]` is an index into slot i's run, or -1 for
+    ///   none.
     ///
     /// Results are appended to `out` in the order of `slots`.
     ///
@@ -132,7 +135,11 @@ impl FinishBatch {
             let tracker = self.slots[i].as_mut().expect("checked above");
             let step =
                 tracker.update_checked(&token_ids[start..end], texts.map(|t| &t[start..end]), g);
-            out.push(SlotStep { slot: i, step });
+            out.push(SlotStep {
+                slot: i,
+                run: start..end,
+                step,
+            });
             start = end;
         }
         Ok(())
@@ -193,10 +200,18 @@ impl FinishBatch {
                 .as_ref()
                 .ok_or_else(|| slot_err(slot, "is empty"))?;
             let len = run_lengths.map_or(1, |r| r[k]);
-            let g = grammar
-                .map(|g| g[k])
-                .filter(|&g| g >= 0)
-                .map(|g| g as usize);
+            let g = match grammar.map(|g| g[k]) {
+                None | Some(-1) => None,
+                Some(g) if g < 0 => {
+                    return Err(Error::Step {
+                        field: "grammar_terminated_at",
+                        message: format!(
+                            "[{k}]={g}: use -1 for none or an index into the run (slot {slot})"
+                        ),
+                    })
+                }
+                Some(g) => Some(g as usize),
+            };
             tracker
                 .check_step(len, texts_len.map(|_| len), g)
                 .map_err(|e| match e {
@@ -204,11 +219,9 @@ impl FinishBatch {
                         field,
                         message: format!("{message} (slot {slot})"),
                     },
-                    Error::Finished { finish_reason } => Error::Step {
-                        field: "slots",
-                        message: format!(
-                            "slot {slot} already finished (finish_reason={finish_reason:?})"
-                        ),
+                    Error::Finished { finish_reason } => Error::SlotFinished {
+                        slot,
+                        finish_reason,
                     },
                     other => other,
                 })?;

@@ -24,6 +24,11 @@ pub enum Error {
     },
     /// `update` after the sequence finished.
     Finished { finish_reason: &'static str },
+    /// A batch step lists a slot whose sequence already finished.
+    SlotFinished {
+        slot: i64,
+        finish_reason: &'static str,
+    },
     /// A batch slot that is out of range, free or already taken.
     Slot { slot: i64, message: &'static str },
 }
@@ -44,6 +49,10 @@ impl fmt::Display for Error {
             Error::Finished { finish_reason } => write!(
                 f,
                 "the sequence already finished (finish_reason={finish_reason:?}); update() after finish is rejected"
+            ),
+            Error::SlotFinished { slot, finish_reason } => write!(
+                f,
+                "slot {slot} already finished (finish_reason={finish_reason:?}); remove() it before stepping it again"
             ),
             Error::Slot { slot, message } => write!(f, "slot {slot}: {message}"),
         }

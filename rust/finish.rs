@@ -219,16 +219,52 @@ pub fn has_repetition(tokens: &[u32], r: Repetition) -> bool {
     })
 }
 
-/// The finish state of one sequence.
+/// The tokens and text a sequence keeps.
 #[derive(Clone)]
-pub struct FinishTracker {
-    params: Arc<StopParams>,
-    matcher: Option<StopMatcher>,
+struct Kept {
     tokens: Vec<u32>,
     text: String,
     text_chars: usize,
     /// Code-point end of each kept token's text, for tokens not yet released.
     pending_ends: VecDeque<usize>,
+}
+
+impl Kept {
+    fn with_capacity(tokens: usize) -> Self {
+        Kept {
+            tokens: Vec::with_capacity(tokens),
+            text: String::with_capacity(tokens * 4),
+            text_chars: 0,
+            pending_ends: VecDeque::with_capacity(8),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, id: u32, piece: &str, piece_chars: usize) {
+        self.tokens.push(id);
+        self.text.push_str(piece);
+        self.text_chars += piece_chars;
+        self.pending_ends.push_back(self.text_chars);
+    }
+
+    fn cut_text(&mut self, keep_chars: usize) {
+        let byte = byte_offset_from_end(&self.text, self.text_chars - keep_chars);
+        self.text.truncate(byte);
+        self.text_chars = keep_chars;
+    }
+}
+
+/// The finish state of one sequence.
+#[derive(Clone)]
+pub struct FinishTracker {
+    params: Arc<StopParams>,
+    matcher: Option<StopMatcher>,
+    /// Smallest and largest EOS / stop token id: most tokens fall outside and
+    /// skip both lookups.
+    special_ids: (u32, u32),
+    /// The first `n` at which the sequence finishes with `length`.
+    length_cap: u64,
+    kept: Kept,
     emitted_bytes: usize,
     emitted_chars: usize,
     emitted_tokens: usize,
@@ -240,16 +276,25 @@ impl FinishTracker {
     /// [`Error::Param`] if `params` does not validate.
     pub fn new(params: Arc<StopParams>) -> Result<Self, Error> {
         params.validate()?;
+        let specials = params
+            .stop_token_ids
+            .iter()
+            .chain(params.eos_token_ids.iter().filter(|_| !params.ignore_eos));
+        let special_ids = specials.fold((u32::MAX, 0), |(lo, hi), &id| (lo.min(id), hi.max(id)));
+        let length_cap = params.max_tokens.unwrap_or(u64::MAX).min(
+            params
+                .max_model_len
+                .map_or(u64::MAX, |m| m - params.prompt_len),
+        );
         let matcher = params
             .stop_strings()
             .map(|s| s.matcher(params.include_stop_str_in_output));
         Ok(FinishTracker {
             params,
             matcher,
-            tokens: Vec::new(),
-            text: String::new(),
-            text_chars: 0,
-            pending_ends: VecDeque::new(),
+            special_ids,
+            length_cap,
+            kept: Kept::with_capacity(length_cap.min(256) as usize),
             emitted_bytes: 0,
             emitted_chars: 0,
             emitted_tokens: 0,
@@ -331,9 +376,9 @@ impl FinishTracker {
     ) -> Step {
         let tokens_before = self.emitted_tokens;
         let text_before = self.emitted_bytes;
-        let p = Arc::clone(&self.params);
+        let p: &StopParams = &self.params;
         for (i, &id) in token_ids.iter().enumerate() {
-            let n = self.tokens.len() as u64 + 1;
+            let n = self.kept.tokens.len() as u64 + 1;
             let piece = texts.map_or("", |t| t[i].as_ref());
             if p.vocab_size.is_some_and(|v| id >= v) {
                 self.finish = Some(Finish {
@@ -344,11 +389,11 @@ impl FinishTracker {
                 break;
             }
             let piece_chars = char_len(piece);
-            if let Some(m) = self.matcher.as_mut() {
+            if let Some(m) = self.matcher.as_mut().filter(|_| !piece.is_empty()) {
                 if let Some(hit) = m.feed_counted(piece, piece_chars) {
                     if n > p.min_tokens {
-                        self.push(id, piece, piece_chars);
-                        self.cut_text(hit.truncate_to);
+                        self.kept.push(id, piece, piece_chars);
+                        self.kept.cut_text(hit.truncate_to);
                         self.finish = Some(Finish {
                             reason: FinishReason::Stop,
                             stop_reason: Some(StopReason::StopString(hit.index)),
@@ -358,12 +403,14 @@ impl FinishTracker {
                     }
                 }
             }
-            let is_eos = !p.ignore_eos && p.eos_token_ids.contains(&id);
-            if is_eos || p.stop_token_ids.contains(&id) {
+            let (lo, hi) = self.special_ids;
+            let is_special = lo <= id && id <= hi;
+            let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
+            if is_eos || (is_special && p.stop_token_ids.contains(&id)) {
                 if p.include_stop_str_in_output {
-                    self.push(id, piece, piece_chars);
+                    self.kept.push(id, piece, piece_chars);
                 } else {
-                    self.push(id, "", 0);
+                    self.kept.push(id, "", 0);
                 }
                 self.finish = Some(Finish {
                     reason: FinishReason::Stop,
@@ -376,10 +423,8 @@ impl FinishTracker {
                 });
                 break;
             }
-            self.push(id, piece, piece_chars);
-            if p.max_tokens.is_some_and(|m| n >= m)
-                || p.max_model_len.is_some_and(|m| p.prompt_len + n >= m)
-            {
+            self.kept.push(id, piece, piece_chars);
+            if n >= self.length_cap {
                 self.finish = Some(Finish {
                     reason: FinishReason::Length,
                     stop_reason: None,
@@ -396,7 +441,7 @@ impl FinishTracker {
                 break;
             }
             if let Some(r) = p.repetition {
-                if n >= p.min_tokens && has_repetition(&self.tokens, r) {
+                if n >= p.min_tokens && has_repetition(&self.kept.tokens, r) {
                     self.finish = Some(Finish {
                         reason: FinishReason::Repetition,
                         stop_reason: Some(StopReason::RepetitionDetected),
@@ -432,43 +477,30 @@ impl FinishTracker {
         }
     }
 
-    #[inline]
-    fn push(&mut self, id: u32, piece: &str, piece_chars: usize) {
-        self.tokens.push(id);
-        self.text.push_str(piece);
-        self.text_chars += piece_chars;
-        self.pending_ends.push_back(self.text_chars);
-    }
-
-    fn cut_text(&mut self, keep_chars: usize) {
-        let byte = byte_offset_from_end(&self.text, self.text_chars - keep_chars);
-        self.text.truncate(byte);
-        self.text_chars = keep_chars;
-    }
-
     /// Advances the released text and tokens: all at finish, else all but the
     /// hold-back.
     fn release(&mut self) {
         if self.finish.is_some() {
-            self.emitted_bytes = self.text.len();
-            self.emitted_chars = self.text_chars;
-            self.emitted_tokens = self.tokens.len();
-            self.pending_ends.clear();
+            self.emitted_bytes = self.kept.text.len();
+            self.emitted_chars = self.kept.text_chars;
+            self.emitted_tokens = self.kept.tokens.len();
+            self.kept.pending_ends.clear();
             return;
         }
         let hold = self.matcher.as_ref().map_or(0, StopMatcher::holdback);
         if hold == 0 {
-            self.emitted_bytes = self.text.len();
+            self.emitted_bytes = self.kept.text.len();
         } else {
-            self.emitted_bytes = byte_offset_from_end(&self.text, hold);
+            self.emitted_bytes = byte_offset_from_end(&self.kept.text, hold);
         }
-        self.emitted_chars = self.text_chars - hold;
+        self.emitted_chars = self.kept.text_chars - hold;
         while self
+            .kept
             .pending_ends
             .front()
             .is_some_and(|&e| e <= self.emitted_chars)
         {
-            self.pending_ends.pop_front();
+            self.kept.pending_ends.pop_front();
             self.emitted_tokens += 1;
         }
     }
@@ -488,17 +520,17 @@ impl FinishTracker {
 
     /// Output tokens kept.
     pub fn token_ids(&self) -> &[u32] {
-        &self.tokens
+        &self.kept.tokens
     }
 
     /// Output text kept (after any stop-string cut).
     pub fn text(&self) -> &str {
-        &self.text
+        &self.kept.text
     }
 
     /// Length of [`text`](Self::text) in code points.
     pub fn text_len(&self) -> usize {
-        self.text_chars
+        self.kept.text_chars
     }
 
     /// Code points released to the stream so far.

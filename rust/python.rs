@@ -18,7 +18,9 @@ use crate::stop_strings::{
 
 fn to_py_err(e: Error) -> PyErr {
     match e {
-        Error::Finished { .. } => PyRuntimeError::new_err(e.to_string()),
+        Error::Finished { .. } | Error::SlotFinished { .. } => {
+            PyRuntimeError::new_err(e.to_string())
+        }
         _ => PyValueError::new_err(e.to_string()),
     }
 }
@@ -29,6 +31,21 @@ pub(crate) fn extract_str<'a, 'py>(
     obj: &'a Bound<'py, PyAny>,
     field: &dyn Fn() -> String,
 ) -> PyResult<(&'a str, usize)> {
+    let text = extract_utf8(obj, field)?;
+    let chars = obj
+        .cast::<PyString>()
+        .map_err(PyErr::from)?
+        .code_point_len()?;
+    Ok((text, chars))
+}
+
+/// Extracts a `str` as UTF-8 (no code-point count: the core counts while it
+/// scans, which is cheaper for the short pieces of a decoding step).
+#[inline]
+fn extract_utf8<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    field: &dyn Fn() -> String,
+) -> PyResult<&'a str> {
     let s = obj.cast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!(
             "{} must be str, got {}",
@@ -45,8 +62,7 @@ pub(crate) fn extract_str<'a, 'py>(
             field()
         ))
     })?;
-    let chars = s.code_point_len()?;
-    Ok((text, chars))
+    Ok(text)
 }
 
 /// Converts a sequence of `str` (list, tuple or any iterable; a bare `str`
@@ -320,10 +336,19 @@ fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u
 
 /// A sequence of token ids (list, tuple, any iterable of ints, or one int).
 fn extract_ids(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<u32>> {
+    extract_ids_named(obj, field, &|i| format!("{field}[{i}]"))
+}
+
+/// [`extract_ids`] with `name(i)` naming element i in errors.
+fn extract_ids_named(
+    obj: &Bound<'_, PyAny>,
+    field: &str,
+    name: &dyn Fn(usize) -> String,
+) -> PyResult<Vec<u32>> {
     if let Ok(list) = obj.cast::<PyList>() {
         let mut out = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
-            out.push(extract_id(&item, &|| format!("{field}[{i}]"))?);
+            out.push(extract_id(&item, &|| name(i))?);
         }
         return Ok(out);
     }
@@ -339,7 +364,7 @@ fn extract_ids(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<u32>> {
     })?;
     let mut out = Vec::new();
     for (i, item) in iter.enumerate() {
-        out.push(extract_id(&item?, &|| format!("{field}[{i}]"))?);
+        out.push(extract_id(&item?, &|| name(i))?);
     }
     Ok(out)
 }
@@ -360,12 +385,29 @@ fn extract_opt_nonneg(obj: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<O
 }
 
 /// Text pieces aligned with token ids; kept alive by `holder`.
-fn extract_texts<'a, 'py>(holder: &'a [Bound<'py, PyAny>], field: &str) -> PyResult<Vec<&'a str>> {
+fn extract_texts<'a, 'py>(
+    holder: &'a [Bound<'py, PyAny>],
+    name: &dyn Fn(usize) -> String,
+) -> PyResult<Vec<&'a str>> {
     holder
         .iter()
         .enumerate()
-        .map(|(i, o)| extract_str(o, &|| format!("{field}[{i}]")).map(|(s, _)| s))
+        .map(|(i, o)| extract_utf8(o, &|| name(i)))
         .collect()
+}
+
+/// The slot that owns element `j` of a batch step's flat arrays.
+fn slot_of(slots: &[i64], runs: Option<&[usize]>, j: usize) -> Option<i64> {
+    match runs {
+        None => slots.get(j).copied(),
+        Some(r) => {
+            let mut end = 0;
+            r.iter().zip(slots).find_map(|(&len, &slot)| {
+                end += len;
+                (j < end).then_some(slot)
+            })
+        }
+    }
 }
 
 fn collect_items<'py>(obj: &Bound<'py, PyAny>, field: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
@@ -407,6 +449,21 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
             ))),
         }
     };
+    const KEYS: [&str; 3] = ["max_pattern_size", "min_pattern_size", "min_count"];
+    if let Ok(keys) = obj.call_method0("keys") {
+        for key in keys.try_iter()? {
+            let key = key?;
+            let known = key
+                .extract::<String>()
+                .is_ok_and(|k| KEYS.contains(&k.as_str()));
+            if !known {
+                return Err(PyValueError::new_err(format!(
+                    "repetition has the unknown key {}; expected {KEYS:?}",
+                    key.repr()?
+                )));
+            }
+        }
+    }
     Ok(Repetition {
         max_pattern_size: get("max_pattern_size", None)?,
         min_pattern_size: get("min_pattern_size", Some(0))?,
@@ -698,7 +755,7 @@ impl PyFinishTracker {
         };
         let pieces = holder
             .as_deref()
-            .map(|h| extract_texts(h, "texts"))
+            .map(|h| extract_texts(h, &|i| format!("texts[{i}]")))
             .transpose()?;
         let g = match grammar_terminated_at {
             None => None,
@@ -778,8 +835,15 @@ impl PyFinishTracker {
 struct BatchRow {
     slot: usize,
     outcome: Outcome,
-    text: Range<usize>,
+    text: TextDelta,
     tokens: Range<usize>,
+}
+
+/// A row's text delta: usually the very piece passed in (returned without a
+/// copy), else a range of the result's text buffer.
+enum TextDelta {
+    Input(usize),
+    Owned(Range<usize>),
 }
 
 /// Per-slot results of one `FinishBatch.step`, in the order of its `slots`.
@@ -789,6 +853,16 @@ pub struct PyBatchStepResult {
     rows: Vec<BatchRow>,
     text: String,
     tokens: Vec<u32>,
+    pieces: Vec<Py<PyAny>>,
+}
+
+impl PyBatchStepResult {
+    fn text_delta<'py>(&self, py: Python<'py>, row: &BatchRow) -> Bound<'py, PyAny> {
+        match &row.text {
+            TextDelta::Input(k) => self.pieces[*k].bind(py).clone(),
+            TextDelta::Owned(r) => PyString::new(py, &self.text[r.clone()]).into_any(),
+        }
+    }
 }
 
 #[pymethods]
@@ -797,7 +871,7 @@ impl PyBatchStepResult {
         self.rows.len()
     }
 
-    fn __getitem__(&self, index: isize) -> PyResult<PyStepResult> {
+    fn __getitem__(&self, py: Python<'_>, index: isize) -> PyResult<PyStepResult> {
         let n = self.rows.len() as isize;
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
@@ -811,7 +885,7 @@ impl PyBatchStepResult {
                 stop_string: r.outcome.stop_string.clone(),
                 ..r.outcome
             },
-            text_delta: self.text[r.text.clone()].to_owned(),
+            text_delta: self.text_delta(py, r).extract::<String>()?,
             token_ids_delta: self.tokens[r.tokens.clone()].to_vec(),
         })
     }
@@ -863,11 +937,8 @@ impl PyBatchStepResult {
         self.rows.iter().map(|r| r.outcome.text_len).collect()
     }
     #[getter]
-    fn text_deltas(&self) -> Vec<&str> {
-        self.rows
-            .iter()
-            .map(|r| &self.text[r.text.clone()])
-            .collect()
+    fn text_deltas<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.rows.iter().map(|r| self.text_delta(py, r)))
     }
     #[getter]
     fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
@@ -989,7 +1060,6 @@ impl PyFinishBatch {
         grammar_terminated_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyBatchStepResult> {
         let slots_v: Vec<i64> = extract_i64s(slots, "slots")?;
-        let ids = extract_ids(token_ids, "token_ids")?;
         let runs = opt_list(run_lengths)
             .map(|r| {
                 extract_i64s(r, "run_lengths")?
@@ -1006,12 +1076,21 @@ impl PyFinishBatch {
         let grammar = opt_list(grammar_terminated_at)
             .map(|g| extract_i64s(g, "grammar_terminated_at"))
             .transpose()?;
+        // Errors in the flat arrays name the slot that owns the element.
+        let owner = |field: &'static str| {
+            let (slots_v, runs) = (&slots_v, runs.as_deref());
+            move |j: usize| match slot_of(slots_v, runs, j) {
+                Some(slot) => format!("{field}[{j}] (slot {slot})"),
+                None => format!("{field}[{j}]"),
+            }
+        };
+        let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
         let holder = opt_list(texts)
             .map(|t| collect_items(t, "texts"))
             .transpose()?;
         let pieces = holder
             .as_deref()
-            .map(|h| extract_texts(h, "texts"))
+            .map(|h| extract_texts(h, &owner("texts")))
             .transpose()?;
         self.scratch.clear();
         self.inner
@@ -1028,21 +1107,34 @@ impl PyFinishBatch {
             rows: Vec::with_capacity(self.scratch.len()),
             text: String::new(),
             tokens: Vec::new(),
+            pieces: Vec::new(),
         };
         for s in &self.scratch {
             let t = self.inner.get(s.slot as i64).expect("stepped slot exists");
-            let text_start = out.text.len();
-            out.text.push_str(&t.text()[s.step.text_delta.clone()]);
+            let delta = &t.text()[s.step.text_delta.clone()];
+            let same_as_input = match &pieces {
+                Some(p) if s.run.len() == 1 && !delta.is_empty() => p[s.run.start] == delta,
+                _ => false,
+            };
+            let text = if same_as_input {
+                TextDelta::Input(s.run.start)
+            } else {
+                let start = out.text.len();
+                out.text.push_str(delta);
+                TextDelta::Owned(start..out.text.len())
+            };
             let tok_start = out.tokens.len();
             out.tokens
                 .extend_from_slice(&t.token_ids()[s.step.token_ids_delta.clone()]);
             out.rows.push(BatchRow {
                 slot: s.slot,
                 outcome: Outcome::of(t),
-                text: text_start..out.text.len(),
+                text,
                 tokens: tok_start..out.tokens.len(),
             });
         }
+        drop(pieces);
+        out.pieces = holder.map_or_else(Vec::new, |h| h.into_iter().map(Bound::unbind).collect());
         Ok(out)
     }
 }
@@ -1057,7 +1149,11 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
         })
     };
     if let Ok(list) = obj.cast::<PyList>() {
-        return list.iter().enumerate().map(|(i, x)| one(&x, i)).collect();
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            out.push(one(&item, i)?);
+        }
+        return Ok(out);
     }
     let iter = obj.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(

@@ -413,7 +413,11 @@ impl StopMatcher {
     /// proper prefix of some stop string; 0 when stops are kept in the output.
     #[inline]
     pub fn holdback(&self) -> usize {
-        if self.include_in_output || self.stops.holdback.is_empty() {
+        // Most steps end outside every stop-string prefix: skip the lookup.
+        if self.include_in_output
+            || self.state == self.stops.start
+            || self.stops.holdback.is_empty()
+        {
             return 0;
         }
         self.stops.holdback.get(&self.state).copied().unwrap_or(0)
