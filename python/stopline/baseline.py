@@ -29,6 +29,17 @@ Sources of the rules:
   ``[max(min_pattern_size, 1), max_pattern_size]``).
   The order of checks and the per-position evaluation of speculative runs
   follow SPEC 3; EOS below min_tokens is honoured (SPEC 3.3), unlike vLLM.
+
+Choices where the SPEC is silent (the Rust core agrees unless noted in the
+tests): a bare ``str`` as a stop list is a TypeError (not split into
+characters); the whole text, not just the window, must be encodable; an empty
+stop list never matches; an empty run is a no-op step; an ``"error"`` finish
+reports ``matched=None``; ``abort()`` after a finish is a no-op; a stop match
+that ends in a gated token (n <= min_tokens) is ignored for good, later text
+is matched normally; FinishBatch rejects adding to an occupied slot, a slot
+listed twice, a finished slot (RuntimeError, as the tracker) and
+grammar indices other than -1 outside the run; unknown ``repetition`` keys
+are rejected.
 """
 
 from __future__ import annotations
@@ -184,13 +195,14 @@ class StopMatcher:
     match ending in the next delta can reach back into.
     """
 
-    __slots__ = ("_stops", "_include", "_keep", "_prefixes", "_tail", "_fed", "_holdback")
+    __slots__ = ("_stops", "_include", "_keep", "_prefixes", "_firsts", "_tail", "_fed", "_holdback")
 
     def __init__(self, stops: Sequence[str], include_in_output: bool = False) -> None:
         self._stops = _validate_stops(stops, "stops")
         self._include = bool(include_in_output)
         self._keep = max(map(len, self._stops), default=1) - 1
         self._prefixes = frozenset(s[:k] for s in self._stops for k in range(1, len(s)))
+        self._firsts = frozenset(s[0] for s in self._stops)
         self.reset()
 
     def reset(self) -> None:
@@ -222,9 +234,10 @@ class StopMatcher:
         if not self._include and self._prefixes:
             # A held suffix can grow by at most len(delta) per feed.
             t = self._tail
+            firsts = self._firsts
             hb = 0
             for k in range(min(len(t), self._holdback + len(delta)), 0, -1):
-                if t[-k:] in self._prefixes:
+                if t[-k] in firsts and t[-k:] in self._prefixes:
                     hb = k
                     break
             self._holdback = hb
