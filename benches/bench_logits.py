@@ -3,9 +3,12 @@
 For each (rows, vocab, dtype, scenario) the same logits tensor is processed by
 ``LogitsConstraints.apply(backend="triton")``, by the torch reference
 (``backend="torch"``), and by ``logits.clone()`` (reads and writes every logit
-once: the memory roofline an in-place pass over the row cannot beat). Times are
-medians from ``triton.testing.do_bench`` (CUDA events, L2 flushed before each
-run) on a GPU, ``time.perf_counter`` medians on CPU.
+once: the memory roofline an in-place pass over the row cannot beat). On a GPU
+the kernel and clone() are timed as CUDA-graph replays
+(``triton.testing.do_bench_cudagraph``, median per call: device time, no Python
+launch gaps); the torch reference syncs inside (boolean indexing), so it cannot be
+captured and is timed with ``triton.testing.do_bench`` (median of single calls
+between CUDA events, L2 flushed before each). On CPU: ``time.perf_counter`` medians.
 
 Scenarios (every slot busy, one row per slot, all rows below min_tokens):
 - ``min``: min_tokens with two stop ids (EOS and a second stop id) only;
@@ -82,9 +85,19 @@ def setup(rows: int, V: int, dtype, scenario: str, device: str, seed: int = 0):
 
 
 def time_gpu(fn) -> float:
+    """Median of single calls between CUDA events, L2 flushed before each (includes host gaps)."""
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median") * 1e3  # us
+
+
+def time_gpu_graph(fn) -> float:
+    """Median per-call time of CUDA-graph replays: device time without Python launch gaps."""
+    import triton.testing
+
+    fn()  # compile outside the capture
+    torch.cuda.synchronize()
+    return triton.testing.do_bench_cudagraph(fn, rep=60, return_mode="median") * 1e3  # us
 
 
 def time_cpu(fn, reps: int = 7) -> float:
@@ -99,7 +112,8 @@ def time_cpu(fn, reps: int = 7) -> float:
 
 def run(args) -> list[dict]:
     gpu = args.device.startswith("cuda")
-    timer = time_gpu if gpu else time_cpu
+    timer = time_gpu if gpu else time_cpu  # the torch reference syncs: it cannot be graph-captured
+    graph_timer = time_gpu_graph if gpu else time_cpu
     results = []
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
@@ -112,24 +126,24 @@ def run(args) -> list[dict]:
                         return cons.apply(x, slots, pos, bitmask=bitmask, backend=backend)
 
                     rec = dict(rows=rows, vocab=V, dtype=dtype_name, scenario=scenario)
-                    rec["clone_us"] = timer(lambda: logits.clone())
+                    rec["clone_us"] = graph_timer(lambda: logits.clone())
                     rec["torch_us"] = timer(lambda: apply("torch"))
                     if gpu:
                         # a check that the timed kernel computes what the reference does
                         a, b = logits.clone(), logits.clone()
                         ia, ib = apply("torch", a), apply("triton", b)
                         rec["identical"] = bool(torch.equal(a, b) and torch.equal(ia, ib))
-                        rec["triton_us"] = timer(lambda: apply("triton"))
+                        rec["triton_us"] = graph_timer(lambda: apply("triton"))
                         nbytes = 2 * rows * V * logits.element_size()
                         rec["clone_gbps"] = nbytes / rec["clone_us"] / 1e3
                         rec["triton_gbps"] = nbytes / rec["triton_us"] / 1e3
                         rec["vs_clone"] = rec["clone_us"] / rec["triton_us"]
                         rec["vs_torch"] = rec["torch_us"] / rec["triton_us"]
                         for cfg in args.configs:
-                            dw, sw, nw, io = (int(v) for v in cfg.split(":"))
-                            rec[f"cfg {cfg} us"] = timer(lambda: apply_triton(
+                            dw, sw, nw = (int(v) for v in cfg.split(":"))
+                            rec[f"cfg {cfg} us"] = graph_timer(lambda: apply_triton(
                                 cons.state, logits, slots, pos, bitmask, None, None, cons.max_slots,
-                                dense_words=dw, scan_words=sw, num_warps=nw, full_row_io=bool(io)))
+                                dense_words=dw, scan_words=sw, num_warps=nw))
                     results.append(rec)
                     print(_row(rec, gpu), flush=True)
                     del cons, logits, bitmask
@@ -161,7 +175,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     p.add_argument("--configs", nargs="*", default=[],
-                   help="extra kernel configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS:FULL_ROW_IO to time (GPU)")
+                   help="extra kernel configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS to time (GPU)")
+    p.add_argument("--best-config-out", type=Path,
+                   help="write the --configs entry with the lowest total time (for STOPLINE_LOGITS_TILE)")
     p.add_argument("--json", type=Path)
     p.add_argument("--markdown", type=Path)
     args = p.parse_args(argv)
@@ -172,10 +188,15 @@ def main(argv=None) -> int:
     import triton
 
     head = (f"device: {device_name}; torch {torch.__version__}; triton {triton.__version__}; "
-            f"medians ({'triton.testing.do_bench, CUDA events' if gpu else 'perf_counter'})")
+            ("triton/clone: do_bench_cudagraph medians; torch: do_bench medians" if gpu else "perf_counter medians"))
     print(head)
     print(HEADER_GPU if gpu else HEADER_CPU, flush=True)
     results = run(args)
+    if args.best_config_out and args.configs:
+        totals = {c: sum(r[f"cfg {c} us"] for r in results) for c in args.configs}
+        best = min(totals, key=totals.get)
+        print("config totals (us):", {c: round(t, 1) for c, t in totals.items()}, "best:", best)
+        args.best_config_out.write_text(best)
     if args.json:
         args.json.write_text(json.dumps(dict(device=device_name, results=results), indent=1))
     if args.markdown:
