@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     import triton
 
     head = (f"device: {device_name}; torch {torch.__version__}; triton {triton.__version__}; "
-            ("triton/clone: do_bench_cudagraph medians; torch: do_bench medians" if gpu else "perf_counter medians"))
+            + ("triton/clone: do_bench_cudagraph medians; torch: do_bench medians" if gpu else "perf_counter medians"))
     print(head)
     print(HEADER_GPU if gpu else HEADER_CPU, flush=True)
     results = run(args)
