@@ -15,11 +15,10 @@ One program per logits row, one launch per call. Per row, in order:
 Which rows pay for a full-row scan. Only rows with a dense mask (a grammar row
 with a bitmask, or a slot with ``allowed_token_ids``/many bans) read the whole
 row, and they must read it anyway to apply the mask. Every other row changes at
-most K = (bans + bad words + stop ids + bias ids) entries, all sparse. Whether
-such a row ends empty depends only on whether it has more than K finite logits
-to start with, so the kernel counts finite logits block by block and stops as
-soon as the count exceeds the number of entries steps 3-4 could still remove
-(stop ids masked + bias ids). With model logits (finite) that is the first
+most K = (bans + bad words + stop ids + bias ids) entries, all sparse, so it
+can only end empty if it has few finite logits. After the sparse bans the kernel
+counts finite logits block by block and stops as soon as the count exceeds the
+number of entries steps 3-4 could still remove (stop ids masked + bias ids). With model logits (finite) that is the first
 block (``SCAN_WORDS * 32`` elements), so a min_tokens-only row reads one block
 and writes a handful of entries. Only a row that really is (nearly) empty
 keeps scanning, which makes ``infeasible`` exact for every input, including
