@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
@@ -384,18 +385,6 @@ fn extract_opt_nonneg(obj: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<O
     }
 }
 
-/// Text pieces aligned with token ids; kept alive by `holder`.
-fn extract_texts<'a, 'py>(
-    holder: &'a [Bound<'py, PyAny>],
-    name: &dyn Fn(usize) -> String,
-) -> PyResult<Vec<&'a str>> {
-    holder
-        .iter()
-        .enumerate()
-        .map(|(i, o)| extract_utf8(o, &|| name(i)))
-        .collect()
-}
-
 /// The slot that owns element `j` of a batch step's flat arrays.
 fn slot_of(slots: &[i64], runs: Option<&[usize]>, j: usize) -> Option<i64> {
     match runs {
@@ -410,23 +399,48 @@ fn slot_of(slots: &[i64], runs: Option<&[usize]>, j: usize) -> Option<i64> {
     }
 }
 
-fn collect_items<'py>(obj: &Bound<'py, PyAny>, field: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+/// Text pieces aligned with token ids, each kept with its Python object (a
+/// piece released whole is handed back without a copy). `name(i)` names
+/// element i in errors.
+fn extract_pieces(
+    obj: &Bound<'_, PyAny>,
+    field: &str,
+    name: &dyn Fn(usize) -> String,
+) -> PyResult<Vec<PyBackedStr>> {
     if obj.is_instance_of::<PyString>() {
         return Err(PyTypeError::new_err(format!(
             "{field} must be a sequence of str (one piece per token), not a single str"
         )));
     }
-    if let Ok(list) = obj.cast::<PyList>() {
-        return Ok(list.iter().collect());
-    }
-    obj.try_iter()
-        .map_err(|_| {
+    let one = |i: usize, item: Bound<'_, PyAny>| -> PyResult<PyBackedStr> {
+        let s = item.cast_into::<PyString>().map_err(|e| {
             PyTypeError::new_err(format!(
-                "{field} must be a sequence of str, got {}",
-                type_name(obj)
+                "{} must be str, got {}",
+                name(i),
+                type_name(e.into_inner().as_any())
             ))
-        })?
-        .collect()
+        })?;
+        PyBackedStr::try_from(s).map_err(|_| {
+            PyValueError::new_err(format!(
+                "{} is not valid Unicode (it contains a lone surrogate)",
+                name(i)
+            ))
+        })
+    };
+    if let Ok(list) = obj.cast::<PyList>() {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            out.push(one(i, item)?);
+        }
+        return Ok(out);
+    }
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{field} must be a sequence of str, got {}",
+            type_name(obj)
+        ))
+    })?;
+    iter.enumerate().map(|(i, item)| one(i, item?)).collect()
 }
 
 fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
@@ -749,13 +763,8 @@ impl PyFinishTracker {
         grammar_terminated_at: Option<i64>,
     ) -> PyResult<PyStepResult> {
         let ids = extract_ids(token_ids, "token_ids")?;
-        let holder = match texts {
-            Some(t) if !t.is_none() => Some(collect_items(t, "texts")?),
-            _ => None,
-        };
-        let pieces = holder
-            .as_deref()
-            .map(|h| extract_texts(h, &|i| format!("texts[{i}]")))
+        let pieces = opt_list(texts)
+            .map(|t| extract_pieces(t, "texts", &|i| format!("texts[{i}]")))
             .transpose()?;
         let g = match grammar_terminated_at {
             None => None,
@@ -853,13 +862,16 @@ pub struct PyBatchStepResult {
     rows: Vec<BatchRow>,
     text: String,
     tokens: Vec<u32>,
-    pieces: Vec<Py<PyAny>>,
+    pieces: Vec<PyBackedStr>,
 }
 
 impl PyBatchStepResult {
     fn text_delta<'py>(&self, py: Python<'py>, row: &BatchRow) -> Bound<'py, PyAny> {
         match &row.text {
-            TextDelta::Input(k) => self.pieces[*k].bind(py).clone(),
+            TextDelta::Input(k) => match (&self.pieces[*k]).into_pyobject(py) {
+                Ok(s) => s.into_any(),
+                Err(never) => match never {},
+            },
             TextDelta::Owned(r) => PyString::new(py, &self.text[r.clone()]).into_any(),
         }
     }
@@ -1085,12 +1097,8 @@ impl PyFinishBatch {
             }
         };
         let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
-        let holder = opt_list(texts)
-            .map(|t| collect_items(t, "texts"))
-            .transpose()?;
-        let pieces = holder
-            .as_deref()
-            .map(|h| extract_texts(h, &owner("texts")))
+        let pieces = opt_list(texts)
+            .map(|t| extract_pieces(t, "texts", &owner("texts")))
             .transpose()?;
         self.scratch.clear();
         self.inner
@@ -1113,7 +1121,7 @@ impl PyFinishBatch {
             let t = self.inner.get(s.slot as i64).expect("stepped slot exists");
             let delta = &t.text()[s.step.text_delta.clone()];
             let same_as_input = match &pieces {
-                Some(p) if s.run.len() == 1 && !delta.is_empty() => p[s.run.start] == delta,
+                Some(p) if s.run.len() == 1 && !delta.is_empty() => &*p[s.run.start] == delta,
                 _ => false,
             };
             let text = if same_as_input {
@@ -1133,8 +1141,7 @@ impl PyFinishBatch {
                 tokens: tok_start..out.tokens.len(),
             });
         }
-        drop(pieces);
-        out.pieces = holder.map_or_else(Vec::new, |h| h.into_iter().map(Bound::unbind).collect());
+        out.pieces = pieces.unwrap_or_default();
         Ok(out)
     }
 }
