@@ -134,13 +134,17 @@ def _int(v: Any, what: str, lo: int = 0, hi: int | None = None) -> int:
     return v
 
 
+def _check_object(obj: Any, keys: set[str], what: str) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(obj).__name__}")
+    unknown = set(obj) - keys
+    if unknown:
+        raise ValueError(f"{what} has unknown keys {sorted(unknown)}")
+
+
 def _parse_step(obj: Any, k: int) -> Step:
     where = f"steps[{k}]"
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where} must be an object, got {type(obj).__name__}")
-    unknown = set(obj) - _STEP_KEYS
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {sorted(unknown)}")
+    _check_object(obj, _STEP_KEYS, where)
     ids = obj.get("ids")
     if not isinstance(ids, list):
         raise ValueError(f"{where}.ids must be a list of token ids")
@@ -165,11 +169,7 @@ def _parse_step(obj: Any, k: int) -> Step:
 
 
 def _parse_request(obj: Any, file: str, line: int, impl: Any) -> Request:
-    if not isinstance(obj, dict):
-        raise ValueError(f"a request must be a JSON object, got {type(obj).__name__}")
-    unknown = set(obj) - _REQUEST_KEYS
-    if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)}")
+    _check_object(obj, _REQUEST_KEYS, "the request")
     rid = obj.get("id")
     if not isinstance(rid, str) or not rid:
         raise ValueError("'id' must be a non-empty string")
