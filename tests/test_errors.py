@@ -1,0 +1,723 @@
+"""The input-validation matrix: every public entry point, every way its input
+can be wrong, and what it gets.
+
+``ROWS`` below is the single source of the matrix. Each row is one test
+(``test_row``) and one line of the table in ``docs/errors.md``; that table is
+generated from ``ROWS`` (``python tests/test_errors.py --write``) and
+``test_doc_table_is_generated_from_rows`` fails when the two differ.
+
+A row either expects an exception (its type, and a piece of text that the
+message, or one of the notes PyO3 attaches naming the argument, must contain)
+or expects the input to be accepted, with a check of the result. Enormous
+inputs (100,000 stop strings, a 10 MB delta, a million-token run) are accepted
+rows: they must give the right answer; how long they take is not asserted
+(the matcher is linear, so they finish in well under a second or two).
+
+Rows with ``bug`` set state the behaviour stopline should have and are known
+not to have it yet; they run as strict xfails, so fixing the bug turns them
+into failures until the row loses its ``bug``. Each is described, with a
+reproduction, in docs/errors.md.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+import stopline
+from stopline import compat
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+BEGIN = "<!-- BEGIN MATRIX: generated from tests/test_errors.py ROWS by `python tests/test_errors.py --write` -->"
+END = "<!-- END MATRIX -->"
+
+SS = stopline.StopStrings
+SP = stopline.StopParams
+FT = stopline.FinishTracker
+FB = stopline.FinishBatch
+
+BIG = 10_000_000  # code points in an "enormous" text
+MANY = 100_000  # stop strings in an "enormous" list
+
+
+@dataclass(frozen=True)
+class Row:
+    entry: str  # the public entry point
+    case: str  # what is wrong with the input
+    call: Callable[[], Any]
+    raises: Optional[type]  # the exception, or None when the input is accepted
+    says: str  # text the message (or a PyO3 argument note) contains; for accepted rows, what the result is
+    check: Optional[Callable[[Any], bool]] = None  # accepted rows: the result check
+    bug: Optional[str] = None  # a known defect: the row runs as a strict xfail
+
+    @property
+    def id(self) -> str:
+        return f"{self.entry}: {self.case}"
+
+
+# ------------------------------------------------------------------ helpers --
+
+
+def tracker(**kw: Any) -> stopline.FinishTracker:
+    return FT(SP(**kw))
+
+
+def finished_tracker() -> stopline.FinishTracker:
+    t = tracker(max_tokens=1)
+    t.update([1])
+    return t
+
+
+def batch(n: int = 4, **kw: Any) -> stopline.FinishBatch:
+    b = FB(n)
+    b.add(0, SP(**kw))
+    return b
+
+
+def finished_batch() -> stopline.FinishBatch:
+    b = batch(max_tokens=1)
+    b.step([0], [1])
+    return b
+
+
+def step_is_atomic() -> tuple[list[int], list[int]]:
+    """A step rejected on its third slot leaves the first two untouched."""
+    b = batch()
+    b.add(1, SP())
+    with pytest.raises(ValueError):
+        b.step([1, 0, 3], [5, 6, 7])
+    return b.token_ids(0), b.token_ids(1)
+
+
+def failing_source() -> Any:
+    """An iterable that yields one stop string, then raises: the caller's
+    exception must come through unchanged."""
+    yield "a"
+    raise LookupError("the caller's source failed")
+
+
+def many_stops() -> list[str]:
+    return [f"stop-{i:06d}|" for i in range(MANY)]
+
+
+def in_subprocess(code: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter: a crash there cannot take pytest down."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def raises_in_subprocess(expr: str) -> str:
+    """The exception class that ``expr`` raises in a fresh interpreter (or how
+    the interpreter died)."""
+    r = in_subprocess(f"""
+        import stopline
+        try:
+            {expr}
+        except BaseException as e:
+            print(type(e).__name__, e)
+        else:
+            print("OK")
+    """)
+    if r.returncode != 0:
+        return f"process died with exit status {r.returncode}: {r.stderr.strip().splitlines()[-1:]}"
+    return r.stdout.strip()
+
+
+def lc(max_slots: int = 4, vocab_size: int = 100) -> Any:
+    from stopline.logits import LogitsConstraints
+
+    return LogitsConstraints(max_slots, vocab_size)
+
+
+def logits(rows: int = 2, vocab: int = 100, **kw: Any) -> Any:
+    import torch
+
+    return torch.zeros(rows, vocab, **kw)
+
+
+def tensor(*shape: int, dtype: str = "float32") -> Any:
+    import torch
+
+    return torch.zeros(*shape, dtype=getattr(torch, dtype))
+
+
+HUGE_INT = 2**70  # larger than any machine integer
+
+
+# --------------------------------------------------------------------- rows --
+
+ROWS: list[Row] = [
+    # StopStrings(stops)
+    Row("StopStrings", "stops is a bare str", lambda: SS("ab"), TypeError,
+        "stop must be a sequence of str, not a single str"),
+    Row("StopStrings", "stops is not iterable (int)", lambda: SS(5), TypeError, "stop",
+        bug="the message is Python's \"'int' object is not iterable\" and does not name `stop`"),
+    Row("StopStrings", "stops is None", lambda: SS(None), TypeError, "stop",
+        bug="the message is Python's \"'NoneType' object is not iterable\" and does not name `stop`"),
+    Row("StopStrings", "an entry is not a str", lambda: SS(["a", 1]), TypeError,
+        "stop[1] must be str, got int"),
+    Row("StopStrings", "an entry is bytes", lambda: SS([b"a"]), TypeError,
+        "stop[0] must be str, got bytes"),
+    Row("StopStrings", "stops is bytes (iterates ints)", lambda: SS(b"ab"), TypeError,
+        "stop[0] must be str, got int"),
+    Row("StopStrings", "an entry is empty", lambda: SS(["a", ""]), ValueError,
+        "stop[1] is an empty string"),
+    Row("StopStrings", "an entry has a lone surrogate", lambda: SS(["a", "\ud800"]), ValueError,
+        "stop[1] is not valid Unicode (it contains a lone surrogate)"),
+    Row("StopStrings", "the iterable raises midway", lambda: SS(failing_source()), LookupError,
+        "the caller's source failed"),
+    Row("StopStrings", "enormous: 100,000 stop strings", lambda: SS(many_stops()), None,
+        "accepted; len() == 100,000 and the last string matches",
+        check=lambda s: len(s) == MANY and s.matcher().feed("xx stop-099999|").index == MANY - 1),
+    Row("StopStrings", "enormous: one stop string of 1,000,000 code points",
+        lambda: SS(["é" * 1_000_000]).matcher().feed("é" * 1_000_000), None,
+        "accepted; matches at [0, 1,000,000)",
+        check=lambda m: (m.start, m.end) == (0, 1_000_000)),
+    Row("StopStrings.matcher", "include_in_output is not a bool", lambda: SS(["a"]).matcher("yes"),
+        TypeError, "include_in_output"),
+    Row("StopStrings.check", "output_text is not a str", lambda: SS(["a"]).check(5, 0), TypeError,
+        "output_text must be str, got int"),
+    Row("StopStrings.check", "output_text has a lone surrogate", lambda: SS(["a"]).check("a\udc00", 1),
+        ValueError, "output_text is not valid Unicode"),
+    Row("StopStrings.check", "new_char_count < 0", lambda: SS(["a"]).check("ab", -1), ValueError,
+        "new_char_count=-1 is outside [0, 2]"),
+    Row("StopStrings.check", "new_char_count > len(output_text)", lambda: SS(["a"]).check("ab", 3),
+        ValueError, "new_char_count=3 is outside [0, 2]"),
+    Row("StopStrings.check", "new_char_count is a float", lambda: SS(["a"]).check("ab", 1.0), TypeError,
+        "new_char_count"),
+    Row("StopStrings.check", "new_char_count is NaN", lambda: SS(["a"]).check("ab", math.nan), TypeError,
+        "new_char_count"),
+    Row("StopStrings.check", "new_char_count >= 2**63", lambda: SS(["a"]).check("ab", HUGE_INT),
+        OverflowError, "new_char_count"),
+    Row("StopStrings.check", "enormous: 10 MB output_text, match in the last 12",
+        lambda: SS(["END"]).check("y" * BIG + "END", 12), None,
+        "accepted; ('END', 10,000,000)", check=lambda r: r == ("END", BIG)),
+    # StopMatcher.feed
+    Row("StopMatcher.feed", "delta is not a str", lambda: SS(["a"]).matcher().feed(5), TypeError,
+        "delta must be str, got int"),
+    Row("StopMatcher.feed", "delta is None", lambda: SS(["a"]).matcher().feed(None), TypeError,
+        "delta must be str, got NoneType"),
+    Row("StopMatcher.feed", "delta is bytes", lambda: SS(["a"]).matcher().feed(b"a"), TypeError,
+        "delta must be str, got bytes"),
+    Row("StopMatcher.feed", "delta has a lone surrogate", lambda: SS(["a"]).matcher().feed("\udc00"),
+        ValueError, "delta is not valid Unicode"),
+    Row("StopMatcher.feed", "enormous: a 10 MB delta, stop at its end",
+        lambda: SS(["END", "x"]).matcher().feed("日" * BIG + "END"), None,
+        "accepted; match at code points [10,000,000, 10,000,003)",
+        check=lambda m: (m.index, m.start, m.end) == (0, BIG, BIG + 3)),
+    Row("StopMatcher.feed", "enormous: a 10 MB delta against 100,000 stop strings",
+        lambda: SS(many_stops()).matcher().feed("z" * BIG + "stop-054321|"), None,
+        "accepted; matches stop[54321] at 10,000,000",
+        check=lambda m: (m.index, m.start) == (54321, BIG)),
+    # check_stop_strings
+    Row("check_stop_strings", "output_text is not a str", lambda: stopline.check_stop_strings(5, 0, ["a"], False),
+        TypeError, "output_text must be str, got int"),
+    Row("check_stop_strings", "stop is a bare str", lambda: stopline.check_stop_strings("ab", 1, "a", False),
+        TypeError, "stop must be a sequence of str, not a single str"),
+    Row("check_stop_strings", "stop is None", lambda: stopline.check_stop_strings("ab", 1, None, False),
+        TypeError, "stop", bug="the message is Python's \"'NoneType' object is not iterable\" and does not name `stop`"),
+    Row("check_stop_strings", "a stop string is empty", lambda: stopline.check_stop_strings("ab", 1, [""], False),
+        ValueError, "stop[0] is an empty string"),
+    Row("check_stop_strings", "new_char_count < 0", lambda: stopline.check_stop_strings("ab", -1, ["a"], False),
+        ValueError, "new_char_count=-1 is outside [0, 2]"),
+    Row("check_stop_strings", "include_in_output missing", lambda: stopline.check_stop_strings("ab", 1, ["a"]),
+        TypeError, "include_in_output"),
+    Row("check_stop_strings", "include_in_output is not a bool",
+        lambda: stopline.check_stop_strings("ab", 1, ["a"], "x"), TypeError, "include_in_output"),
+    Row("check_stop_strings", "enormous: 100,000 stop strings, 10 MB text",
+        lambda: stopline.check_stop_strings("y" * BIG + "stop-000042|", 12, many_stops(), False), None,
+        "accepted; ('stop-000042|', 10,000,000)", check=lambda r: r == ("stop-000042|", BIG)),
+    # StopParams
+    Row("StopParams", "max_tokens = 0", lambda: SP(max_tokens=0), ValueError, "max_tokens: must be >= 1, got 0"),
+    Row("StopParams", "max_tokens < 0", lambda: SP(max_tokens=-1), ValueError, "max_tokens must be >= 0, got -1"),
+    Row("StopParams", "max_tokens is a float", lambda: SP(max_tokens=1.5), TypeError,
+        "max_tokens must be an int, got float"),
+    Row("StopParams", "max_tokens is NaN", lambda: SP(max_tokens=math.nan), TypeError,
+        "max_tokens must be an int, got float"),
+    Row("StopParams", "max_tokens is a str", lambda: SP(max_tokens="3"), TypeError,
+        "max_tokens must be an int, got str"),
+    Row("StopParams", "max_tokens >= 2**63", lambda: SP(max_tokens=HUGE_INT), ValueError, "max_tokens",
+        bug="raises TypeError 'max_tokens must be an int, got int' (the i64 conversion overflows)"),
+    Row("StopParams", "max_tokens is a bool (an int in Python)", lambda: SP(max_tokens=True), None,
+        "accepted as 1 (bool is an int subclass, as everywhere in Python)", check=lambda p: p.max_tokens == 1),
+    Row("StopParams", "min_tokens < 0", lambda: SP(min_tokens=-1), ValueError, "min_tokens must be >= 0, got -1"),
+    Row("StopParams", "min_tokens > max_tokens", lambda: SP(max_tokens=2, min_tokens=3), ValueError,
+        "min_tokens=3 is greater than max_tokens=2"),
+    Row("StopParams", "prompt_len < 0", lambda: SP(prompt_len=-1), ValueError, "prompt_len must be >= 0, got -1"),
+    Row("StopParams", "max_model_len = 0", lambda: SP(max_model_len=0), ValueError,
+        "max_model_len: must be >= 1, got 0"),
+    Row("StopParams", "prompt_len >= max_model_len", lambda: SP(max_model_len=10, prompt_len=10), ValueError,
+        "prompt_len=10 leaves no room under max_model_len=10"),
+    Row("StopParams", "vocab_size = 0", lambda: SP(vocab_size=0), ValueError, "vocab_size: must be >= 1, got 0"),
+    Row("StopParams", "vocab_size >= 2**32", lambda: SP(vocab_size=2**33), ValueError,
+        "vocab_size=8589934592 is larger than 2**32 - 1"),
+    Row("StopParams", "an EOS id >= vocab_size", lambda: SP(vocab_size=10, eos_token_ids=[10]), ValueError,
+        "eos_token_ids[0]=10 is outside [0, vocab_size=10)"),
+    Row("StopParams", "a stop token id >= vocab_size", lambda: SP(vocab_size=10, stop_token_ids=[3, 12]),
+        ValueError, "stop_token_ids[1]=12 is outside [0, vocab_size=10)"),
+    Row("StopParams", "a negative EOS id", lambda: SP(eos_token_ids=[-1]), ValueError,
+        "eos_token_ids[0]=-1 is not a valid token id"),
+    Row("StopParams", "an EOS id >= 2**32", lambda: SP(eos_token_ids=[2**32]), ValueError,
+        "eos_token_ids[0]=4294967296 is not a valid token id"),
+    Row("StopParams", "an EOS id >= 2**63", lambda: SP(eos_token_ids=[HUGE_INT]), ValueError,
+        "eos_token_ids[0]", bug="raises TypeError 'eos_token_ids[0] must be an int, got int'"),
+    Row("StopParams", "an EOS id is a str", lambda: SP(eos_token_ids=["a"]), TypeError,
+        "eos_token_ids[0] must be an int, got str"),
+    Row("StopParams", "eos_token_ids is a str", lambda: SP(eos_token_ids="12"), TypeError,
+        "eos_token_ids[0] must be an int, got str"),
+    Row("StopParams", "eos_token_ids is a float", lambda: SP(eos_token_ids=1.5), TypeError,
+        "eos_token_ids must be a sequence of ints, got float"),
+    Row("StopParams", "a stop token id is NaN", lambda: SP(stop_token_ids=[math.nan]), TypeError,
+        "stop_token_ids[0] must be an int, got float"),
+    Row("StopParams", "eos_token_ids is one int", lambda: SP(eos_token_ids=5), None,
+        "accepted as [5]", check=lambda p: p.eos_token_ids == [5]),
+    Row("StopParams", "stop is a bare str", lambda: SP(stop="x"), TypeError,
+        "stop must be a sequence of str, not a single str"),
+    Row("StopParams", "a stop string is empty", lambda: SP(stop=[""]), ValueError, "stop[0] is an empty string"),
+    Row("StopParams", "a stop string is None", lambda: SP(stop=[None]), TypeError, "stop[0] must be str, got NoneType"),
+    Row("StopParams", "a stop string has a lone surrogate", lambda: SP(stop=["\udfff"]), ValueError,
+        "stop[0] is not valid Unicode"),
+    Row("StopParams", "ignore_eos is not a bool", lambda: SP(ignore_eos="yes"), TypeError, "ignore_eos"),
+    Row("StopParams", "include_stop_str_in_output is None", lambda: SP(include_stop_str_in_output=None),
+        TypeError, "include_stop_str_in_output"),
+    Row("StopParams", "repetition is not a mapping", lambda: SP(repetition=5), TypeError,
+        "repetition must be a mapping"),
+    Row("StopParams", "repetition lacks max_pattern_size", lambda: SP(repetition={}), ValueError,
+        'repetition is missing the key "max_pattern_size"'),
+    Row("StopParams", "repetition has an unknown key",
+        lambda: SP(repetition={"max_pattern_size": 2, "min_count": 2, "bogus": 1}), ValueError,
+        "repetition has the unknown key 'bogus'"),
+    Row("StopParams", "repetition max_pattern_size = 0",
+        lambda: SP(repetition={"max_pattern_size": 0, "min_count": 2}), ValueError,
+        "max_pattern_size must be >= 1, got 0"),
+    Row("StopParams", "repetition min_pattern_size > max_pattern_size",
+        lambda: SP(repetition={"max_pattern_size": 2, "min_pattern_size": 3, "min_count": 2}), ValueError,
+        "min_pattern_size=3 is greater than max_pattern_size=2"),
+    Row("StopParams", "repetition min_count < 2",
+        lambda: SP(repetition={"max_pattern_size": 2, "min_count": 1}), ValueError, "min_count must be >= 2, got 1"),
+    Row("StopParams", "repetition value is a str",
+        lambda: SP(repetition={"max_pattern_size": "2", "min_count": 2}), TypeError,
+        'repetition["max_pattern_size"] must be an int, got str'),
+    Row("StopParams", "an unknown keyword", lambda: SP(bogus=1), TypeError, "unexpected keyword argument 'bogus'"),
+    Row("StopParams", "a positional argument", lambda: SP(3), TypeError, "positional"),
+    Row("StopParams", "enormous: 100,000 stop strings", lambda: SP(stop=many_stops()), None,
+        "accepted; all 100,000 kept", check=lambda p: len(p.stop) == MANY),
+    # FinishTracker
+    Row("FinishTracker", "params is not a StopParams", lambda: FT({"max_tokens": 3}), TypeError,
+        "params must be a stopline.StopParams, got dict"),
+    Row("FinishTracker.update", "a token id is a str", lambda: tracker().update(["a"]), TypeError,
+        "token_ids[0] must be an int, got str"),
+    Row("FinishTracker.update", "token_ids is a str", lambda: tracker().update("a"), TypeError,
+        "token_ids[0] must be an int, got str"),
+    Row("FinishTracker.update", "token_ids is None", lambda: tracker().update(None), TypeError,
+        "token_ids must be a sequence of ints, got NoneType"),
+    Row("FinishTracker.update", "a negative token id", lambda: tracker().update([-1]), ValueError,
+        "token_ids[0]=-1 is not a valid token id"),
+    Row("FinishTracker.update", "a token id >= 2**32", lambda: tracker().update([2**32]), ValueError,
+        "token_ids[0]=4294967296 is not a valid token id"),
+    Row("FinishTracker.update", "a token id >= 2**63", lambda: tracker().update([HUGE_INT]), ValueError,
+        "token_ids[0]", bug="raises TypeError 'token_ids[0] must be an int, got int'"),
+    Row("FinishTracker.update", "a token id is a float", lambda: tracker().update([1.0]), TypeError,
+        "token_ids[0] must be an int, got float"),
+    Row("FinishTracker.update", "a token id is NaN", lambda: tracker().update([math.nan]), TypeError,
+        "token_ids[0] must be an int, got float"),
+    Row("FinishTracker.update", "a token id >= vocab_size",
+        lambda: tracker(vocab_size=5).update([7]), None,
+        "accepted: finish_reason 'error', the token is not kept (SPEC 3.1)",
+        check=lambda r: (r.finish_reason, r.num_tokens) == ("error", 0)),
+    Row("FinishTracker.update", "an empty run", lambda: tracker().update([]), None,
+        "accepted; nothing changes", check=lambda r: (r.finished, r.num_tokens) == (False, 0)),
+    Row("FinishTracker.update", "texts shorter than token_ids", lambda: tracker().update([1, 2], ["a"]),
+        ValueError, "texts: has 1 pieces for 2 token ids"),
+    Row("FinishTracker.update", "texts is a bare str", lambda: tracker().update([1], "a"), TypeError,
+        "texts must be a sequence of str (one piece per token), not a single str"),
+    Row("FinishTracker.update", "a piece is not a str", lambda: tracker().update([1], [1]), TypeError,
+        "texts[0] must be str, got int"),
+    Row("FinishTracker.update", "a piece has a lone surrogate", lambda: tracker().update([1], ["\ud800"]),
+        ValueError, "texts[0] is not valid Unicode"),
+    Row("FinishTracker.update", "texts missing with stop strings", lambda: tracker(stop=["x"]).update([1]),
+        ValueError, "texts: is required: this sequence has stop strings"),
+    Row("FinishTracker.update", "grammar_terminated_at < 0", lambda: tracker().update([1], None, -1),
+        ValueError, "grammar_terminated_at=-1 is outside the run of 1 tokens"),
+    Row("FinishTracker.update", "grammar_terminated_at past the run", lambda: tracker().update([1], None, 1),
+        ValueError, "=1 is outside the run of 1 tokens"),
+    Row("FinishTracker.update", "grammar_terminated_at is a float", lambda: tracker().update([1], None, 1.0),
+        TypeError, "grammar_terminated_at"),
+    Row("FinishTracker.update", "update after finish", lambda: finished_tracker().update([2]), RuntimeError,
+        'the sequence already finished (finish_reason="length")'),
+    Row("FinishTracker.update", "a rejected update changes nothing",
+        lambda: (lambda t: (pytest.raises(ValueError, t.update, [1, 2], ["a"]), t.num_tokens)[1])(tracker()),
+        None, "accepted check: num_tokens still 0", check=lambda n: n == 0),
+    Row("FinishTracker.update", "enormous: a 10 MB piece ending in a stop string",
+        lambda: tracker(stop=["END"]).update([1], ["a" * BIG + "END"]), None,
+        "accepted; 'stop', text_len 10,000,000",
+        check=lambda r: (r.finish_reason, r.text_len, len(r.text_delta)) == ("stop", BIG, BIG)),
+    Row("FinishTracker.update", "enormous: a run of 1,000,000 tokens",
+        lambda: tracker(stop=["END"]).update(list(range(1_000_000)), ["ab"] * 1_000_000), None,
+        "accepted; 1,000,000 tokens kept, no match",
+        check=lambda r: (r.finished, r.num_tokens, r.text_len) == (False, 1_000_000, 2_000_000)),
+    Row("FinishTracker.abort", "an argument", lambda: tracker().abort(1), TypeError, "takes no arguments"),
+    Row("FinishTracker.abort", "abort after finish", lambda: finished_tracker().abort(), None,
+        "accepted: a no-op, empty deltas, finish_reason stays",
+        check=lambda r: (r.finish_reason, r.text_delta, r.token_ids_delta) == ("length", "", [])),
+    # FinishBatch
+    Row("FinishBatch", "max_slots < 0", lambda: FB(-1), ValueError, "max_slots must be >= 0, got -1"),
+    Row("FinishBatch", "max_slots is a float", lambda: FB(1.5), TypeError, "max_slots"),
+    Row("FinishBatch", "max_slots >= 2**63", lambda: FB(HUGE_INT), OverflowError, "max_slots"),
+    Row("FinishBatch", "max_slots = 2**62 (capacity overflow)",
+        lambda: raises_in_subprocess("stopline.FinishBatch(2**62)"), None,
+        "ValueError naming max_slots, in a fresh interpreter",
+        check=lambda out: out.startswith("ValueError") and "max_slots" in out,
+        bug="raises pyo3_runtime.PanicException('capacity overflow'), a BaseException that "
+            "`except Exception` does not catch"),
+    Row("FinishBatch", "max_slots = 10**12 (more memory than the machine has)",
+        lambda: raises_in_subprocess("stopline.FinishBatch(10**12)"), None,
+        "ValueError or MemoryError naming max_slots, in a fresh interpreter",
+        check=lambda out: out.split()[:1] in (["ValueError"], ["MemoryError"]) and "max_slots" in out,
+        bug="the allocation fails and Rust aborts the whole process (SIGABRT)"),
+    Row("FinishBatch.add", "slot < 0", lambda: batch().add(-1, SP()), ValueError, "slot -1: is outside [0, max_slots)"),
+    Row("FinishBatch.add", "slot >= max_slots", lambda: batch().add(4, SP()), ValueError,
+        "slot 4: is outside [0, max_slots)"),
+    Row("FinishBatch.add", "slot >= 2**63", lambda: batch().add(HUGE_INT, SP()), OverflowError, "slot"),
+    Row("FinishBatch.add", "slot already taken", lambda: batch().add(0, SP()), ValueError,
+        "slot 0: is already in use"),
+    Row("FinishBatch.add", "slot is a str", lambda: batch().add("1", SP()), TypeError, "slot"),
+    Row("FinishBatch.add", "params is None", lambda: batch().add(1, None), TypeError,
+        "params must be a stopline.StopParams, got NoneType"),
+    Row("FinishBatch.remove", "empty slot", lambda: batch().remove(1), ValueError, "slot 1: is empty"),
+    Row("FinishBatch.remove", "slot >= max_slots", lambda: batch().remove(9), ValueError,
+        "slot 9: is outside [0, max_slots)"),
+    Row("FinishBatch.remove", "slot is None", lambda: batch().remove(None), TypeError, "slot"),
+    Row("FinishBatch.abort", "empty slot", lambda: batch().abort(1), ValueError, "slot 1: is empty"),
+    Row("FinishBatch.abort", "slot < 0", lambda: batch().abort(-3), ValueError, "slot -3: is outside [0, max_slots)"),
+    Row("FinishBatch.result", "empty slot", lambda: batch().result(1), ValueError, "slot 1: is empty"),
+    Row("FinishBatch.result", "slot >= max_slots", lambda: batch().result(99), ValueError,
+        "slot 99: is outside [0, max_slots)"),
+    Row("FinishBatch.step", "token_ids longer than the runs", lambda: batch().step([0], [1, 2]), ValueError,
+        "token_ids: has 2 ids but the runs add up to 1"),
+    Row("FinishBatch.step", "an empty slot", lambda: batch().step([1], [1]), ValueError, "slot 1: is empty"),
+    Row("FinishBatch.step", "a slot twice", lambda: batch().step([0, 0], [1, 2]), ValueError,
+        "slot 0: appears twice in one step"),
+    Row("FinishBatch.step", "a slot >= max_slots", lambda: batch().step([7], [1]), ValueError,
+        "slot 7: is outside [0, max_slots)"),
+    Row("FinishBatch.step", "slots is a str", lambda: batch().step("0", [1]), TypeError,
+        "slots[0] must be an int, got str"),
+    Row("FinishBatch.step", "a slot is None", lambda: batch().step([None], [1]), TypeError,
+        "slots[0] must be an int, got NoneType"),
+    Row("FinishBatch.step", "a negative token id", lambda: batch().step([0], [-1]), ValueError,
+        "token_ids[0] (slot 0)=-1 is not a valid token id"),
+    Row("FinishBatch.step", "a token id is a str", lambda: batch().step([0], ["a"]), TypeError,
+        "token_ids[0] (slot 0) must be an int, got str"),
+    Row("FinishBatch.step", "run_lengths and slots differ in length", lambda: batch().step([0], [1, 2], [1, 1]),
+        ValueError, "run_lengths: has 2 entries for 1 slots"),
+    Row("FinishBatch.step", "run_lengths do not add up", lambda: batch().step([0], [1, 2], [3]), ValueError,
+        "token_ids: has 2 ids but the runs add up to 3"),
+    Row("FinishBatch.step", "a negative run length", lambda: batch().step([0], [1, 2], [-2]), ValueError,
+        "run_lengths[0]=-2 must be >= 0"),
+    Row("FinishBatch.step", "a run length is a float", lambda: batch().step([0], [1], [1.0]), TypeError,
+        "run_lengths[0] must be an int, got float"),
+    Row("FinishBatch.step", "texts and token_ids differ in length", lambda: batch().step([0], [1], None, ["a", "b"]),
+        ValueError, "texts: has 2 pieces for 1 token ids"),
+    Row("FinishBatch.step", "texts is a bare str", lambda: batch().step([0], [1], None, "a"), TypeError,
+        "texts must be a sequence of str (one piece per token), not a single str"),
+    Row("FinishBatch.step", "a piece is not a str", lambda: batch().step([0], [1], None, [1]), TypeError,
+        "texts[0] (slot 0) must be str, got int"),
+    Row("FinishBatch.step", "a piece has a lone surrogate", lambda: batch().step([0], [1], None, ["\udfff"]),
+        ValueError, "texts[0] (slot 0) is not valid Unicode"),
+    Row("FinishBatch.step", "texts missing with stop strings", lambda: batch(stop=["x"]).step([0], [1]),
+        ValueError, "texts: is required: this sequence has stop strings, which are matched on text (slot 0)"),
+    Row("FinishBatch.step", "grammar_terminated_at and slots differ in length",
+        lambda: batch().step([0], [1], None, None, [0, 0]), ValueError,
+        "grammar_terminated_at: has 2 entries for 1 slots"),
+    Row("FinishBatch.step", "grammar_terminated_at < -1", lambda: batch().step([0], [1], None, None, [-2]),
+        ValueError, "[0]=-2: use -1 for none or an index into the run (slot 0)"),
+    Row("FinishBatch.step", "grammar_terminated_at past the run", lambda: batch().step([0], [1], None, None, [1]),
+        ValueError, "=1 is outside the run of 1 tokens (slot 0)"),
+    Row("FinishBatch.step", "a finished slot", lambda: finished_batch().step([0], [2]), RuntimeError,
+        'slot 0 already finished (finish_reason="length"); remove() it before stepping it again'),
+    Row("FinishBatch.step", "a rejected step changes no slot", step_is_atomic, None,
+        "accepted check: slots 0 and 1 still empty", check=lambda r: r == ([], [])),
+    Row("FinishBatch.step", "an empty step", lambda: batch().step([], []), None,
+        "accepted; zero rows", check=lambda r: len(r) == 0),
+    Row("FinishBatch.step", "enormous: 100,000 slots in one step",
+        lambda: (lambda b: b.step(range(100_000), [1] * 100_000))(
+            (lambda b: [b.add(i, SP(max_tokens=1)) for i in range(100_000)] and b)(FB(100_000))), None,
+        "accepted; 100,000 'length' finishes",
+        check=lambda r: len(r) == 100_000 and set(r.finish_reasons) == {"length"}),
+    # to_openai_finish_reason
+    Row("to_openai_finish_reason", "an unknown reason", lambda: stopline.to_openai_finish_reason("bogus"),
+        ValueError, "finish_reason=\"bogus\" is not one of 'stop', 'length', 'abort', 'error', 'repetition'"),
+    Row("to_openai_finish_reason", "an empty reason", lambda: stopline.to_openai_finish_reason(""), ValueError,
+        'finish_reason="" is not one of'),
+    Row("to_openai_finish_reason", "reason is an int", lambda: stopline.to_openai_finish_reason(1), TypeError,
+        "finish_reason"),
+    Row("to_openai_finish_reason", "reason has a lone surrogate",
+        lambda: stopline.to_openai_finish_reason("\ud800"), UnicodeEncodeError, "finish_reason"),
+    Row("to_openai_finish_reason", "has_tool_calls is not a bool",
+        lambda: stopline.to_openai_finish_reason("stop", "x"), TypeError, "has_tool_calls"),
+    # stopline.compat
+    Row("compat.to_vllm_status", "an unknown reason", lambda: compat.to_vllm_status("bogus"), ValueError,
+        "finish_reason='bogus' is not one of"),
+    Row("compat.vllm_check_stop", "output_token_ids is a str",
+        lambda: compat.vllm_check_stop("abc", num_prompt_tokens=1, max_model_len=10), TypeError,
+        "output_token_ids must be a sequence of ints, got str"),
+    Row("compat.vllm_check_stop", "num_new_tokens > len(output_token_ids)",
+        lambda: compat.vllm_check_stop([1, 2], num_prompt_tokens=1, max_model_len=10, num_new_tokens=5),
+        ValueError, "num_new_tokens=5 is outside [0, 2]"),
+    Row("compat.vllm_check_stop", "num_new_tokens is a float",
+        lambda: compat.vllm_check_stop([1, 2], num_prompt_tokens=1, max_model_len=10, num_new_tokens=1.0),
+        TypeError, "num_new_tokens must be an int, got float"),
+    Row("compat.vllm_check_stop", "a negative token id",
+        lambda: compat.vllm_check_stop([1, -2], num_prompt_tokens=1, max_model_len=10), ValueError,
+        "=-2 is not a valid token id"),
+    Row("compat.vllm_check_stop", "num_prompt_tokens >= max_model_len",
+        lambda: compat.vllm_check_stop([1, 2], num_prompt_tokens=10, max_model_len=10), ValueError,
+        "prompt_len=10 leaves no room under max_model_len=10"),
+    Row("compat.vllm_check_stop", "all_stop_token_ids lacks the EOS id",
+        lambda: compat.vllm_check_stop([1, 2], num_prompt_tokens=1, max_model_len=10, eos_token_id=2,
+                                       all_stop_token_ids=[5]), ValueError, "all_stop_token_ids lacks [2]"),
+    Row("compat.vllm_check_stop", "max_model_len is NaN",
+        lambda: compat.vllm_check_stop([1, 2], num_prompt_tokens=1, max_model_len=math.nan), TypeError,
+        "max_model_len must be an int, got float"),
+    Row("compat.vllm_check_stop_request", "a pooling request",
+        lambda: compat.vllm_check_stop_request(type("R", (), {"pooling_params": object()})(), 10), ValueError,
+        "this is a pooling request"),
+    Row("compat.vllm_check_stop_request", "sampling_params is None",
+        lambda: compat.vllm_check_stop_request(type("R", (), {"sampling_params": None})(), 10), ValueError,
+        "request.sampling_params is None"),
+    Row("compat.vllm_detokenizer_stop", "a piece is not a str",
+        lambda: compat.vllm_detokenizer_stop([1, 2], stop=["a"]), TypeError, "texts[0] must be str, got int"),
+    Row("compat.vllm_detokenizer_stop", "a stop string is empty",
+        lambda: compat.vllm_detokenizer_stop(["a"], stop=[""]), ValueError, "stop[0] is an empty string"),
+    Row("compat.vllm_detokenizer_stop", "a piece has a lone surrogate",
+        lambda: compat.vllm_detokenizer_stop(["\ud800"], stop=["a"]), ValueError, "texts[0] is not valid Unicode"),
+    Row("compat.vllm_detokenizer_stop", "num_new_tokens > len(texts)",
+        lambda: compat.vllm_detokenizer_stop(["a"], stop=["a"], num_new_tokens=3), ValueError,
+        "num_new_tokens=3 is outside [0, 1]"),
+    Row("compat.sglang_check_finished", "output_texts and output_ids differ in length",
+        lambda: compat.sglang_check_finished([1, 2], max_new_tokens=5, output_texts=["a"]), ValueError,
+        "output_texts has 1 pieces for 2 output ids"),
+    Row("compat.sglang_check_finished", "stop_strs without output_texts",
+        lambda: compat.sglang_check_finished([1, 2], max_new_tokens=5, stop_strs=["a"]), ValueError,
+        "texts: is required"),
+    Row("compat.sglang_check_finished", "max_new_tokens = 0",
+        lambda: compat.sglang_check_finished([1, 2], max_new_tokens=0), ValueError, "must be >= 1, got 0"),
+    Row("compat.sglang_check_finished", "new_accepted_len < 0",
+        lambda: compat.sglang_check_finished([1, 2], max_new_tokens=5, new_accepted_len=-1), ValueError,
+        "new_accepted_len=-1 is outside [0, 2]"),
+    Row("compat.to_sglang_finish_reason", "'repetition' (SGLang has none)",
+        lambda: compat.to_sglang_finish_reason("repetition"), ValueError, "SGLang has no finish reason for repetition"),
+    Row("compat.to_sglang_finish_reason", "an unknown reason", lambda: compat.to_sglang_finish_reason("bogus"),
+        ValueError, "finish_reason='bogus' is not one of"),
+    Row("compat.to_sglang_finish_reason", "'stop' without matched", lambda: compat.to_sglang_finish_reason("stop"),
+        ValueError, "a 'stop' finish needs matched"),
+    Row("compat.SglangFinishReason", "an unknown kind", lambda: compat.SglangFinishReason(kind="X", type="stop"),
+        ValueError, "kind='X' is not one of"),
+    # stopline.logits.LogitsConstraints
+    Row("LogitsConstraints", "max_slots = 0", lambda: lc(0), ValueError, "max_slots must be positive, got 0"),
+    Row("LogitsConstraints", "vocab_size is a str", lambda: lc(4, "a"), TypeError, "vocab_size must be an int"),
+    Row("LogitsConstraints", "vocab_size >= 2**31", lambda: lc(4, 2**31), ValueError,
+        "vocab_size 2147483648 does not fit int32 token ids"),
+    Row("LogitsConstraints.set", "slot >= max_slots", lambda: lc().set(4), ValueError,
+        "slot 4 is outside [0, max_slots=4)"),
+    Row("LogitsConstraints.set", "slot is a float", lambda: lc().set(1.0), TypeError, "slot must be an int, got 1.0"),
+    Row("LogitsConstraints.set", "slot is a bool", lambda: lc().set(True), TypeError, "slot must be an int, got True"),
+    Row("LogitsConstraints.set", "min_tokens < 0", lambda: lc().set(0, min_tokens=-1), ValueError,
+        "min_tokens must be >= 0, got -1"),
+    Row("LogitsConstraints.set", "min_tokens >= 2**31", lambda: lc().set(0, min_tokens=2**31), ValueError,
+        "min_tokens 2147483648 does not fit int32"),
+    Row("LogitsConstraints.set", "an unknown restore policy", lambda: lc().set(0, restore="sometimes"), ValueError,
+        "restore must be one of ['always', 'never', 'structured'], got 'sometimes'"),
+    Row("LogitsConstraints.set", "a stop id >= vocab_size", lambda: lc().set(0, stop_token_ids=[100]), ValueError,
+        "stop_token_ids: token id 100 is outside [0, vocab_size=100)"),
+    Row("LogitsConstraints.set", "a negative stop id", lambda: lc().set(0, stop_token_ids=[-1]), ValueError,
+        "stop_token_ids: token id -1 is outside [0, vocab_size=100)"),
+    Row("LogitsConstraints.set", "stop_token_ids is a str", lambda: lc().set(0, stop_token_ids="a"), TypeError,
+        "stop_token_ids: expected a sequence of token ids"),
+    Row("LogitsConstraints.set", "a stop id is a float", lambda: lc().set(0, stop_token_ids=[1.0]), TypeError,
+        "stop_token_ids: token id 1.0 is not an int"),
+    Row("LogitsConstraints.set", "allowed_token_ids is empty", lambda: lc().set(0, allowed_token_ids=[]), ValueError,
+        "allowed_token_ids is empty"),
+    Row("LogitsConstraints.set", "an allowed id >= vocab_size", lambda: lc().set(0, allowed_token_ids=[200]),
+        ValueError, "allowed_token_ids: token id 200 is outside [0, vocab_size=100)"),
+    Row("LogitsConstraints.set", "an empty bad word", lambda: lc().set(0, bad_words=[[]]), ValueError,
+        "bad_words: an empty word bans nothing"),
+    Row("LogitsConstraints.set", "bad_words is an int", lambda: lc().set(0, bad_words=5), TypeError,
+        "bad_words: expected a sequence of token-id sequences"),
+    Row("LogitsConstraints.set", "a bad-word id is a str", lambda: lc().set(0, bad_words=[[1, "x"]]), TypeError,
+        "bad_words: token id 'x' is not an int"),
+    Row("LogitsConstraints.set", "a NaN bias", lambda: lc().set(0, logit_bias={1: math.nan}), ValueError,
+        "logit_bias: bias for token 1 is not finite in float32: nan"),
+    Row("LogitsConstraints.set", "an infinite bias", lambda: lc().set(0, logit_bias={1: math.inf}), ValueError,
+        "logit_bias: bias for token 1 is not finite in float32: inf"),
+    Row("LogitsConstraints.set", "a bias beyond float32", lambda: lc().set(0, logit_bias={1: 1e39}), ValueError,
+        "not finite in float32: 1e+39"),
+    Row("LogitsConstraints.set", "a bias is a str", lambda: lc().set(0, logit_bias={1: "x"}), TypeError,
+        "logit_bias: bias for token 1 is not a number: 'x'"),
+    Row("LogitsConstraints.set", "a bias id twice", lambda: lc().set(0, logit_bias=[(1, 1.0), (1, 2.0)]),
+        ValueError, "logit_bias: token id 1 appears twice"),
+    Row("LogitsConstraints.set", "a bias id >= vocab_size", lambda: lc().set(0, logit_bias={100: 1.0}), ValueError,
+        "logit_bias: token id 100 is outside [0, vocab_size=100)"),
+    Row("LogitsConstraints.set", "logit_bias is not pairs", lambda: lc().set(0, logit_bias=[1, 2]), TypeError,
+        "logit_bias: expected (token_id, bias) pairs, got 1"),
+    Row("LogitsConstraints.set", "enormous: allowed_token_ids of 1,000,000 ids",
+        lambda: (lambda c: (c.set(0, allowed_token_ids=range(0, 1_000_000, 2)), c)[1])(lc(2, 1_000_000)), None,
+        "accepted; odd ids masked on apply",
+        check=lambda c: (lambda x: (c.apply(x, [0], [0]), bool(x[0, 1].isinf() and x[0, 2] == 0))[1])(
+            logits(1, 1_000_000))),
+    Row("LogitsConstraints.apply", "logits is a list", lambda: lc().apply([[0.0] * 100] * 2, [0, 1], [0, 0]),
+        TypeError, "logits must be a torch.Tensor, got list"),
+    Row("LogitsConstraints.apply", "logits are int32", lambda: lc().apply(tensor(2, 100, dtype="int32"), [0, 1], [0, 0]),
+        TypeError, "logits dtype must be float32, bfloat16 or float16, got torch.int32"),
+    Row("LogitsConstraints.apply", "logits width != vocab_size", lambda: lc().apply(logits(2, 99), [0, 1], [0, 0]),
+        ValueError, "logits must be [rows, vocab_size=100], got (2, 99)"),
+    Row("LogitsConstraints.apply", "logits are 1-D", lambda: lc().apply(tensor(100), [0], [0]), ValueError,
+        "logits must be [rows, vocab_size=100], got (100,)"),
+    Row("LogitsConstraints.apply", "logits not contiguous in vocab", lambda: lc().apply(logits(100, 2).t(), [0, 1], [0, 0]),
+        ValueError, "logits: the vocab dimension must be contiguous"),
+    Row("LogitsConstraints.apply", "row_slots shorter than the rows", lambda: lc().apply(logits(), [0], [0, 0]),
+        ValueError, "row_slots must have one entry per logits row (2), got 1"),
+    Row("LogitsConstraints.apply", "a row slot >= max_slots", lambda: lc().apply(logits(), [0, 4], [0, 0]),
+        ValueError, "row_slots: slot 4 is outside [0, max_slots=4)"),
+    Row("LogitsConstraints.apply", "a negative row slot", lambda: lc().apply(logits(), [0, -1], [0, 0]),
+        ValueError, "row_slots: slot -1 is outside [0, max_slots=4)"),
+    Row("LogitsConstraints.apply", "a row slot is a float", lambda: lc().apply(logits(), [0, 1.0], [0, 0]),
+        TypeError, "row_slots: 1.0 is not an int"),
+    Row("LogitsConstraints.apply", "row_positions shorter than the rows", lambda: lc().apply(logits(), [0, 1], [0]),
+        ValueError, "row_positions must have one entry per logits row (2), got 1"),
+    Row("LogitsConstraints.apply", "an unknown backend", lambda: lc().apply(logits(), [0, 1], [0, 0], backend="cuda"),
+        ValueError, "backend must be one of ('auto', 'torch', 'triton'), got 'cuda'"),
+    Row("LogitsConstraints.apply", "bitmask is int64",
+        lambda: lc().apply(logits(), [0, 1], [0, 0], bitmask=tensor(2, 4, dtype="int64")), TypeError,
+        "bitmask dtype must be one of ['torch.int32'], got torch.int64"),
+    Row("LogitsConstraints.apply", "bitmask has the wrong width",
+        lambda: lc().apply(logits(), [0, 1], [0, 0], bitmask=tensor(2, 3, dtype="int32")), ValueError,
+        "bitmask must have shape (2, 4), got (2, 3)"),
+    Row("LogitsConstraints.apply", "grammar_rows is int32",
+        lambda: lc().apply(logits(), [0, 1], [0, 0], grammar_rows=tensor(2, dtype="int32")), TypeError,
+        "grammar_rows dtype must be one of ['torch.bool'], got torch.int32"),
+    Row("LogitsConstraints.apply", "NaN logits",
+        lambda: lc().apply(logits().fill_(math.nan), [0, 1], [0, 0]), None,
+        "accepted; every row reported infeasible (no finite logit)",
+        check=lambda inf: inf.tolist() == [True, True]),
+    Row("LogitsConstraints.append_tokens", "an id >= vocab_size", lambda: lc().append_tokens(0, [100]), ValueError,
+        "token_ids: token id 100 is outside [0, vocab_size=100)"),
+    Row("LogitsConstraints.append_tokens", "a negative id", lambda: lc().append_tokens(0, [-1]), ValueError,
+        "token_ids: token id -1 is outside [0, vocab_size=100)"),
+    Row("LogitsConstraints.append_tokens", "token_ids is a str", lambda: lc().append_tokens(0, "ab"), TypeError,
+        "token_ids: expected a sequence of token ids, got 'ab'"),
+    Row("LogitsConstraints.append_tokens", "a 2-D tensor",
+        lambda: lc().append_tokens(0, tensor(2, 2, dtype="int64")), TypeError,
+        "token_ids tensor must be 1-D integer, got torch.int64 (2, 2)"),
+    Row("LogitsConstraints.append_tokens", "a float tensor", lambda: lc().append_tokens(0, tensor(2)), TypeError,
+        "token_ids tensor must be 1-D integer, got torch.float32 (2,)"),
+    Row("LogitsConstraints.append_tokens", "slot >= max_slots", lambda: lc().append_tokens(9, [1]), ValueError,
+        "slot 9 is outside [0, max_slots=4)"),
+]
+
+_TORCH_ENTRIES = ("LogitsConstraints",)
+
+
+def _describe(e: BaseException) -> str:
+    """The message plus the notes PyO3 adds ("while processing 'slot'")."""
+    return " ".join([str(e), *getattr(e, "__notes__", [])])
+
+
+def _params() -> list[Any]:
+    out = []
+    for row in ROWS:
+        marks = []
+        if row.bug:
+            marks.append(pytest.mark.xfail(strict=True, reason=row.bug))
+        out.append(pytest.param(row, id=row.id, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("row", _params())
+def test_row(row: Row) -> None:
+    if row.entry.startswith(_TORCH_ENTRIES):
+        pytest.importorskip("torch")
+    if row.raises is None:
+        result = row.call()
+        assert row.check is not None, "an accepted row needs a check"
+        assert row.check(result), f"unexpected result: {result!r}"[:500]
+        return
+    with pytest.raises(BaseException) as info:
+        row.call()
+    # The exact class: a subclass (say PanicException for ValueError) would
+    # change what an engine's `except` catches.
+    assert type(info.value) is row.raises, _describe(info.value)
+    assert row.says in _describe(info.value)
+
+
+def test_rows_are_distinct() -> None:
+    ids = [row.id for row in ROWS]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_public_entry_point_has_rows() -> None:
+    entries = {row.entry for row in ROWS}
+    wanted = {
+        "StopStrings", "StopStrings.matcher", "StopStrings.check", "StopMatcher.feed",
+        "check_stop_strings", "StopParams", "FinishTracker", "FinishTracker.update",
+        "FinishTracker.abort", "FinishBatch", "FinishBatch.add", "FinishBatch.remove",
+        "FinishBatch.step", "FinishBatch.abort", "FinishBatch.result",
+        "to_openai_finish_reason", "LogitsConstraints.set", "LogitsConstraints.apply",
+        "LogitsConstraints.append_tokens",
+    } | {f"compat.{name}" for name in compat.__all__ if not name.endswith("Result")}
+    assert wanted <= entries, sorted(wanted - entries)
+
+
+# ---------------------------------------------------------------- the doc --
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table() -> str:
+    lines = [
+        "| # | entry point | wrong input | raises | message contains / result | status |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for i, row in enumerate(ROWS, 1):
+        raises = row.raises.__name__ if row.raises else "nothing (accepted)"
+        says = f"`{_cell(row.says)}`" if row.raises else _cell(row.says)
+        status = f"**known bug**: {_cell(row.bug)}" if row.bug else "ok"
+        lines.append(f"| {i} | `{row.entry}` | {_cell(row.case)} | {raises} | {says} | {status} |")
+    return "\n".join(lines)
+
+
+def _doc_block(text: str) -> str:
+    start = text.index(BEGIN) + len(BEGIN)
+    return text[start:text.index(END)].strip("\n")
+
+
+def test_doc_table_is_generated_from_rows() -> None:
+    assert _doc_block(DOC.read_text(encoding="utf-8")) == markdown_table(), (
+        "docs/errors.md is out of date: run `python tests/test_errors.py --write`"
+    )
+
+
+def write_doc() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index(BEGIN) + len(BEGIN)
+    end = text.index(END)
+    DOC.write_text(text[:start] + "\n" + markdown_table() + "\n" + text[end:], encoding="utf-8")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        write_doc()
+        print(f"wrote {len(ROWS)} rows to {DOC}")
+    else:
+        print(markdown_table())
