@@ -1,0 +1,208 @@
+"""``stopline bench``: the CPU benchmarks against the pure-Python baseline and
+the peer libraries, side by side in one run.
+
+Suites (``--suite``, repeatable; all by default):
+
+- ``stop``: stop-string matching per sequence-step for K stop strings, one
+  token piece or a 4-8 token accept run per step: stopline's matcher, the
+  pure-Python baseline, ``ahocorasick-rs`` and ``pyahocorasick`` (see
+  :mod:`stopline.bench.peers` for how each is driven).
+- ``finish``: the full finish check per sequence-step for a batch of B:
+  ``FinishBatch.step``, one ``FinishTracker.update`` per sequence, and the
+  pure-Python ``baseline.FinishBatch``.
+- ``setup``: compiling a 16-string stop list, cache miss and cache hit.
+
+Input is real text (``pydoc_data.topics``) cut into SmolLM2 tokenizer pieces
+when the ``demo`` extra and the tokenizer are present. Prints ratio tables and
+the targets, and writes a PNG plot of ns/step vs K (``--plot``), optionally
+the raw numbers as JSON and the tables as Markdown. Needs the ``bench`` extra
+(rich, matplotlib; the peers are skipped with a note when missing).
+
+This module imports nothing heavy until :func:`run` is called, so the CLI can
+build its parser cheaply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+
+__all__ = ["add_arguments", "main", "run"]
+
+SUITES = ("stop", "finish", "setup")
+CASES = {"single": "single token", "runs": "4-8 token runs"}
+DEFAULT_KS = (1, 4, 16, 64, 256, 1024)
+DEFAULT_BATCHES = (1, 64, 256, 1024)
+
+# (full run, --quick)
+DEFAULTS = {
+    "steps": (20_000, 1_000),
+    "seq_steps": (51_200, 4_096),
+    "compiles": (2_000, 200),
+    "repeats": (7, 3),
+}
+
+
+def _positive(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Adds the ``stopline bench`` options to ``p``."""
+    p.add_argument("--suite", action="append", choices=SUITES, default=None,
+                   help="suite to run (repeat for several; default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes and few repeats (well under a minute); explicit sizes still win")
+    p.add_argument("--ks", type=_positive, nargs="+", default=None, metavar="K",
+                   help=f"stop-list sizes (default {' '.join(map(str, DEFAULT_KS))})")
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=None,
+                   help="step shapes for the stop suite: single token pieces, 4-8 token runs (default both)")
+    p.add_argument("--steps", type=_positive, default=None,
+                   help=f"sequence-steps per stop-suite run (default {DEFAULTS['steps'][0]}, quick {DEFAULTS['steps'][1]})")
+    p.add_argument("--batches", "--batch", type=_positive, nargs="+", default=None, metavar="B",
+                   help=f"batch sizes for the finish suite (default {' '.join(map(str, DEFAULT_BATCHES))})")
+    p.add_argument("--seq-steps", type=_positive, default=None,
+                   help=f"sequence-steps per finish-suite run, whatever the batch (default "
+                        f"{DEFAULTS['seq_steps'][0]}, quick {DEFAULTS['seq_steps'][1]})")
+    p.add_argument("--compiles", type=_positive, default=None,
+                   help=f"compiles per set-up run (default {DEFAULTS['compiles'][0]}, quick {DEFAULTS['compiles'][1]})")
+    p.add_argument("--repeats", type=_positive, default=None,
+                   help=f"timed rounds; the median is reported (default {DEFAULTS['repeats'][0]}, "
+                        f"quick {DEFAULTS['repeats'][1]})")
+    p.add_argument("--plot", default="stopline-bench.png", metavar="PNG",
+                   help="where to write the plot of ns/step vs K (default ./stopline-bench.png)")
+    p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no plot")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write every measurement as JSON")
+    p.add_argument("--markdown", default=None, metavar="PATH", help="also write the tables as Markdown")
+    return p
+
+
+def _pick(args: argparse.Namespace, name: str) -> int:
+    v = getattr(args, name)
+    return v if v is not None else DEFAULTS[name][1 if args.quick else 0]
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the suites ``args`` selects (see :func:`add_arguments`); returns
+    the exit status: 0, or 1 when an implementation reports different stop
+    matches than stopline (its numbers would mean nothing)."""
+    try:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+    except ImportError:
+        print("stopline bench needs the bench extra: pip install 'stopline[bench]'", file=sys.stderr)
+        return 2
+
+    import stopline
+    from stopline.bench import data, peers, report, suites
+
+    console = Console()
+    chosen = args.suite or list(SUITES)
+    ks = args.ks or list(DEFAULT_KS)
+    cases = [CASES[c] for c in (args.cases or list(CASES))]
+    batches = args.batches or list(DEFAULT_BATCHES)
+    steps, seq_steps = _pick(args, "steps"), _pick(args, "seq_steps")
+    compiles, repeats = _pick(args, "compiles"), _pick(args, "repeats")
+
+    impls, missing = peers.available()
+    for name, why in missing.items():
+        console.print(f"[yellow]{name}: {why}; left out[/]")
+    with console.status("cutting the text into tokenizer pieces"):
+        pieces, splitter = data.text_pieces(max(steps * 8, 20_000))
+
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "stopline bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else None,
+        "cpu": _cpu(),
+        "cores": os.cpu_count(),
+        "load average at start": _load(),
+        "python": platform.python_version(),
+        "stopline": f"{stopline.__version__} ({os.path.basename(stopline._core.__file__)})",
+        "peers": ", ".join(f"{i.name} {i.version}" for i in impls.values() if i.name not in
+                           (peers.STOPLINE, peers.BASELINE)) or "none",
+        "pieces": f"{len(pieces)} pieces of pydoc_data.topics, {splitter}",
+        "sizes": f"K={ks}, cases={cases}, steps={steps}, batches={batches}, seq_steps={seq_steps}, "
+                 f"compiles={compiles}, repeats={repeats} (median of rounds)",
+    }
+    meta = {k: v for k, v in meta.items() if v is not None}
+
+    per_round = {
+        "stop": len(cases) * len(ks) * len(impls),
+        "finish": len(batches) * 3,
+        "setup": len(impls) + 1,
+    }
+    total = sum(per_round[s] for s in chosen) * (repeats + 1)
+    rows: list = []
+    agreement = {}
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    with progress:
+        task = progress.add_task("benchmarking", total=total)
+
+        def tick() -> None:
+            progress.advance(task)
+
+        if "stop" in chosen:
+            progress.update(task, description="stop strings: checking the implementations agree")
+            agreement = suites.stop_strings_agreement(impls, pieces, min(steps, 6_000))
+            progress.update(task, description="stop strings")
+            rows += suites.stop_strings(impls, ks, steps, repeats, pieces, cases, tick)
+        if "finish" in chosen:
+            progress.update(task, description="finish check")
+            rows += suites.finish(batches, seq_steps, repeats, pieces, tick)
+        if "setup" in chosen:
+            progress.update(task, description="set-up")
+            rows += suites.setup(impls, compiles, repeats, tick)
+    meta["load average at end"] = _load()
+
+    res = report.Result(rows, meta, agreement)
+    for line in report.format_meta(meta):
+        console.print(line, style="dim", highlight=False)
+    report.print_tables(res, console)
+    if args.plot and report.plot(res, args.plot):
+        console.print(f"plot: {args.plot}")
+    if args.json:
+        report.write_json(res, args.json)
+        console.print(f"json: {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.markdown(res))
+        console.print(f"markdown: {args.markdown}")
+    return 0 if all(ok for _, ok in agreement.values()) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m stopline.bench`` and the scripts in ``benches/``."""
+    p = argparse.ArgumentParser(prog="stopline bench", description=__doc__.splitlines()[0])
+    return run(add_arguments(p).parse_args(argv))

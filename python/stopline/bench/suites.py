@@ -1,0 +1,216 @@
+"""The three CPU suites: stop strings per K, the finish check per batch size,
+and compiling a stop list. Each returns :class:`Row` s measured side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import stopline
+from stopline import baseline
+from stopline.bench import data, peers
+from stopline.bench.timing import Timing, time_side_by_side
+
+SINGLE = "single token"
+RUNS = "4-8 token runs"
+
+FINISH_BATCH = "stopline FinishBatch.step"
+FINISH_TRACKERS = "stopline FinishTracker.update"
+FINISH_BASELINE = "baseline FinishBatch.step"
+
+COMPILE_MISS = "compile 16, cache miss"
+COMPILE_HIT = "compile 16, cache hit"
+
+
+@dataclass
+class Row:
+    """One measured cell: ``ns`` per ``unit`` for ``impl`` at ``size``."""
+
+    suite: str
+    case: str
+    size: int
+    impl: str
+    timing: Timing
+    unit: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ns(self) -> float:
+        return self.timing.median
+
+
+Tick = Callable[[], None]
+
+
+# -------------------------------------------------------------- stop strings
+
+
+def stop_strings(
+    impls: dict[str, peers.Impl],
+    ks: Sequence[int],
+    steps: int,
+    repeats: int,
+    pieces: Sequence[str],
+    cases: Sequence[str] = (SINGLE, RUNS),
+    tick: Tick | None = None,
+) -> list[Row]:
+    """ns per sequence-step feeding ``steps`` deltas (one token piece, or a
+    4-8 token run) for every K."""
+    inputs = {SINGLE: list(pieces[:steps]), RUNS: data.accept_runs(pieces, steps)}
+    rows = []
+    for case in cases:
+        deltas = inputs[case]
+        for k in ks:
+            stops = data.stop_list(k)
+            fns = {name: _stop_fn(impl, stops, deltas) for name, impl in impls.items()}
+            for name, t in time_side_by_side(fns, repeats, tick).items():
+                rows.append(Row("stop", case, k, name, t, "ns/step"))
+    return rows
+
+
+def _stop_fn(impl: peers.Impl, stops: list[str], deltas: list[str]) -> Callable[[], int]:
+    compiled = impl.compile(stops)
+    return lambda: impl.loop(compiled, stops, deltas)
+
+
+def stop_strings_agreement(
+    impls: dict[str, peers.Impl], pieces: Sequence[str], steps: int
+) -> dict[str, tuple[int, bool]]:
+    """On a list of stops that match often (``data.CHECK_STOPS``), in both
+    step shapes: how many matches each implementation reports and whether they
+    equal stopline's, match for match."""
+    stops = list(data.CHECK_STOPS)
+    inputs = [list(pieces[:steps]), data.accept_runs(pieces, max(steps // 6, 1))]
+    ref = [peers.find_all(impls[peers.STOPLINE], stops, d) for d in inputs]
+    out = {}
+    for name, impl in impls.items():
+        got = [peers.find_all(impl, stops, d) for d in inputs]
+        out[name] = (sum(map(len, got)), got == ref)
+    return out
+
+
+# -------------------------------------------------------------- finish check
+
+
+def finish_params(text_pieces: Sequence[str]) -> dict:
+    """4 stop strings that never occur in the text (a finished sequence would
+    reject the next step), an EOS id and 2 stop token ids."""
+    text = "".join(text_pieces)
+    stops = [s for s in data.stop_list(64) if s not in text][:4]
+    return {"stop": stops, "eos_token_ids": [2], "stop_token_ids": [3, 4], "max_tokens": 1 << 30}
+
+
+def finish(
+    batches: Sequence[int],
+    seq_steps: int,
+    repeats: int,
+    pieces: Sequence[str],
+    tick: Tick | None = None,
+) -> list[Row]:
+    """ns per sequence-step of the full finish check, one token with its text
+    piece per sequence per step, the engine reading every finished flag and
+    text delta: ``FinishBatch.step`` vs one ``FinishTracker.update`` per
+    sequence vs the pure-Python ``baseline.FinishBatch``. About ``seq_steps``
+    sequence-steps per run whatever the batch size."""
+    params = finish_params(pieces)
+    rows = []
+    for batch in batches:
+        steps = max(seq_steps // batch, 4)
+        # Sequence s reads the text from its own offset; ids never hit EOS/stop ids.
+        per_step = [
+            ([100 + (s + k) % 30_000 for s in range(batch)],
+             [pieces[(s * 997 + k) % len(pieces)] for s in range(batch)])
+            for k in range(steps)
+        ]
+        fns = _finish_fns(batch, steps, per_step, params)
+        for name, t in time_side_by_side(fns, repeats, tick).items():
+            rows.append(Row("finish", "one token per step", batch, name, t, "ns/seq-step",
+                            {"steps": steps}))
+    return rows
+
+
+def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[str, Callable[[], int]]:
+    """The three timed runs of one batch size; each reads every finished
+    flag and text delta, as an engine does."""
+    slots = list(range(batch))
+
+    def rust_batch() -> int:
+        b = stopline.FinishBatch(batch)
+        p = stopline.StopParams(**params)
+        for s in slots:
+            b.add(s, p)
+        done = 0
+        for ids, texts in per_step:
+            r = b.step(slots, ids, None, texts)
+            done += len(r.finished_slots) + len(r.text_deltas)
+        return batch * steps
+
+    def rust_trackers() -> int:
+        p = stopline.StopParams(**params)
+        trackers = [stopline.FinishTracker(p) for _ in slots]
+        done = 0
+        for ids, texts in per_step:
+            for t, i, piece in zip(trackers, ids, texts):
+                r = t.update([i], [piece])
+                done += r.finished + len(r.text_delta)
+        return batch * steps
+
+    def python() -> int:
+        b = baseline.FinishBatch(batch)
+        p = baseline.StopParams(**params)
+        for s in slots:
+            b.add(s, p)
+        done = 0
+        for ids, texts in per_step:
+            for r in b.step(slots, ids, None, texts):
+                done += r.finished + len(r.text_delta)
+        return batch * steps
+
+    return {FINISH_BATCH: rust_batch, FINISH_TRACKERS: rust_trackers, FINISH_BASELINE: python}
+
+
+# ------------------------------------------------------------------- set-up
+
+
+def setup(
+    impls: dict[str, peers.Impl],
+    count: int,
+    repeats: int,
+    tick: Tick | None = None,
+) -> list[Row]:
+    """ns per compile of a 16-string stop list. Cache miss: a list never seen
+    before each time (all lists are built before timing); cache hit: the same
+    list again, as ``StopStrings(list)`` (only stopline caches). The baseline's
+    compile is a ``StopMatcher`` (it derives its prefix set per matcher)."""
+    base = data.stop_list(16)
+    runs = repeats + 1  # the warm-up run too
+    fresh = [[*base[:-1], f"<<fresh-{j:07d}>>"] for j in range(count * runs * len(impls))]
+    taken = 0
+    compile_fns = {name: impl.compile for name, impl in impls.items()}
+    compile_fns[peers.BASELINE] = baseline.StopMatcher
+
+    def miss(fn: Callable) -> Callable[[], int]:
+        def run() -> int:
+            nonlocal taken
+            lists = fresh[taken:taken + count]
+            taken += count
+            for stops in lists:
+                fn(stops)
+            return count
+
+        return run
+
+    def hit() -> int:
+        fn = stopline.StopStrings
+        fn(base)
+        for _ in range(count):
+            fn(base)
+        return count
+
+    fns = {name: miss(fn) for name, fn in compile_fns.items()}
+    rows = []
+    for name, t in time_side_by_side(fns, repeats, tick).items():
+        rows.append(Row("setup", COMPILE_MISS, 16, name, t, "ns/compile"))
+    t = time_side_by_side({peers.STOPLINE: hit}, repeats, tick)[peers.STOPLINE]
+    rows.append(Row("setup", COMPILE_HIT, 16, peers.STOPLINE, t, "ns/compile"))
+    return rows
