@@ -1,4 +1,4 @@
-"""The ``stopline`` command line: ``replay`` and ``generate``."""
+"""The ``stopline`` command line: ``replay``, ``generate`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -71,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true",
                    help="print one JSON object with the result instead of the stream")
     g.add_argument("--quiet", action="store_true", help="do not stream the text, print only the result")
+
+    from stopline import bench
+
+    bench.add_arguments(sub.add_parser(
+        "bench",
+        help="CPU benchmarks vs the pure-Python baseline and peer libraries (needs stopline[bench])",
+        description="Stop strings per K, the finish check per batch size and stop-list set-up, "
+        "stopline side by side with the pure-Python baseline, ahocorasick-rs and pyahocorasick: "
+        "ratio tables in the terminal and a PNG plot of ns/step vs K.",
+    ))
     return p
 
 
@@ -99,6 +109,10 @@ def _run(args: argparse.Namespace) -> int:
         from stopline import generate
 
         return generate.main(args)
+    if args.command == "bench":
+        from stopline import bench
+
+        return bench.run(args)
     build_parser().print_help(sys.stderr)
     return 2
 
