@@ -10,6 +10,20 @@ pub enum Error {
     EmptyStop { index: usize },
     /// The automaton could not be built (for example: too many states).
     Build(String),
+    /// A stop regex does not parse or uses what a DFA cannot run.
+    RegexInvalid {
+        index: usize,
+        pattern: String,
+        message: String,
+    },
+    /// A stop regex can match the empty string (it would match everywhere).
+    RegexEmptyMatch { index: usize, pattern: String },
+    /// The stop regexes need a DFA larger than `limit` bytes.
+    RegexTooLarge {
+        index: usize,
+        pattern: String,
+        limit: usize,
+    },
     /// `new_char_count` is outside `[0, len(output_text)]`.
     NewCharCount { value: i64, text_len: usize },
     /// A request parameter is out of range; `field` is its public name.
@@ -40,6 +54,23 @@ impl fmt::Display for Error {
                 write!(f, "stop[{index}] is an empty string; stop strings must be non-empty")
             }
             Error::Build(msg) => write!(f, "cannot compile the stop strings: {msg}"),
+            Error::RegexInvalid {
+                index,
+                pattern,
+                message,
+            } => write!(f, "stop_regex[{index}]={pattern:?} is not a valid stop regex: {message}"),
+            Error::RegexEmptyMatch { index, pattern } => write!(
+                f,
+                "stop_regex[{index}]={pattern:?} can match the empty string; stop regexes must match at least one character"
+            ),
+            Error::RegexTooLarge {
+                index,
+                pattern,
+                limit,
+            } => write!(
+                f,
+                "stop_regex[{index}]={pattern:?} needs a DFA larger than the {limit}-byte limit (with the patterns before it); simplify it or bound its repetitions"
+            ),
             Error::NewCharCount { value, text_len } => write!(
                 f,
                 "new_char_count={value} is outside [0, {text_len}] (the length of output_text in code points)"

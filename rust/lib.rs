@@ -1,6 +1,7 @@
 //! stopline's core: when an LLM sequence stops and what it reports.
 //!
 //! * [`stop_strings`]: the incremental multi-stop-string matcher.
+//! * [`stop_regex`]: stop regexes, matched incrementally on a shared DFA.
 //! * [`finish`]: the ordered finish-state machine of one sequence.
 //! * [`batch`]: many sequences advanced by one call per engine step.
 //! * [`error`]: the one error type.
@@ -11,6 +12,7 @@
 pub mod batch;
 pub mod error;
 pub mod finish;
+pub mod stop_regex;
 pub mod stop_strings;
 
 #[cfg(feature = "python")]
