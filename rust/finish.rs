@@ -304,6 +304,7 @@ impl FinishTracker {
 
     /// Checks a step's arguments against each other and the state, without
     /// changing anything.
+    #[inline]
     pub fn check_step(
         &self,
         run_len: usize,
@@ -479,6 +480,7 @@ impl FinishTracker {
 
     /// Advances the released text and tokens: all at finish, else all but the
     /// hold-back.
+    #[inline]
     fn release(&mut self) {
         if self.finish.is_some() {
             self.emitted_bytes = self.kept.text.len();

@@ -630,6 +630,7 @@ struct Outcome {
 }
 
 impl Outcome {
+    #[inline]
     fn of(t: &FinishTracker) -> Self {
         let finish = t.finish();
         let stop_string = finish.and_then(|f| match f.matched {

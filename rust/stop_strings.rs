@@ -380,7 +380,7 @@ impl StopMatcher {
     ///
     /// Returns the earliest stop string that ends inside `delta`; the whole
     /// delta is consumed either way.
-    #[inline]
+    #[inline(always)]
     pub fn feed_counted(&mut self, delta: &str, delta_chars: usize) -> Option<StopMatch> {
         let (state, hit) = self.stops.scan(self.state, delta.as_bytes());
         self.state = state;
