@@ -30,6 +30,30 @@ Sources of the rules:
   The order of checks and the per-position evaluation of speculative runs
   follow SPEC 3; EOS below min_tokens is honoured (SPEC 3.3), unlike vLLM.
 
+- Stop regexes: as SGLang's ``Req._check_str_based_finish``
+  (``python/sglang/srt/managers/schedule_batch.py``), which runs
+  ``re.search(regex, tail_str)`` over a re-decoded tail of the output whose
+  length comes from ``get_max_seq_length`` (``sampling_params.py``: the
+  pattern's maximum width, or the whole output for unbounded patterns). Here
+  the tail is the pattern's maximum width in code points before the new text
+  (the whole text when unbounded), and each candidate end in the new text is
+  tried in turn with ``(?:pattern)(?=rest\\Z)``, ``rest`` the text after that
+  end, so the earliest end wins, ``search`` returns the leftmost start there
+  (SPEC 2), and ``$`` / ``\\b`` see the text that follows, as in the core.
+  The hold-back for regexes is a safe bound, not exact: the last
+  ``max width - 1`` code points, and everything from the first position a
+  match could start at for an unbounded pattern (Python's ``re`` cannot tell
+  whether a text is a prefix of a match).
+
+Where Python's ``re`` and the core's Rust regex syntax differ (the baseline
+compiles patterns with ``re``, so differential tests keep to the common
+subset): Python's ``$`` also matches before a final ``"\\n"`` and Rust's only
+at the end (Rust's ``\\z`` is Python's ``\\Z``; Rust has no ``\\Z``); Rust has
+``\\p{...}`` classes, ``(?-u:...)``, ``[[:alpha:]]`` and class set operations,
+Python has look-around and back-references; Python's ``\\b`` is Unicode, the
+core accepts only the ASCII ``(?-u:\\b)``; case folding tables differ in
+corners.
+
 Choices where the SPEC is silent (the Rust core agrees unless noted in the
 tests): a bare ``str`` as a stop list is a TypeError (not split into
 characters); the whole text, not just the window, must be encodable; an empty
@@ -44,7 +68,9 @@ are rejected.
 
 from __future__ import annotations
 
+import functools
 import operator
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +82,7 @@ __all__ = [
     "StopMatch",
     "StopMatcher",
     "StopParams",
+    "StopRegexMatcher",
     "check_stop_strings",
 ]
 
@@ -89,6 +116,48 @@ def _validate_stops(stop: Any, what: str = "stop") -> tuple[str, ...]:
         if not s:
             raise ValueError(f"{what}[{i}] is an empty string")
         _check_encodable(s, f"{what}[{i}]")
+    return items
+
+
+def _regex_width(pattern: str) -> tuple[int, int | None]:
+    """(min, max) width of a pattern in code points; max None if unbounded."""
+    try:
+        from re import _parser as sre_parse  # type: ignore[attr-defined]
+    except ImportError:  # Python 3.10
+        import sre_parse  # type: ignore[no-redef]
+    lo, hi = sre_parse.parse(pattern).getwidth()
+    return lo, (None if hi >= sre_parse.MAXREPEAT else hi)
+
+
+_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_ending(pattern: str, rest: str = "") -> re.Pattern[str]:
+    """``pattern`` followed by exactly ``rest`` and the end of the text;
+    leading global flags stay in front, where Python requires them."""
+    m = _GLOBAL_FLAGS.match(pattern)
+    flags = m.group() if m else ""
+    return re.compile(f"{flags}(?:{pattern[len(flags):]})(?={re.escape(rest)}\\Z)")
+
+
+def _validate_regexes(patterns: Any, what: str = "stop_regex") -> tuple[str, ...]:
+    if isinstance(patterns, str):
+        raise TypeError(f"{what} must be a sequence of str, not a str ({patterns!r}); wrap it in a list")
+    try:
+        items = tuple(patterns)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of str, got {type(patterns).__name__}") from None
+    for i, p in enumerate(items):
+        if not isinstance(p, str):
+            raise TypeError(f"{what}[{i}] must be str, got {type(p).__name__}")
+        _check_encodable(p, f"{what}[{i}]")
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise ValueError(f"{what}[{i}]={p!r} is not a valid stop regex: {e}") from None
+        if _regex_width(p)[0] == 0:
+            raise ValueError(f"{what}[{i}]={p!r} can match the empty string")
     return items
 
 
@@ -249,6 +318,69 @@ class StopMatcher:
         return StopMatch(i, self._stops[i], start, end, end if self._include else start)
 
 
+class StopRegexMatcher:
+    """Incremental stop-regex matcher for one sequence, the way engines do it:
+    ``re`` over a tail window of the text (module docs)."""
+
+    __slots__ = ("_patterns", "_ends", "_include", "_width", "_text", "_holdback")
+
+    def __init__(self, patterns: Sequence[str], include_in_output: bool = False) -> None:
+        self._patterns = _validate_regexes(patterns, "patterns")
+        self._ends = [_compile_ending(p) for p in self._patterns]
+        self._include = bool(include_in_output)
+        widths = [_regex_width(p)[1] for p in self._patterns]
+        bounded = [w for w in widths if w is not None]
+        # None: some pattern is unbounded and a match may start anywhere.
+        self._width: int | None = max(bounded, default=1) if len(bounded) == len(widths) else None
+        self.reset()
+
+    def reset(self) -> None:
+        self._text = ""
+        self._holdback = 0
+
+    @property
+    def holdback(self) -> int:
+        return self._holdback
+
+    @property
+    def chars_fed(self) -> int:
+        return len(self._text)
+
+    def feed(self, delta: str) -> StopMatch | None:
+        if not isinstance(delta, str):
+            raise TypeError(f"delta must be str, got {type(delta).__name__}")
+        if not delta:
+            return None
+        _check_encodable(delta, "delta")
+        new_from = len(self._text)
+        text = self._text = self._text + delta
+        width = self._width
+        lo = 0 if width is None else max(0, new_from + 1 - width)
+        found = None
+        q = len(text)
+        for end in range(new_from + 1, q + 1):
+            rest = text[end:]
+            for i, rx in enumerate(self._ends):
+                if rest:
+                    # The text after ``end`` is a look-ahead, so ``$`` and
+                    # ``\\b`` see it, as they do in the core.
+                    rx = _compile_ending(self._patterns[i], rest)
+                m = rx.search(text, lo, q)
+                if m is not None:
+                    found = (i, m.start(), end)
+                    break
+            if found is not None:
+                break
+        if not self._include:
+            # A later match starts at most width - 1 characters back; with an
+            # unbounded pattern it may start anywhere, so nothing is safe.
+            self._holdback = len(text) if width is None else min(width - 1, len(text))
+        if found is None:
+            return None
+        i, start, end = found
+        return StopMatch(i, self._patterns[i], start, end, end if self._include else start)
+
+
 # -------------------------------------------------------------- finish state
 
 
@@ -267,6 +399,7 @@ class StopParams:
     ignore_eos: bool = False
     stop_token_ids: Sequence[int] = ()
     stop: Sequence[str] = ()
+    stop_regex: Sequence[str] = ()
     include_stop_str_in_output: bool = False
     vocab_size: int | None = None
     repetition: Mapping[str, int] | None = field(default=None)
@@ -317,6 +450,7 @@ class StopParams:
         put("eos_token_ids", _id_list("eos_token_ids", self.eos_token_ids, vocab))
         put("stop_token_ids", _id_list("stop_token_ids", self.stop_token_ids, vocab))
         put("stop", _validate_stops(self.stop))
+        put("stop_regex", _validate_regexes(self.stop_regex))
 
         rep = self.repetition
         if rep is not None:
@@ -375,7 +509,7 @@ class FinishTracker:
 
     __slots__ = (
         "_params", "_vocab", "_min_tokens", "_limit", "_eos", "_stop_ids", "_include",
-        "_matcher", "_rep", "_tokens", "_ends", "_emitted_parts", "_pending",
+        "_matcher", "_rx_matcher", "_rep", "_tokens", "_ends", "_emitted_parts", "_pending",
         "_emitted_len", "_emitted_tokens", "_text_len", "_finished", "_reason",
         "_stop_reason", "_matched",
     )
@@ -398,6 +532,9 @@ class FinishTracker:
         self._stop_ids = frozenset(p.stop_token_ids)
         self._include = p.include_stop_str_in_output
         self._matcher = StopMatcher(p.stop, p.include_stop_str_in_output) if p.stop else None
+        self._rx_matcher = (
+            StopRegexMatcher(p.stop_regex, p.include_stop_str_in_output) if p.stop_regex else None
+        )
         r = p.repetition
         self._rep = None if r is None else (max(r["min_pattern_size"], 1), r["max_pattern_size"], r["min_count"])
         self._tokens: list[int] = []
@@ -464,8 +601,10 @@ class FinishTracker:
             if t < 0:
                 raise ValueError(f"{where}token_ids[{i}] = {t} is negative")
         if texts is None:
-            if self._matcher is not None:
-                raise ValueError(f"{where}texts is required: stop strings need the token text")
+            if self._matcher is not None or self._rx_matcher is not None:
+                raise ValueError(
+                    f"{where}texts is required: stop strings and stop regexes need the token text"
+                )
         else:
             if isinstance(texts, str):
                 raise TypeError(f"{where}texts must be a sequence of str (one per token), not a str")
@@ -495,6 +634,7 @@ class FinishTracker:
         tokens = self._tokens
         ends = self._ends
         matcher = self._matcher
+        rx_matcher = self._rx_matcher
         vocab = self._vocab
         limit = self._limit
         for i, t in enumerate(run):
@@ -504,15 +644,24 @@ class FinishTracker:
             if vocab is not None and t >= vocab:
                 self._finish("error", None, None)
                 break
-            # 2. stop string completing in this piece (the matcher sees every piece)
-            if matcher is not None and piece:
-                m = matcher.feed(piece)
+            # 2. stop string or regex completing in this piece (the matchers
+            # see every piece); earliest end, a string before a regex
+            if piece and (matcher is not None or rx_matcher is not None):
+                m = matcher.feed(piece) if matcher is not None else None
+                mr = rx_matcher.feed(piece) if rx_matcher is not None else None
+                if mr is not None and (m is None or mr.end < m.end):
+                    m = mr
+                else:
+                    mr = None
                 if m is not None and n > self._min_tokens:
                     tokens.append(t)
+                    matched = m.stop
+                    if mr is not None:
+                        matched = (self.text + piece)[mr.start:mr.end]
                     cut = m.truncate_to - self._emitted_len
                     self._pending = (self._pending + piece)[:cut]
                     self._text_len = m.truncate_to
-                    self._finish("stop", m.stop, m.stop)
+                    self._finish("stop", m.stop, matched)
                     break
             # 3./4. EOS and stop token ids: token kept, text only if included
             if t in self._eos or t in self._stop_ids:
@@ -553,7 +702,9 @@ class FinishTracker:
             self._ends.clear()
         else:
             hb = self._matcher.holdback if self._matcher is not None else 0
-            cut = len(self._pending) - hb
+            if self._rx_matcher is not None:
+                hb = max(hb, self._rx_matcher.holdback)
+            cut = max(0, len(self._pending) - hb)
             text_delta = self._pending[:cut]
             self._pending = self._pending[cut:]
             emitted = self._emitted_len + cut
