@@ -17,6 +17,11 @@ use crate::stop_strings::{
     StopMatch as CoreMatch, StopMatcher as CoreMatcher, StopStrings as CoreStops,
 };
 
+/// Python's `repr()` of a Rust value converted to its Python counterpart.
+fn py_repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<String> {
+    Ok(value.into_bound_py_any(py)?.repr()?.to_string())
+}
+
 fn to_py_err(e: Error) -> PyErr {
     match e {
         Error::Finished { .. } | Error::SlotFinished { .. } => {
@@ -152,8 +157,8 @@ impl PyStopStrings {
         self.inner.len()
     }
 
-    fn __repr__(&self) -> String {
-        format!("StopStrings({:?})", self.inner.stops())
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("StopStrings({})", py_repr(py, self.inner.stops())?))
     }
 }
 
@@ -269,11 +274,15 @@ impl PyStopMatch {
 
 #[pymethods]
 impl PyStopMatch {
-    fn __repr__(&self) -> String {
-        format!(
-            "StopMatch(index={}, stop={:?}, start={}, end={}, truncate_to={})",
-            self.index, self.stop, self.start, self.end, self.truncate_to
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "StopMatch(index={}, stop={}, start={}, end={}, truncate_to={})",
+            self.index,
+            py_repr(py, &self.stop)?,
+            self.start,
+            self.end,
+            self.truncate_to
+        ))
     }
 }
 
@@ -602,22 +611,23 @@ impl PyStopParams {
             .map(|r| (r.max_pattern_size, r.min_pattern_size, r.min_count))
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let p = &self.inner;
-        format!(
-            "StopParams(max_tokens={:?}, min_tokens={}, prompt_len={}, max_model_len={:?}, eos_token_ids={:?}, \
-             ignore_eos={}, stop_token_ids={:?}, stop={:?}, include_stop_str_in_output={}, vocab_size={:?})",
-            p.max_tokens,
+        Ok(format!(
+            "StopParams(max_tokens={}, min_tokens={}, prompt_len={}, max_model_len={}, eos_token_ids={}, \
+             ignore_eos={}, stop_token_ids={}, stop={}, include_stop_str_in_output={}, vocab_size={}, repetition={})",
+            py_repr(py, p.max_tokens)?,
             p.min_tokens,
             p.prompt_len,
-            p.max_model_len,
-            p.eos_token_ids,
-            p.ignore_eos,
-            p.stop_token_ids,
-            self.stop(),
-            p.include_stop_str_in_output,
-            p.vocab_size
-        )
+            py_repr(py, p.max_model_len)?,
+            py_repr(py, &p.eos_token_ids)?,
+            py_repr(py, p.ignore_eos)?,
+            py_repr(py, &p.stop_token_ids)?,
+            py_repr(py, self.stop())?,
+            py_repr(py, p.include_stop_str_in_output)?,
+            py_repr(py, p.vocab_size)?,
+            py_repr(py, self.repetition())?,
+        ))
     }
 }
 
