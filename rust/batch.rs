@@ -13,6 +13,10 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::finish::{FinishTracker, Step, StopParams};
 
+/// The largest batch: far above any engine's concurrent sequences, and small
+/// enough that the slot table always fits in memory.
+pub const MAX_SLOTS: usize = 1 << 24;
+
 /// A fixed number of slots, each empty or holding one sequence.
 pub struct FinishBatch {
     slots: Vec<Option<FinishTracker>>,
@@ -35,12 +39,20 @@ fn slot_err(slot: i64, message: &'static str) -> Error {
 }
 
 impl FinishBatch {
-    pub fn new(max_slots: usize) -> Self {
-        FinishBatch {
+    /// # Errors
+    /// [`Error::Param`] for more than [`MAX_SLOTS`] slots.
+    pub fn new(max_slots: usize) -> Result<Self, Error> {
+        if max_slots > MAX_SLOTS {
+            return Err(Error::Param {
+                field: "max_slots",
+                message: format!("max_slots={max_slots} is more than the supported {MAX_SLOTS}"),
+            });
+        }
+        Ok(FinishBatch {
             slots: (0..max_slots).map(|_| None).collect(),
             seen: vec![0; max_slots],
             epoch: 0,
-        }
+        })
     }
 
     pub fn max_slots(&self) -> usize {
@@ -170,7 +182,18 @@ impl FinishBatch {
                 ));
             }
         }
-        let total: usize = run_lengths.map_or(slots.len(), |r| r.iter().sum());
+        let total = match run_lengths {
+            None => slots.len(),
+            Some(r) => r
+                .iter()
+                .try_fold(0usize, |acc, &n| acc.checked_add(n))
+                .ok_or_else(|| {
+                    step_err(
+                        "run_lengths",
+                        "add up to more than any list of token ids can hold".into(),
+                    )
+                })?,
+        };
         if total != token_ids.len() {
             return Err(step_err(
                 "token_ids",
@@ -247,7 +270,7 @@ mod tests {
 
     #[test]
     fn batch_equals_trackers() {
-        let mut b = FinishBatch::new(4);
+        let mut b = FinishBatch::new(4).unwrap();
         b.add(0, params()).unwrap();
         b.add(3, params()).unwrap();
         let mut t0 = FinishTracker::new(params()).unwrap();
@@ -273,7 +296,7 @@ mod tests {
 
     #[test]
     fn rejected_step_changes_nothing() {
-        let mut b = FinishBatch::new(2);
+        let mut b = FinishBatch::new(2).unwrap();
         b.add(0, params()).unwrap();
         b.add(1, params()).unwrap();
         let mut out = vec![];

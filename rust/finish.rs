@@ -141,6 +141,15 @@ impl StopParams {
                     ),
                 ));
             }
+            if r.max_pattern_size.checked_mul(r.min_count).is_none() {
+                return Err(param(
+                    "repetition",
+                    format!(
+                        "max_pattern_size={} times min_count={} overflows",
+                        r.max_pattern_size, r.min_count
+                    ),
+                ));
+            }
             if r.min_count < 2 {
                 return Err(param(
                     "repetition",
@@ -213,10 +222,16 @@ pub struct Step {
 /// True when the tail of `tokens` repeats one pattern as `r` describes.
 pub fn has_repetition(tokens: &[u32], r: Repetition) -> bool {
     let n = tokens.len();
-    (r.min_pattern_size.max(1)..=r.max_pattern_size).any(|len| {
-        let span = len * r.min_count;
-        span <= n && (0..span - len).all(|k| tokens[n - 1 - k] == tokens[n - 1 - k - len])
-    })
+    for len in r.min_pattern_size.max(1)..=r.max_pattern_size {
+        // Longer patterns only need more tokens: stop at the first that cannot fit.
+        let Some(span) = len.checked_mul(r.min_count).filter(|&s| s <= n) else {
+            return false;
+        };
+        if (0..span - len).all(|k| tokens[n - 1 - k] == tokens[n - 1 - k - len]) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The tokens and text a sequence keeps.

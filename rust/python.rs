@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::batch::{FinishBatch, SlotStep};
@@ -81,7 +81,13 @@ pub(crate) fn extract_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec
         )));
     }
     let mut out = Vec::new();
-    for (i, item) in obj.try_iter()?.enumerate() {
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{field} must be a sequence of str, got {}",
+            type_name(obj)
+        ))
+    })?;
+    for (i, item) in iter.enumerate() {
         let item = item?;
         let (s, _) = extract_str(&item, &|| format!("{field}[{i}]"))?;
         if s.is_empty() {
@@ -329,13 +335,7 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// One token id: a non-negative int below 2**32.
 #[inline]
 fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u32> {
-    let v: i64 = item.extract().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{} must be an int, got {}",
-            field(),
-            type_name(item)
-        ))
-    })?;
+    let v = extract_int(item, field)?;
     u32::try_from(v).map_err(|_| {
         PyValueError::new_err(format!(
             "{}={v} is not a valid token id (must be in [0, 2**32))",
@@ -379,10 +379,26 @@ fn extract_ids_named(
     Ok(out)
 }
 
+/// An int that fits in i64: a wrong type is a TypeError, an int out of range
+/// a ValueError; both name the field.
+#[inline]
+fn extract_int(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<i64> {
+    item.extract::<i64>().map_err(|_| {
+        if item.is_instance_of::<pyo3::types::PyInt>() {
+            let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
+            PyValueError::new_err(format!("{}={shown} is out of range", field()))
+        } else {
+            PyTypeError::new_err(format!(
+                "{} must be an int, got {}",
+                field(),
+                type_name(item)
+            ))
+        }
+    })
+}
+
 fn extract_nonneg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<u64> {
-    let v: i64 = obj.extract().map_err(|_| {
-        PyTypeError::new_err(format!("{field} must be an int, got {}", type_name(obj)))
-    })?;
+    let v = extract_int(obj, &|| field.to_string())?;
     u64::try_from(v).map_err(|_| PyValueError::new_err(format!("{field} must be >= 0, got {v}")))
 }
 
@@ -604,11 +620,19 @@ impl PyStopParams {
     fn vocab_size(&self) -> Option<u32> {
         self.inner.vocab_size
     }
+    /// `{"max_pattern_size", "min_pattern_size", "min_count"}`, as accepted.
     #[getter]
-    fn repetition(&self) -> Option<(usize, usize, usize)> {
+    fn repetition<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         self.inner
             .repetition
-            .map(|r| (r.max_pattern_size, r.min_pattern_size, r.min_count))
+            .map(|r| {
+                let d = PyDict::new(py);
+                d.set_item("max_pattern_size", r.max_pattern_size)?;
+                d.set_item("min_pattern_size", r.min_pattern_size)?;
+                d.set_item("min_count", r.min_count)?;
+                Ok(d)
+            })
+            .transpose()
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -626,7 +650,7 @@ impl PyStopParams {
             py_repr(py, self.stop())?,
             py_repr(py, p.include_stop_str_in_output)?,
             py_repr(py, p.vocab_size)?,
-            py_repr(py, self.repetition())?,
+            py_repr(py, self.repetition(py)?)?,
         ))
     }
 }
@@ -1000,7 +1024,7 @@ impl PyFinishBatch {
             PyValueError::new_err(format!("max_slots must be >= 0, got {max_slots}"))
         })?;
         Ok(Self {
-            inner: FinishBatch::new(n),
+            inner: FinishBatch::new(n).map_err(to_py_err)?,
             scratch: Vec::new(),
         })
     }
@@ -1159,12 +1183,7 @@ impl PyFinishBatch {
 
 fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
     let one = |item: &Bound<'_, PyAny>, i: usize| -> PyResult<i64> {
-        item.extract::<i64>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "{field}[{i}] must be an int, got {}",
-                type_name(item)
-            ))
-        })
+        extract_int(item, &|| format!("{field}[{i}]"))
     };
     if let Ok(list) = obj.cast::<PyList>() {
         let mut out = Vec::with_capacity(list.len());
