@@ -100,7 +100,12 @@ pub(crate) fn extract_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec
     Ok(out)
 }
 
+/// A compiled `StopStrings` is reused as is; any other sequence of `str` is
+/// compiled (through the cache).
 pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc<CoreStops>> {
+    if let Ok(compiled) = obj.cast::<PyStopStrings>() {
+        return Ok(Arc::clone(&compiled.get().inner));
+    }
     CoreStops::compile(extract_stops(obj, field)?).map_err(to_py_err)
 }
 

@@ -64,7 +64,7 @@ class StopStrings:
     def __len__(self) -> int: ...
 
 def check_stop_strings(
-    output_text: str, new_char_count: int, stop: Iterable[str], include_in_output: bool
+    output_text: str, new_char_count: int, stop: Iterable[str] | StopStrings, include_in_output: bool
 ) -> tuple[str, int] | None: ...
 def to_openai_finish_reason(finish_reason: str | None, has_tool_calls: bool = False) -> str | None: ...
 
@@ -82,7 +82,7 @@ class StopParams:
         eos_token_ids: Iterable[int] | None = None,
         ignore_eos: bool = False,
         stop_token_ids: Iterable[int] | None = None,
-        stop: Iterable[str] | None = None,
+        stop: Iterable[str] | StopStrings | None = None,
         include_stop_str_in_output: bool = False,
         vocab_size: int | None = None,
         repetition: Mapping[str, int] | None = None,
