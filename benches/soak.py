@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         while free and added < args.sequences:
             slot = free.pop()
             # Early stops (strings, EOS, repetition, aborts) end about half the
-            # sequences before their cap; caps of 1x-3x the average make up for it.
-            max_tokens = rng.randint(avg_len, 3 * avg_len)
+            # sequences before their cap; caps of 1.2x-3.2x the average make
+            # up for it, so the step budget and the sequences run out together.
+            max_tokens = rng.randint(avg_len + avg_len // 5, 3 * avg_len + avg_len // 5)
             params = stopline.StopParams(
                 max_tokens=max(1, max_tokens),
                 min_tokens=rng.choice((0, 0, 4)),
@@ -205,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
         streamed[slot][1] += len(r.token_ids_delta)
         retire(slot, r)
     elapsed = time.perf_counter() - t0
-    del batch
     gc.collect()
     rss_end = rss_mib()
     growth = rss_end - samples[0]["rss_mib"] if samples else 0.0

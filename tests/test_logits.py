@@ -9,7 +9,6 @@ written straight from SPEC section 4 checks the reference itself.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import random
 import sys

@@ -122,9 +122,9 @@ def _validate_stops(stop: Any, what: str = "stop") -> tuple[str, ...]:
 def _regex_width(pattern: str) -> tuple[int, int | None]:
     """(min, max) width of a pattern in code points; max None if unbounded."""
     try:
-        from re import _parser as sre_parse  # type: ignore[attr-defined]
+        from re import _parser as sre_parse  # type: ignore[attr-defined, unused-ignore]
     except ImportError:  # Python 3.10
-        import sre_parse  # type: ignore[no-redef]
+        import sre_parse  # type: ignore[no-redef, unused-ignore]
     lo, hi = sre_parse.parse(pattern).getwidth()
     return lo, (None if hi >= sre_parse.MAXREPEAT else hi)
 
@@ -583,7 +583,9 @@ class FinishTracker:
         return "".join(self._emitted_parts) + self._pending
 
     # -- stepping
-    def _prepare(self, token_ids: Any, texts: Any, grammar_terminated_at: Any, where: str = ""):
+    def _prepare(
+        self, token_ids: Any, texts: Any, grammar_terminated_at: Any, where: str = ""
+    ) -> tuple[list[int], list[str] | None, int | None]:
         """Validate one step without touching state; returns normalized args."""
         if self._finished:
             raise RuntimeError(

@@ -148,7 +148,7 @@ def _replay(
     )
 
 
-def _stops(stop: Union[str, Sequence[str], None]) -> Optional[list]:
+def _stops(stop: Union[str, Sequence[str], None]) -> Optional[list[str]]:
     # vLLM and SGLang both accept a single string for `stop` and wrap it.
     if stop is None:
         return None
@@ -204,7 +204,7 @@ def _repetition(value: Any) -> Optional[Mapping[str, int]]:
     if isinstance(value, Mapping):
         get = value.get
     else:
-        def get(key, default=None):
+        def get(key: str, default: Any = None) -> Any:
             return getattr(value, key, default)
     max_size = get("max_pattern_size", 0) or 0
     if max_size <= 0:
@@ -474,7 +474,7 @@ class SglangFinishReason:
         if self.kind not in _SGLANG_KINDS:
             raise ValueError(f"kind={self.kind!r} is not one of {sorted(_SGLANG_KINDS)}")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         if self.type == "stop":
             return {"type": "stop", "matched": self.matched}
         if self.type == "length":
