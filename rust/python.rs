@@ -312,6 +312,15 @@ fn check_stop_strings<'py>(
     check_impl(py, &stops, output_text, new_char_count, include_in_output)
 }
 
+/// Test hook, not API: panics inside the binding layer so the tests can show
+/// that PyO3 turns a Rust panic into a Python exception
+/// (`pyo3_runtime.PanicException`) instead of crashing the interpreter
+/// (`tests/test_errors.py::test_a_rust_panic_is_a_python_exception`).
+#[pyfunction]
+fn _panic_for_tests(message: &str) -> PyResult<()> {
+    panic!("{message}")
+}
+
 #[pymodule(gil_used = false)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStopStrings>()?;
@@ -324,6 +333,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFinishBatch>()?;
     m.add_function(wrap_pyfunction!(check_stop_strings, m)?)?;
     m.add_function(wrap_pyfunction!(to_openai_finish_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -717,3 +717,42 @@ if __name__ == "__main__":
         print(f"wrote {len(ROWS)} rows to {DOC}")
     else:
         print(markdown_table())
+
+
+# ------------------------------------------------------------ Rust panics --
+
+
+def test_a_rust_panic_is_a_python_exception() -> None:
+    """A panic inside the binding comes out as pyo3_runtime.PanicException
+    (a BaseException: stopline code must never panic on input, which is what
+    the matrix above checks), and the interpreter and stopline keep working."""
+    panic = stopline._core._panic_for_tests
+    with pytest.raises(BaseException) as info:
+        panic("test hook: deliberate panic")
+    assert type(info.value).__name__ == "PanicException"
+    assert "deliberate panic" in str(info.value)
+    # Still usable afterwards, as often as it happens.
+    for _ in range(3):
+        with pytest.raises(BaseException):
+            panic("again")
+    assert stopline.check_stop_strings("hello world.", 1, ["."], False) == (".", 11)
+
+
+def test_panic_in_a_fresh_interpreter_does_not_crash_it() -> None:
+    r = in_subprocess("""
+        import stopline._core as c
+        try:
+            c._panic_for_tests("boom")
+        except BaseException as e:
+            print(type(e).__name__)
+        print("alive")
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["PanicException", "alive"]
+
+
+def test_release_profile_unwinds() -> None:
+    """panic = "abort" would turn every panic into a process abort."""
+    cargo = (Path(__file__).resolve().parent.parent / "Cargo.toml").read_text(encoding="utf-8")
+    profile = cargo.split("[profile.release]", 1)[1].split("\n[", 1)[0]
+    assert 'panic = "unwind"' in profile

@@ -14,6 +14,7 @@ __all__ = [
     "check_stop_strings",
     "to_openai_finish_reason",
     "__version__",
+    "_panic_for_tests",  # PyO3 lists every added function in the runtime __all__
 ]
 
 __version__: str
@@ -212,3 +213,6 @@ class FinishBatch:
         texts: Sequence[str] | None = None,
         grammar_terminated_at: Iterable[int] | None = None,
     ) -> BatchStepResult: ...
+
+def _panic_for_tests(message: str) -> None:
+    """Test hook, not API: panics in Rust; PyO3 raises PanicException."""
