@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--compiles", type=_positive, default=None,
                    help=f"compiles per set-up run (default {DEFAULTS['compiles'][0]}, quick {DEFAULTS['compiles'][1]})")
     p.add_argument("--repeats", type=_positive, default=None,
-                   help=f"timed rounds; the median is reported (default {DEFAULTS['repeats'][0]}, "
+                   help=f"timed rounds, each at least 20 ms of CPU time; the median is reported (default {DEFAULTS['repeats'][0]}, "
                         f"quick {DEFAULTS['repeats'][1]})")
     p.add_argument("--plot", default="stopline-bench.png", metavar="PNG",
                    help="where to write the plot of ns/step vs K (default ./stopline-bench.png)")
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
                            (peers.STOPLINE, peers.BASELINE)) or "none",
         "pieces": f"{len(pieces)} pieces of pydoc_data.topics, {splitter}",
         "sizes": f"K={ks}, cases={cases}, steps={steps}, batches={batches}, seq_steps={seq_steps}, "
-                 f"compiles={compiles}, repeats={repeats} (median of rounds)",
+                 f"compiles={compiles}, repeats={repeats} (median of rounds; thread CPU time)",
     }
     meta = {k: v for k, v in meta.items() if v is not None}
 
