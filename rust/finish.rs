@@ -11,10 +11,11 @@
 //!
 //! 1. invalid token (`vocab_size` set, id >= vocab_size) -> `error`; the token
 //!    and its text are not kept;
-//! 2. a stop string completing inside this token's text, only if
-//!    `n > min_tokens` (as vLLM v1's detokenizer; the match may start in
+//! 2. a stop string or stop regex completing inside this token's text, only
+//!    if `n > min_tokens` (as vLLM v1's detokenizer; the match may start in
 //!    earlier tokens) -> `stop`, text cut at the match (kept up to its end with
-//!    `include_stop_str_in_output`);
+//!    `include_stop_str_in_output`). The earliest end inside the token wins; at
+//!    the same end a string beats a regex;
 //! 3. EOS (unless `ignore_eos`) -> `stop`, `stop_reason` None. Fires below
 //!    `min_tokens` too: min_tokens is enforced by masking the logits, and an EOS
 //!    the sampler produced anyway is honoured;
@@ -31,7 +32,8 @@
 //! # Streaming
 //!
 //! Each step reports the text and tokens that may be released: while running,
-//! everything but the exact stop-string hold-back, and a token only once all of
+//! everything but the exact hold-back (the larger of the stop strings' and the
+//! stop regexes'), and a token only once all of
 //! its text is released; at finish, everything kept. Joined deltas equal the
 //! final text and the kept tokens, and no delta ever holds text past a stop cut
 //! (a match can only start inside the held-back suffix).
@@ -41,7 +43,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::stop_strings::{byte_offset_from_end, char_len, StopMatcher, StopStrings};
+use crate::stop_regex::{StopRegexMatcher, StopRegexes};
+use crate::stop_strings::{byte_offset_from_end, char_len, StopMatch, StopMatcher, StopStrings};
 
 /// vLLM's repetition rule: the sequence finishes when its last
 /// `L * min_count` output tokens are one pattern of `L` tokens repeated
@@ -66,6 +69,8 @@ pub struct StopParams {
     pub stop_token_ids: Vec<u32>,
     /// Compiled stop strings; `None` or an empty list for none.
     pub stop: Option<Arc<StopStrings>>,
+    /// Compiled stop regexes; `None` or an empty list for none.
+    pub stop_regex: Option<Arc<StopRegexes>>,
     pub include_stop_str_in_output: bool,
     pub vocab_size: Option<u32>,
     pub repetition: Option<Repetition>,
@@ -163,6 +168,10 @@ impl StopParams {
     fn stop_strings(&self) -> Option<&Arc<StopStrings>> {
         self.stop.as_ref().filter(|s| !s.is_empty())
     }
+
+    fn stop_regexes(&self) -> Option<&Arc<StopRegexes>> {
+        self.stop_regex.as_ref().filter(|s| !s.is_empty())
+    }
 }
 
 /// Why a sequence finished (vLLM's `FinishReason` names).
@@ -187,19 +196,24 @@ impl FinishReason {
     }
 }
 
-/// What caused a stop: the stop string (by list index), the stop token id, or
-/// the repetition detector. EOS and grammar termination have none.
+/// What caused a stop: the stop string or stop regex (by list index), the
+/// stop token id, or the repetition detector. EOS and grammar termination have
+/// none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
     StopString(usize),
+    StopRegex(usize),
     TokenId(u32),
     RepetitionDetected,
 }
 
-/// What matched: the stop string (by list index) or the deciding token id.
+/// What matched: the stop string (by list index), a stop regex (by list
+/// index; the text is [`FinishTracker::regex_matched`]) or the deciding token
+/// id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Matched {
     StopString(usize),
+    StopRegex(usize),
     TokenId(u32),
 }
 
@@ -262,6 +276,13 @@ impl Kept {
         self.pending_ends.push_back(self.text_chars);
     }
 
+    /// The kept text between two code-point offsets.
+    fn slice_chars(&self, start: usize, end: usize) -> &str {
+        let a = byte_offset_from_end(&self.text, self.text_chars - start);
+        let b = byte_offset_from_end(&self.text, self.text_chars - end);
+        &self.text[a..b]
+    }
+
     fn cut_text(&mut self, keep_chars: usize) {
         let byte = byte_offset_from_end(&self.text, self.text_chars - keep_chars);
         self.text.truncate(byte);
@@ -274,6 +295,9 @@ impl Kept {
 pub struct FinishTracker {
     params: Arc<StopParams>,
     matcher: Option<StopMatcher>,
+    regex: Option<StopRegexMatcher>,
+    /// The text a stop regex matched, once one finished the sequence.
+    regex_matched: String,
     /// Smallest and largest EOS / stop token id: most tokens fall outside and
     /// skip both lookups.
     special_ids: (u32, u32),
@@ -304,9 +328,14 @@ impl FinishTracker {
         let matcher = params
             .stop_strings()
             .map(|s| s.matcher(params.include_stop_str_in_output));
+        let regex = params
+            .stop_regexes()
+            .map(|s| s.matcher(params.include_stop_str_in_output));
         Ok(FinishTracker {
             params,
             matcher,
+            regex,
+            regex_matched: String::new(),
             special_ids,
             length_cap,
             kept: Kept::with_capacity(length_cap.min(256) as usize),
@@ -340,13 +369,18 @@ impl FinishTracker {
                     ),
                 })
             }
-            None if self.matcher.is_some() => {
+            None if self.matcher.is_some() || self.regex.is_some() => {
+                let what = if self.matcher.is_some() {
+                    "stop strings"
+                } else {
+                    "stop regexes"
+                };
                 return Err(Error::Step {
                     field: "texts",
-                    message:
-                        "is required: this sequence has stop strings, which are matched on text"
-                            .into(),
-                })
+                    message: format!(
+                        "is required: this sequence has {what}, which are matched on text"
+                    ),
+                });
             }
             _ => {}
         }
@@ -405,19 +439,42 @@ impl FinishTracker {
                 break;
             }
             let piece_chars = char_len(piece);
+            let mut hit: Option<StopMatch> = None;
             if let Some(m) = self.matcher.as_mut().filter(|_| !piece.is_empty()) {
-                if let Some(hit) = m.feed_counted(piece, piece_chars) {
-                    if n > p.min_tokens {
-                        self.kept.push(id, piece, piece_chars);
-                        self.kept.cut_text(hit.truncate_to);
-                        self.finish = Some(Finish {
-                            reason: FinishReason::Stop,
-                            stop_reason: Some(StopReason::StopString(hit.index)),
-                            matched: Some(Matched::StopString(hit.index)),
-                        });
-                        break;
+                hit = m.feed_counted(piece, piece_chars);
+            }
+            // Requests without stop regexes pay this one branch.
+            let mut by_regex = false;
+            if let Some(r) = self.regex.as_mut().filter(|_| !piece.is_empty()) {
+                if let Some(rh) = r.feed_counted(piece, piece_chars) {
+                    // A string wins a tie at the same end.
+                    if hit.map_or(true, |h| rh.end < h.end) {
+                        hit = Some(rh);
+                        by_regex = true;
                     }
                 }
+            }
+            if let Some(hit) = hit.filter(|_| n > p.min_tokens) {
+                self.kept.push(id, piece, piece_chars);
+                let (stop_reason, matched) = if by_regex {
+                    self.regex_matched = self.kept.slice_chars(hit.start, hit.end).to_owned();
+                    (
+                        StopReason::StopRegex(hit.index),
+                        Matched::StopRegex(hit.index),
+                    )
+                } else {
+                    (
+                        StopReason::StopString(hit.index),
+                        Matched::StopString(hit.index),
+                    )
+                };
+                self.kept.cut_text(hit.truncate_to);
+                self.finish = Some(Finish {
+                    reason: FinishReason::Stop,
+                    stop_reason: Some(stop_reason),
+                    matched: Some(matched),
+                });
+                break;
             }
             let (lo, hi) = self.special_ids;
             let is_special = lo <= id && id <= hi;
@@ -504,7 +561,11 @@ impl FinishTracker {
             self.kept.pending_ends.clear();
             return;
         }
-        let hold = self.matcher.as_ref().map_or(0, StopMatcher::holdback);
+        let mut hold = self.matcher.as_ref().map_or(0, StopMatcher::holdback);
+        if let Some(r) = &self.regex {
+            // Never more than what is still unreleased.
+            hold = hold.max(r.holdback().min(self.kept.text_chars - self.emitted_chars));
+        }
         if hold == 0 {
             self.emitted_bytes = self.kept.text.len();
         } else {
@@ -560,6 +621,19 @@ impl FinishTracker {
         self.params
             .stop_strings()
             .map_or("", |s| s.stops()[index].as_str())
+    }
+
+    /// The stop regex with list index `index`.
+    pub fn stop_regex(&self, index: usize) -> &str {
+        self.params
+            .stop_regexes()
+            .map_or("", |s| s.patterns()[index].as_str())
+    }
+
+    /// The text the stop regex that finished the sequence matched (empty
+    /// otherwise).
+    pub fn regex_matched(&self) -> &str {
+        &self.regex_matched
     }
 }
 
@@ -701,6 +775,57 @@ mod tests {
         assert!(has_repetition(&[7, 7, 7, 7], r1));
     }
 
+    fn regexes(list: &[&str]) -> Option<Arc<StopRegexes>> {
+        Some(StopRegexes::compile(list.iter().map(|s| s.to_string()).collect()).unwrap())
+    }
+
+    #[test]
+    fn stop_regex_at_the_end_of_a_token() {
+        let mut t = FinishTracker::new(params(|p| p.stop_regex = regexes(&[r"\.$"]))).unwrap();
+        t.update(&[1, 2], Some(&["a.b", "c"]), None).unwrap();
+        assert!(!t.is_finished());
+        let s = t.update(&[3, 4], Some(&[".", "d"]), None).unwrap();
+        assert_eq!((t.text(), t.token_ids()), ("a.bc", &[1, 2, 3][..]));
+        assert_eq!(&t.text()[s.text_delta], "");
+        let f = t.finish().unwrap();
+        assert_eq!(f.stop_reason, Some(StopReason::StopRegex(0)));
+        assert_eq!((t.stop_regex(0), t.regex_matched()), (r"\.$", "."));
+    }
+
+    #[test]
+    fn earliest_end_across_strings_and_regexes_string_first_at_a_tie() {
+        let p = params(|p| {
+            p.stop = stops(&["END"]);
+            p.stop_regex = regexes(&[r"x\w+D", r"q\d"]);
+        });
+        let mut t = FinishTracker::new(Arc::clone(&p)).unwrap();
+        t.update(&[1], Some(&["so xEND"]), None).unwrap();
+        assert_eq!(t.finish().unwrap().matched, Some(Matched::StopString(0)));
+        assert_eq!(t.text(), "so x");
+        let mut t = FinishTracker::new(p).unwrap();
+        t.update(&[1], Some(&["q1 END"]), None).unwrap();
+        assert_eq!(t.finish().unwrap().matched, Some(Matched::StopRegex(1)));
+        assert_eq!((t.text(), t.regex_matched()), ("", "q1"));
+    }
+
+    #[test]
+    fn stop_regex_holds_back_a_live_prefix_and_respects_min_tokens() {
+        let mut t = FinishTracker::new(params(|p| {
+            p.stop_regex = regexes(&[r"\n\n+User:"]);
+            p.min_tokens = 1;
+            p.include_stop_str_in_output = false;
+        }))
+        .unwrap();
+        let s = t.update(&[1], Some(&["\n\nUser:"]), None).unwrap();
+        assert!(!t.is_finished());
+        assert_eq!(&t.text()[s.text_delta], "\n\nUser:");
+        let s = t.update(&[2], Some(&["ok\n\nUs"]), None).unwrap();
+        assert_eq!(&t.text()[s.text_delta], "ok");
+        assert_eq!(s.token_ids_delta, 1..1);
+        t.update(&[3], Some(&["er: x"]), None).unwrap();
+        assert_eq!((t.text(), t.regex_matched()), ("\n\nUser:ok", "\n\nUser:"));
+    }
+
     fn piece() -> impl Strategy<Value = String> {
         prop::sample::select(vec![
             "", "a", "b", "c", "ab", "ca", "é", "日本", "🙂", "STOP", "x",
@@ -758,6 +883,53 @@ mod tests {
             prop_assert_eq!(&a, &b);
             prop_assert_eq!(&a.1, &a.3);
             prop_assert_eq!(&a.2, &a.4);
+        }
+
+        #[test]
+        fn step_invariance_with_stop_regexes(
+            toks in prop::collection::vec((0u32..12, piece()), 1..30),
+            cuts in prop::collection::vec(1usize..30, 0..6),
+            min_tokens in 0u64..4,
+            include in any::<bool>(),
+        ) {
+            let p = params(|p| {
+                p.stop = stops(&["STOP", "a日"]);
+                p.stop_regex = regexes(&[r"b\.?$", r"(?-u:\b)ca(?-u:\b)", r"日本+é", r"[xy]{3}"]);
+                p.eos_token_ids = vec![11];
+                p.max_tokens = Some(25);
+                p.min_tokens = min_tokens;
+                p.include_stop_str_in_output = include;
+            });
+            let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
+            let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
+            let run = |bounds: &[usize]| {
+                let mut t = FinishTracker::new(Arc::clone(&p)).unwrap();
+                let (mut text, mut tokens) = (String::new(), Vec::new());
+                let mut prev = 0;
+                for &b in bounds {
+                    if t.is_finished() { break; }
+                    let s = t.update(&ids[prev..b], Some(&texts[prev..b]), None).unwrap();
+                    text.push_str(&t.text()[s.text_delta.clone()]);
+                    tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta.clone()]);
+                    prev = b;
+                }
+                if !t.is_finished() {
+                    let s = t.abort();
+                    text.push_str(&t.text()[s.text_delta]);
+                    tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta]);
+                }
+                (t.finish(), t.text().to_string(), t.token_ids().to_vec(), t.regex_matched().to_string(), text, tokens)
+            };
+            let singles: Vec<usize> = (1..=ids.len()).collect();
+            let mut bounds: Vec<usize> = cuts.into_iter().filter(|&c| c < ids.len()).collect();
+            bounds.push(ids.len());
+            bounds.sort_unstable();
+            bounds.dedup();
+            let a = run(&singles);
+            let b = run(&bounds);
+            prop_assert_eq!(&a, &b);
+            prop_assert_eq!(&a.1, &a.4);
+            prop_assert_eq!(&a.2, &a.5);
         }
     }
 }

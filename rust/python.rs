@@ -13,6 +13,7 @@ use pyo3::IntoPyObjectExt;
 use crate::batch::{FinishBatch, SlotStep};
 use crate::error::Error;
 use crate::finish::{Finish, FinishTracker, Matched, Repetition, Step, StopParams, StopReason};
+use crate::stop_regex::{StopRegexMatcher as CoreRegexMatcher, StopRegexes as CoreRegexes};
 use crate::stop_strings::{
     StopMatch as CoreMatch, StopMatcher as CoreMatcher, StopStrings as CoreStops,
 };
@@ -107,6 +108,132 @@ pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
         return Ok(Arc::clone(&compiled.get().inner));
     }
     CoreStops::compile(extract_stops(obj, field)?).map_err(to_py_err)
+}
+
+/// Compiles a sequence of regex patterns (a bare `str` is rejected, as for
+/// stop strings); errors name `stop_regex[i]` and the pattern.
+fn compile_regexes(obj: &Bound<'_, PyAny>) -> PyResult<Arc<CoreRegexes>> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "stop_regex must be a sequence of str, not a single str (wrap it in a list: [{:?}])",
+            obj.extract::<String>().unwrap_or_default()
+        )));
+    }
+    let mut patterns = Vec::new();
+    for (i, item) in obj.try_iter()?.enumerate() {
+        let item = item?;
+        let (s, _) = extract_str(&item, &|| format!("stop_regex[{i}]"))?;
+        patterns.push(s.to_owned());
+    }
+    CoreRegexes::compile(patterns).map_err(to_py_err)
+}
+
+/// A compiled, immutable list of stop regexes (Rust regex syntax, one DFA),
+/// shared between sequences and threads. Identical lists reuse one DFA.
+#[pyclass(name = "StopRegexes", module = "stopline", frozen)]
+pub struct PyStopRegexes {
+    inner: Arc<CoreRegexes>,
+}
+
+#[pymethods]
+impl PyStopRegexes {
+    #[new]
+    fn new(patterns: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            inner: compile_regexes(patterns)?,
+        })
+    }
+
+    /// A fresh per-sequence incremental matcher.
+    #[pyo3(signature = (include_in_output = false))]
+    fn matcher(&self, include_in_output: bool) -> PyStopRegexMatcher {
+        PyStopRegexMatcher {
+            inner: self.inner.matcher(include_in_output),
+        }
+    }
+
+    /// The patterns, in list order.
+    #[getter]
+    fn patterns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.patterns())
+    }
+
+    /// Heap bytes of the compiled DFA.
+    #[getter]
+    fn memory_usage(&self) -> usize {
+        self.inner.memory_usage()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "StopRegexes({})",
+            py_repr(py, self.inner.patterns())?
+        ))
+    }
+}
+
+/// Per-sequence incremental state over a `StopRegexes`. Not thread-safe:
+/// concurrent use raises instead of corrupting state.
+#[pyclass(name = "StopRegexMatcher", module = "stopline")]
+pub struct PyStopRegexMatcher {
+    inner: CoreRegexMatcher,
+}
+
+#[pymethods]
+impl PyStopRegexMatcher {
+    /// Feeds the next text piece; returns the match that ends earliest inside
+    /// it (ties: lowest list index; then the leftmost start), or None. `stop`
+    /// is the pattern.
+    fn feed(&mut self, delta: &Bound<'_, PyAny>) -> PyResult<Option<PyStopMatch>> {
+        let (text, chars) = extract_str(delta, &|| "delta".into())?;
+        let hit = self.inner.feed_counted(text, chars);
+        Ok(hit.map(|m| PyStopMatch {
+            index: m.index,
+            stop: self.inner.regexes().patterns()[m.index].clone(),
+            start: m.start,
+            end: m.end,
+            truncate_to: m.truncate_to,
+        }))
+    }
+
+    /// Code points at the end of the text that must not be streamed yet.
+    #[getter]
+    fn holdback(&self) -> usize {
+        self.inner.holdback()
+    }
+
+    /// Code points fed so far.
+    #[getter]
+    fn chars_fed(&self) -> usize {
+        self.inner.chars_fed()
+    }
+
+    #[getter]
+    fn include_in_output(&self) -> bool {
+        self.inner.include_in_output()
+    }
+
+    /// Forgets all text fed.
+    fn reset(&mut self) {
+        self.inner.reset()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "StopRegexMatcher(chars_fed={}, holdback={}, include_in_output={})",
+            self.inner.chars_fed(),
+            self.inner.holdback(),
+            if self.inner.include_in_output() {
+                "True"
+            } else {
+                "False"
+            }
+        )
+    }
 }
 
 /// A compiled, immutable list of stop strings (Aho-Corasick, standard match
@@ -326,6 +453,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStopStrings>()?;
     m.add_class::<PyStopMatcher>()?;
     m.add_class::<PyStopMatch>()?;
+    m.add_class::<PyStopRegexes>()?;
+    m.add_class::<PyStopRegexMatcher>()?;
     m.add_class::<PyStopParams>()?;
     m.add_class::<PyStepResult>()?;
     m.add_class::<PyFinishTracker>()?;
@@ -539,6 +668,7 @@ impl PyStopParams {
         *, max_tokens = None, min_tokens = None, prompt_len = None, max_model_len = None,
         eos_token_ids = None, ignore_eos = false, stop_token_ids = None, stop = None,
         include_stop_str_in_output = false, vocab_size = None, repetition = None,
+        stop_regex = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -553,6 +683,7 @@ impl PyStopParams {
         include_stop_str_in_output: bool,
         vocab_size: Option<&Bound<'_, PyAny>>,
         repetition: Option<&Bound<'_, PyAny>>,
+        stop_regex: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let ids = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Vec<u32>> {
             match o {
@@ -571,6 +702,10 @@ impl PyStopParams {
             stop_token_ids: ids(stop_token_ids, "stop_token_ids")?,
             stop: match stop {
                 Some(s) if !s.is_none() => Some(compile_stops(s, "stop")?),
+                _ => None,
+            },
+            stop_regex: match stop_regex {
+                Some(s) if !s.is_none() => Some(compile_regexes(s)?),
                 _ => None,
             },
             include_stop_str_in_output,
@@ -628,6 +763,13 @@ impl PyStopParams {
             .map_or_else(Vec::new, |s| s.stops().to_vec())
     }
     #[getter]
+    fn stop_regex(&self) -> Vec<String> {
+        self.inner
+            .stop_regex
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.patterns().to_vec())
+    }
+    #[getter]
     fn include_stop_str_in_output(&self) -> bool {
         self.inner.include_stop_str_in_output
     }
@@ -654,7 +796,8 @@ impl PyStopParams {
         let p = &self.inner;
         Ok(format!(
             "StopParams(max_tokens={}, min_tokens={}, prompt_len={}, max_model_len={}, eos_token_ids={}, \
-             ignore_eos={}, stop_token_ids={}, stop={}, include_stop_str_in_output={}, vocab_size={}, repetition={})",
+             ignore_eos={}, stop_token_ids={}, stop={}, stop_regex={}, include_stop_str_in_output={}, vocab_size={}, \
+             repetition={})",
             py_repr(py, p.max_tokens)?,
             p.min_tokens,
             p.prompt_len,
@@ -663,6 +806,7 @@ impl PyStopParams {
             py_repr(py, p.ignore_eos)?,
             py_repr(py, &p.stop_token_ids)?,
             py_repr(py, self.stop())?,
+            py_repr(py, self.stop_regex())?,
             py_repr(py, p.include_stop_str_in_output)?,
             py_repr(py, p.vocab_size)?,
             py_repr(py, self.repetition(py)?)?,
@@ -671,9 +815,13 @@ impl PyStopParams {
 }
 
 /// The state a `StepResult` reports, taken from a tracker.
+#[derive(Clone)]
 struct Outcome {
     finish: Option<Finish>,
+    /// The stop string or stop regex pattern that finished the sequence.
     stop_string: Option<String>,
+    /// The text a stop regex matched.
+    regex_matched: Option<String>,
     num_tokens: usize,
     text_len: usize,
 }
@@ -682,13 +830,18 @@ impl Outcome {
     #[inline]
     fn of(t: &FinishTracker) -> Self {
         let finish = t.finish();
-        let stop_string = finish.and_then(|f| match f.matched {
-            Some(Matched::StopString(i)) => Some(t.stop_string(i).to_owned()),
-            _ => None,
-        });
+        let (stop_string, regex_matched) = match finish.and_then(|f| f.matched) {
+            Some(Matched::StopString(i)) => (Some(t.stop_string(i).to_owned()), None),
+            Some(Matched::StopRegex(i)) => (
+                Some(t.stop_regex(i).to_owned()),
+                Some(t.regex_matched().to_owned()),
+            ),
+            _ => (None, None),
+        };
         Outcome {
             finish,
             stop_string,
+            regex_matched,
             num_tokens: t.token_ids().len(),
             text_len: t.text_len(),
         }
@@ -701,7 +854,9 @@ impl Outcome {
     fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(match self.finish.and_then(|f| f.stop_reason) {
             None => py.None(),
-            Some(StopReason::StopString(_)) => self.stop_string.clone().into_py_any(py)?,
+            Some(StopReason::StopString(_) | StopReason::StopRegex(_)) => {
+                self.stop_string.clone().into_py_any(py)?
+            }
             Some(StopReason::TokenId(id)) => id.into_py_any(py)?,
             Some(StopReason::RepetitionDetected) => "repetition_detected".into_py_any(py)?,
         })
@@ -711,6 +866,7 @@ impl Outcome {
         Ok(match self.finish.and_then(|f| f.matched) {
             None => py.None(),
             Some(Matched::StopString(_)) => self.stop_string.clone().into_py_any(py)?,
+            Some(Matched::StopRegex(_)) => self.regex_matched.clone().into_py_any(py)?,
             Some(Matched::TokenId(id)) => id.into_py_any(py)?,
         })
     }
@@ -943,10 +1099,7 @@ impl PyBatchStepResult {
         }
         let r = &self.rows[i as usize];
         Ok(PyStepResult {
-            outcome: Outcome {
-                stop_string: r.outcome.stop_string.clone(),
-                ..r.outcome
-            },
+            outcome: r.outcome.clone(),
             text_delta: self.text_delta(py, r).extract::<String>()?,
             token_ids_delta: self.tokens[r.tokens.clone()].to_vec(),
         })

@@ -1,7 +1,7 @@
 """stopline: when an LLM sequence stops and what it reports.
 
-The Rust core (``stopline._core``) holds the stop-string matcher and the
-finish-state machine; :mod:`stopline.baseline` is the plain-Python reference
+The Rust core (``stopline._core``) holds the stop-string and stop-regex
+matchers and the finish-state machine; :mod:`stopline.baseline` is the plain-Python reference
 used by the differential tests and benchmarks; :mod:`stopline.logits` (needs
 the ``torch`` extra) masks logits on the GPU.
 """
@@ -14,6 +14,8 @@ from stopline._core import (
     StopMatch,
     StopMatcher,
     StopParams,
+    StopRegexes,
+    StopRegexMatcher,
     StopStrings,
     __version__,
     check_stop_strings,
@@ -28,6 +30,8 @@ __all__ = [
     "StopMatch",
     "StopMatcher",
     "StopParams",
+    "StopRegexes",
+    "StopRegexMatcher",
     "StopStrings",
     "__version__",
     "check_stop_strings",
