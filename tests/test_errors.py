@@ -733,8 +733,9 @@ def test_a_rust_panic_is_a_python_exception() -> None:
     assert "deliberate panic" in str(info.value)
     # Still usable afterwards, as often as it happens.
     for _ in range(3):
-        with pytest.raises(BaseException):
+        with pytest.raises(BaseException) as again:
             panic("again")
+        assert type(again.value) is type(info.value)
     assert stopline.check_stop_strings("hello world.", 1, ["."], False) == (".", 11)
 
 
