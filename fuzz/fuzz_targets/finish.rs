@@ -137,7 +137,7 @@ fn run_batch(
     bounds: &[usize],
     grammar_at: Option<usize>,
 ) -> Outcome {
-    let mut b = FinishBatch::new(3);
+    let mut b = FinishBatch::new(3).expect("3 slots");
     b.add(2, Arc::clone(p)).expect("validated params");
     b.add(0, Arc::new(StopParams::default())).expect("default params");
     let (mut text, mut tokens) = (String::new(), Vec::new());
@@ -192,7 +192,7 @@ fn bounds_used(bounds: &[usize], last: usize) -> usize {
 /// A batch step with arbitrary (mostly inconsistent) arguments: an error or
 /// a step, never a panic; a rejected step leaves every slot as it was.
 fn malformed_batch_step(u: &mut Unstructured<'_>, p: &Arc<StopParams>) -> Result<()> {
-    let mut b = FinishBatch::new(u.int_in_range(0..=4)?);
+    let mut b = FinishBatch::new(u.int_in_range(0..=4)?).expect("at most 4 slots");
     for slot in 0..b.max_slots() as i64 {
         if u.arbitrary()? {
             let _ = b.add(slot, Arc::clone(p));
@@ -265,7 +265,7 @@ fuzz_target!(|data: &[u8]| {
     let p = Arc::new(p);
     if FinishTracker::new(Arc::clone(&p)).is_err() {
         // Rejected parameters: the batch must reject them the same way.
-        assert!(FinishBatch::new(1).add(0, p).is_err());
+        assert!(FinishBatch::new(1).expect("1 slot").add(0, p).is_err());
         return;
     }
     if u.ratio(1, 4).unwrap_or(false) {
