@@ -131,3 +131,15 @@ def test_cli_bad_schema(lm):
     assert p.returncode == 2 and "--json-schema" in p.stderr
     p = run_cli("--prompt", "hi", "--json-schema", '{"type": 5}')  # JSON, but not a schema
     assert p.returncode == 2 and "invalid JSON schema" in p.stderr
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--temperature", "-1"), ("--temperature", "nan"), ("--top-p", "2"), ("--top-p", "0"), ("--top-p", "nan"),
+])
+def test_cli_rejects_bad_sampling_options(option, value, capsys):
+    from stopline.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["generate", "--prompt", "hi", option, value])
+    assert info.value.code == 2
+    assert option in capsys.readouterr().err

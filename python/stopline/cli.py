@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,20 @@ def _nonneg(v: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
+
+
+def _temperature(v: str) -> float:
+    t = float(v)
+    if not math.isfinite(t) or t < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {v}")
+    return t
+
+
+def _top_p(v: str) -> float:
+    p = float(v)
+    if not 0 < p <= 1:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {v}")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ignore-eos", action="store_true")
     g.add_argument("--json-schema", default=None, metavar="FILE|STRING",
                    help="constrain the output to this JSON schema (a file path or the schema itself)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=_top_p, default=1.0, help="nucleus sampling mass, in (0, 1]")
     g.add_argument("--seed", type=int, default=None, help="sampling seed")
     g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     g.add_argument("--model", default=None, metavar="PATH",
