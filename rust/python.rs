@@ -1260,8 +1260,11 @@ impl PyFinishBatch {
         self.inner.len()
     }
 
-    fn __contains__(&self, slot: i64) -> bool {
-        self.inner.get(slot).is_ok()
+    /// Whether `slot` holds a sequence (anything that is not an in-range int
+    /// is simply not there).
+    fn __contains__(&self, slot: &Bound<'_, PyAny>) -> bool {
+        slot.extract::<i64>()
+            .is_ok_and(|s| self.inner.get(s).is_ok())
     }
 
     /// Advances every listed slot by its run; see the class docs.

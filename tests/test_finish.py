@@ -578,3 +578,12 @@ def test_batch_equals_trackers(impl, scs):
 @given(st.lists(scenarios(), min_size=1, max_size=4))
 def test_batch_rust_equals_baseline(base, rust, scs):
     assert drive_batch(rust, scs) == drive_batch(base, scs)
+
+
+def test_batch_membership_never_raises():
+    import stopline
+
+    b = stopline.FinishBatch(3)
+    b.add(1, stopline.StopParams())
+    assert (1 in b, 2 in b, 3 in b, -1 in b, 2**70 in b, "a" in b, None in b) == (
+        True, False, False, False, False, False, False)
