@@ -655,7 +655,21 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
 }
 
 /// Per-request stop parameters, validated at construction (field names as in
-/// vLLM's `SamplingParams`).
+/// vLLM's `SamplingParams`; all keyword-only).
+///
+/// Counts are output tokens (`max_tokens`, `min_tokens`) or prompt + output
+/// tokens (`max_model_len`, with `prompt_len` the prompt's). `stop` is a
+/// sequence of non-empty str or a compiled `StopStrings`; `stop_regex` a
+/// sequence of Rust-syntax patterns; `eos_token_ids` / `stop_token_ids` ints in
+/// [0, vocab_size) when `vocab_size` is set; `repetition` a mapping with
+/// `max_pattern_size`, `min_pattern_size` (0 means 1) and `min_count` (vLLM's
+/// repetition detection). The order of checks these feed is in
+/// docs/semantics.md.
+///
+/// Raises `ValueError` naming the field and value for out-of-range values
+/// (max_tokens < 1, min_tokens > max_tokens, prompt_len >= max_model_len, ids
+/// >= vocab_size, empty stop strings, bad repetition values, unknown
+/// repetition keys) and `TypeError` for wrong types.
 #[pyclass(name = "StopParams", module = "stopline", frozen)]
 pub struct PyStopParams {
     inner: Arc<StopParams>,
@@ -961,6 +975,23 @@ impl PyFinishTracker {
     }
 
     /// Appends one decoding step: one token or a speculative accept run.
+    ///
+    /// `token_ids`: an int or a sequence of ints (the run, in order).
+    /// `texts`: one str piece per token as a streaming detokenizer produced it
+    /// ("" while a multi-byte character is incomplete); required when the
+    /// params have stop strings or regexes. `grammar_terminated_at`: index in
+    /// the run of the token that terminated the grammar, if any.
+    ///
+    /// The run is examined token by token in the order of docs/semantics.md, so
+    /// a run of k tokens gives exactly what k one-token updates give; tokens
+    /// after the deciding one are dropped. Returns a `StepResult` whose
+    /// `text_delta` (code points) and `token_ids_delta` are what may be
+    /// streamed now.
+    ///
+    /// Raises `RuntimeError` after the sequence finished; `ValueError` /
+    /// `TypeError` for negative or non-int ids, a `texts` length that differs
+    /// from the run, missing texts, or `grammar_terminated_at` outside the run.
+    /// Nothing changes on error.
     #[pyo3(signature = (token_ids, texts = None, grammar_terminated_at = None))]
     fn update(
         &mut self,
@@ -1267,7 +1298,18 @@ impl PyFinishBatch {
             .is_ok_and(|s| self.inner.get(s).is_ok())
     }
 
-    /// Advances every listed slot by its run; see the class docs.
+    /// Advances every listed slot by one engine step.
+    ///
+    /// `slots[i]` takes `run_lengths[i]` tokens (1 each when None) from the
+    /// flat `token_ids`, in the order of `slots`; `texts`, when given, is flat
+    /// and aligned with `token_ids` (one piece per token); and
+    /// `grammar_terminated_at[i]` is an index into slot i's run or -1 for none.
+    /// Each slot advances exactly as `FinishTracker.update` would.
+    ///
+    /// Returns a `BatchStepResult` in the order of `slots`. Every argument is
+    /// checked before any slot changes, so an error (`ValueError` /
+    /// `TypeError` naming the field, element and slot; `RuntimeError` for a
+    /// slot that already finished) leaves the whole batch as it was.
     #[pyo3(signature = (slots, token_ids, run_lengths = None, texts = None, grammar_terminated_at = None))]
     fn step(
         &mut self,
