@@ -85,13 +85,7 @@ fn params(u: &mut Unstructured<'_>) -> Result<StopParams> {
     Ok(p)
 }
 
-type Outcome = (
-    Option<stopline::Finish>,
-    String,
-    Vec<u32>,
-    String,
-    Vec<u32>,
-);
+type Outcome = (Option<stopline::Finish>, String, Vec<u32>, String, Vec<u32>);
 
 fn run_tracker(
     p: &Arc<StopParams>,
@@ -107,7 +101,9 @@ fn run_tracker(
         if t.is_finished() {
             // After a finish: an error, and nothing changes.
             let before = (t.text().to_string(), t.token_ids().to_vec());
-            assert!(t.update(&ids[prev..b], Some(&texts[prev..b]), None).is_err());
+            assert!(t
+                .update(&ids[prev..b], Some(&texts[prev..b]), None)
+                .is_err());
             assert_eq!(before, (t.text().to_string(), t.token_ids().to_vec()));
             break;
         }
@@ -127,7 +123,13 @@ fn run_tracker(
     // abort after a finish is a no-op.
     let s = t.abort();
     assert!(s.text_delta.is_empty() && s.token_ids_delta.is_empty());
-    (t.finish(), t.text().to_string(), t.token_ids().to_vec(), text, tokens)
+    (
+        t.finish(),
+        t.text().to_string(),
+        t.token_ids().to_vec(),
+        text,
+        tokens,
+    )
 }
 
 fn run_batch(
@@ -139,7 +141,8 @@ fn run_batch(
 ) -> Outcome {
     let mut b = FinishBatch::new(3).expect("3 slots");
     b.add(2, Arc::clone(p)).expect("validated params");
-    b.add(0, Arc::new(StopParams::default())).expect("default params");
+    b.add(0, Arc::new(StopParams::default()))
+        .expect("default params");
     let (mut text, mut tokens) = (String::new(), Vec::new());
     let mut out = Vec::new();
     let mut prev = 0;
@@ -180,8 +183,17 @@ fn run_batch(
         tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta]);
     }
     let t = b.remove(2).expect("slot 2");
-    assert_eq!(b.get(0).expect("slot 0").text().len(), bounds_used(bounds, prev));
-    (t.finish(), t.text().to_string(), t.token_ids().to_vec(), text, tokens)
+    assert_eq!(
+        b.get(0).expect("slot 0").text().len(),
+        bounds_used(bounds, prev)
+    );
+    (
+        t.finish(),
+        t.text().to_string(),
+        t.token_ids().to_vec(),
+        text,
+        tokens,
+    )
 }
 
 /// Steps slot 0 took ("z" each): the bounds up to and including `last`.
@@ -228,7 +240,11 @@ fn malformed_batch_step(u: &mut Unstructured<'_>, p: &Arc<StopParams>) -> Result
     let ids: Vec<u32> = (0..n_ids).map(|_| u.arbitrary()).collect::<Result<_>>()?;
     let texts: Option<Vec<&str>> = if u.arbitrary()? {
         let k = if u.ratio(1, 8)? { n_ids + 1 } else { n_ids };
-        Some((0..k).map(|_| u.choose(&PIECES).copied()).collect::<Result<_>>()?)
+        Some(
+            (0..k)
+                .map(|_| u.choose(&PIECES).copied())
+                .collect::<Result<_>>()?,
+        )
     } else {
         None
     };
@@ -238,7 +254,11 @@ fn malformed_batch_step(u: &mut Unstructured<'_>, p: &Arc<StopParams>) -> Result
         None
     };
     let before: Vec<Option<(String, Vec<u32>)>> = (0..b.max_slots() as i64)
-        .map(|s| b.get(s).ok().map(|t| (t.text().to_string(), t.token_ids().to_vec())))
+        .map(|s| {
+            b.get(s)
+                .ok()
+                .map(|t| (t.text().to_string(), t.token_ids().to_vec()))
+        })
         .collect();
     let mut out = Vec::new();
     let r = b.step(
@@ -251,7 +271,11 @@ fn malformed_batch_step(u: &mut Unstructured<'_>, p: &Arc<StopParams>) -> Result
     );
     if r.is_err() {
         let after: Vec<Option<(String, Vec<u32>)>> = (0..b.max_slots() as i64)
-            .map(|s| b.get(s).ok().map(|t| (t.text().to_string(), t.token_ids().to_vec())))
+            .map(|s| {
+                b.get(s)
+                    .ok()
+                    .map(|t| (t.text().to_string(), t.token_ids().to_vec()))
+            })
             .collect();
         assert_eq!(before, after, "a rejected step changed a slot");
         assert!(out.is_empty());
@@ -272,11 +296,15 @@ fuzz_target!(|data: &[u8]| {
         let _ = malformed_batch_step(&mut u, &p);
         return;
     }
-    let Ok(n) = u.int_in_range(1..=40usize) else { return };
+    let Ok(n) = u.int_in_range(1..=40usize) else {
+        return;
+    };
     let mut ids = Vec::with_capacity(n);
     let mut texts = Vec::with_capacity(n);
     for _ in 0..n {
-        let Ok(id) = u.int_in_range(0..=20u32) else { return };
+        let Ok(id) = u.int_in_range(0..=20u32) else {
+            return;
+        };
         let Ok(piece) = u.choose(&PIECES) else { return };
         ids.push(id);
         texts.push(*piece);

@@ -108,7 +108,11 @@ fuzz_target!(|data: &[u8]| {
         let delta: String = c.text[prev..cut].iter().collect();
         let got = m.feed(&delta);
         let want = naive_first(&c.text[..cut], prev, &c.stops);
-        assert_eq!(got.map(|h| (h.end, h.index)), want, "first match of feed #{cut}");
+        assert_eq!(
+            got.map(|h| (h.end, h.index)),
+            want,
+            "first match of feed #{cut}"
+        );
         if let Some(h) = got {
             assert_eq!(h.start, h.end - c.stops[h.index].len());
             assert_eq!(h.truncate_to, if c.include { h.end } else { h.start });
