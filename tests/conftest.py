@@ -94,3 +94,14 @@ def base():
 @pytest.fixture(scope="session")
 def rust():
     return IMPLS["rust"]
+
+
+def brute_holdback(text, stops):
+    """Exact hold-back by brute force: the longest suffix of ``text`` that is a
+    proper prefix of some stop string."""
+    best = 0
+    for s in stops:
+        for k in range(1, min(len(s) - 1, len(text)) + 1):
+            if text.endswith(s[:k]):
+                best = max(best, k)
+    return best

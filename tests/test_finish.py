@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import RESULT_FIELDS
+from conftest import RESULT_FIELDS, brute_holdback
 from vectors import load_vectors
 
 FINISH_CASES = load_vectors("finish.json")
@@ -22,15 +22,6 @@ def result(r):
 
 def state(tr):
     return tuple(getattr(tr, f) for f in STATE_FIELDS)
-
-
-def brute_holdback(text, stops):
-    best = 0
-    for s in stops:
-        for k in range(1, min(len(s) - 1, len(text)) + 1):
-            if text.endswith(s[:k]):
-                best = max(best, k)
-    return best
 
 
 # ------------------------------------------------------------- vectors

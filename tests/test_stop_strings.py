@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import brute_holdback
 from vectors import load_vectors
 
 CSS_CASES = load_vectors("check_stop_strings.json")
@@ -33,15 +34,6 @@ def brute_first_in(text, stops, lo, hi):
         if end > lo:
             return (i, start, end)
     return None
-
-
-def brute_holdback(text, stops):
-    best = 0
-    for s in stops:
-        for k in range(1, min(len(s) - 1, len(text)) + 1):
-            if text.endswith(s[:k]):
-                best = max(best, k)
-    return best
 
 
 def match_tuple(m):

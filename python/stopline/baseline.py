@@ -71,7 +71,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,22 +101,30 @@ def _check_encodable(s: str, what: str) -> None:
             ) from None
 
 
-def _validate_stops(stop: Any, what: str = "stop") -> tuple[str, ...]:
+def _str_items(obj: Any, what: str, check: Callable[[int, str], None]) -> tuple[str, ...]:
+    """``obj`` as a tuple of str, running ``check(i, item)`` on each in order."""
     # A bare str is a Sequence[str] of its characters; that is never what a
     # caller means, so refuse it instead of splitting it.
-    if isinstance(stop, str):
-        raise TypeError(f"{what} must be a sequence of str, not a str ({stop!r}); wrap it in a list")
+    if isinstance(obj, str):
+        raise TypeError(f"{what} must be a sequence of str, not a str ({obj!r}); wrap it in a list")
     try:
-        items = tuple(stop)
+        items = tuple(obj)
     except TypeError:
-        raise TypeError(f"{what} must be a sequence of str, got {type(stop).__name__}") from None
+        raise TypeError(f"{what} must be a sequence of str, got {type(obj).__name__}") from None
     for i, s in enumerate(items):
         if not isinstance(s, str):
             raise TypeError(f"{what}[{i}] must be str, got {type(s).__name__}")
+        check(i, s)
+    return items
+
+
+def _validate_stops(stop: Any, what: str = "stop") -> tuple[str, ...]:
+    def check(i: int, s: str) -> None:
         if not s:
             raise ValueError(f"{what}[{i}] is an empty string")
         _check_encodable(s, f"{what}[{i}]")
-    return items
+
+    return _str_items(stop, what, check)
 
 
 def _regex_width(pattern: str) -> tuple[int, int | None]:
@@ -142,15 +150,7 @@ def _compile_ending(pattern: str, rest: str = "") -> re.Pattern[str]:
 
 
 def _validate_regexes(patterns: Any, what: str = "stop_regex") -> tuple[str, ...]:
-    if isinstance(patterns, str):
-        raise TypeError(f"{what} must be a sequence of str, not a str ({patterns!r}); wrap it in a list")
-    try:
-        items = tuple(patterns)
-    except TypeError:
-        raise TypeError(f"{what} must be a sequence of str, got {type(patterns).__name__}") from None
-    for i, p in enumerate(items):
-        if not isinstance(p, str):
-            raise TypeError(f"{what}[{i}] must be str, got {type(p).__name__}")
+    def check(i: int, p: str) -> None:
         _check_encodable(p, f"{what}[{i}]")
         try:
             re.compile(p)
@@ -158,7 +158,8 @@ def _validate_regexes(patterns: Any, what: str = "stop_regex") -> tuple[str, ...
             raise ValueError(f"{what}[{i}]={p!r} is not a valid stop regex: {e}") from None
         if _regex_width(p)[0] == 0:
             raise ValueError(f"{what}[{i}]={p!r} can match the empty string")
-    return items
+
+    return _str_items(patterns, what, check)
 
 
 def _index(v: Any, what: str) -> int:
