@@ -28,7 +28,9 @@ assert not missing, f"wheel lacks {missing}"
 PY
 
 python3 -m venv --system-site-packages "$WORK/venv"
-"$WORK/venv/bin/python" -m pip install -q --no-deps --no-index "$WHEEL"
+# --ignore-installed: a stopline of the same version in the system
+# site-packages (CI installs one) would otherwise count as "already satisfied".
+"$WORK/venv/bin/python" -m pip install -q --no-deps --no-index --ignore-installed "$WHEEL"
 export PATH="$WORK/venv/bin:$PATH"   # the `stopline` script, too, is the wheel's
 "$WORK/venv/bin/python" - "$WORK/venv" <<'PY'
 import sys, stopline, stopline._core
