@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod error;
 pub mod finish;
+mod stop_dfa;
 pub mod stop_regex;
 pub mod stop_strings;
 

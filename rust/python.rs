@@ -72,42 +72,43 @@ fn extract_utf8<'a, 'py>(
     Ok(text)
 }
 
-/// Converts a sequence of `str` (list, tuple or any iterable; a bare `str`
-/// is rejected so "STOP" is not read as ['S', 'T', 'O', 'P']).
-pub(crate) fn extract_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<String>> {
+/// A compiled `StopStrings` is reused as is; any other sequence of `str`
+/// (list, tuple or any iterable; a bare `str` is rejected so "STOP" is not
+/// read as ['S', 'T', 'O', 'P']) is compiled through the cache, which a list
+/// it has seen leaves without copying a string.
+pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc<CoreStops>> {
+    if let Ok(compiled) = obj.cast::<PyStopStrings>() {
+        return Ok(Arc::clone(&compiled.get().inner));
+    }
     if obj.is_instance_of::<PyString>() {
         return Err(PyTypeError::new_err(format!(
             "{field} must be a sequence of str, not a single str (wrap it in a list: [{:?}])",
             obj.extract::<String>().unwrap_or_default()
         )));
     }
-    let mut out = Vec::new();
-    let iter = obj.try_iter().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{field} must be a sequence of str, got {}",
-            type_name(obj)
-        ))
-    })?;
-    for (i, item) in iter.enumerate() {
-        let item = item?;
-        let (s, _) = extract_str(&item, &|| format!("{field}[{i}]"))?;
+    let items: Vec<Bound<'_, PyAny>> = match obj.cast::<PyList>() {
+        Ok(list) => list.iter().collect(),
+        Err(_) => obj
+            .try_iter()
+            .map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{field} must be a sequence of str, got {}",
+                    type_name(obj)
+                ))
+            })?
+            .collect::<PyResult<_>>()?,
+    };
+    let mut stops = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let s = extract_utf8(item, &|| format!("{field}[{i}]"))?;
         if s.is_empty() {
             return Err(PyValueError::new_err(format!(
                 "{field}[{i}] is an empty string; stop strings must be non-empty"
             )));
         }
-        out.push(s.to_owned());
+        stops.push(s);
     }
-    Ok(out)
-}
-
-/// A compiled `StopStrings` is reused as is; any other sequence of `str` is
-/// compiled (through the cache).
-pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc<CoreStops>> {
-    if let Ok(compiled) = obj.cast::<PyStopStrings>() {
-        return Ok(Arc::clone(&compiled.get().inner));
-    }
-    CoreStops::compile(extract_stops(obj, field)?).map_err(to_py_err)
+    CoreStops::compile_strs(&stops).map_err(to_py_err)
 }
 
 /// Compiles a sequence of regex patterns (a bare `str` is rejected, as for

@@ -29,9 +29,10 @@
 //! # Costs
 //!
 //! Compiling is linear in the total length of the stop strings. Lists whose
-//! stop strings total at most [`DFA_MAX_PATTERN_BYTES`] bytes use the crate's
-//! DFA (one table lookup per byte); larger lists use its contiguous NFA, which
-//! has the same amortised O(1) cost per byte with far less memory.
+//! stop strings total at most [`DFA_MAX_PATTERN_BYTES`] bytes use a dense DFA
+//! built directly from the list (`stop_dfa`: one table lookup per byte, a few
+//! µs to build); larger lists use the `aho-corasick` crate's contiguous NFA,
+//! which has the same amortised O(1) cost per byte with far less memory.
 //!
 //! ```
 //! use stopline::stop_strings::StopStrings;
@@ -42,17 +43,18 @@
 //! assert_eq!((hit.index, hit.start, hit.end, hit.truncate_to), (0, 1, 3, 1));
 //! ```
 
+use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use aho_corasick::automaton::{Automaton, StateID};
-use aho_corasick::dfa::DFA;
 use aho_corasick::nfa::contiguous;
 use aho_corasick::{Anchored, MatchKind};
 use lru::LruCache;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::error::Error;
+use crate::stop_dfa::StopDfa;
 
 /// Lists whose stop strings total at most this many UTF-8 bytes are compiled
 /// to a DFA; larger ones to a contiguous NFA.
@@ -62,8 +64,10 @@ pub const DFA_MAX_PATTERN_BYTES: usize = 16 * 1024;
 pub const CACHE_CAPACITY: usize = 1024;
 
 enum Engine {
-    Dfa(DFA),
-    Nfa(contiguous::NFA),
+    Dfa(StopDfa),
+    /// With the hold-back of each state reachable at a code-point boundary
+    /// that holds anything back.
+    Nfa(contiguous::NFA, FxHashMap<u32, usize>),
 }
 
 /// A compiled, immutable list of stop strings.
@@ -73,10 +77,9 @@ pub struct StopStrings {
     stop_chars: Vec<usize>,
     max_stop_chars: usize,
     engine: Engine,
-    start: StateID,
-    /// Hold-back in code points for each automaton state reachable at a code
-    /// point boundary; states absent from the map hold back nothing.
-    holdback: FxHashMap<StateID, usize>,
+    start: u32,
+    /// No state holds anything back (a matcher can skip the lookup).
+    never_holds_back: bool,
 }
 
 /// The first stop string completed by one `feed`, in code points of the
@@ -97,7 +100,7 @@ pub struct StopMatch {
 #[derive(Clone)]
 pub struct StopMatcher {
     stops: Arc<StopStrings>,
-    state: StateID,
+    state: u32,
     chars_fed: usize,
     include_in_output: bool,
 }
@@ -106,11 +109,8 @@ pub struct StopMatcher {
 /// first position where some stop string ends, the byte offset just past it
 /// and the lowest pattern index ending there.
 #[inline(always)]
-fn scan<A: Automaton>(
-    aut: &A,
-    mut sid: StateID,
-    bytes: &[u8],
-) -> (StateID, Option<(usize, usize)>) {
+fn scan<A: Automaton>(aut: &A, sid: u32, bytes: &[u8]) -> (u32, Option<(usize, usize)>) {
+    let mut sid = StateID::from_u32_unchecked(sid);
     let mut i = 0;
     while i < bytes.len() {
         sid = aut.next_state(Anchored::No, sid, bytes[i]);
@@ -120,21 +120,19 @@ fn scan<A: Automaton>(
             for k in 1..aut.match_len(sid) {
                 best = best.min(aut.match_pattern(sid, k).as_usize());
             }
-            for &b in &bytes[i..] {
-                sid = aut.next_state(Anchored::No, sid, b);
-            }
-            return (sid, Some((i, best)));
+            return (step_only(aut, sid.as_u32(), &bytes[i..]), Some((i, best)));
         }
     }
-    (sid, None)
+    (sid.as_u32(), None)
 }
 
 #[inline(always)]
-fn step_only<A: Automaton>(aut: &A, mut sid: StateID, bytes: &[u8]) -> StateID {
+fn step_only<A: Automaton>(aut: &A, sid: u32, bytes: &[u8]) -> u32 {
+    let mut sid = StateID::from_u32_unchecked(sid);
     for &b in bytes {
         sid = aut.next_state(Anchored::No, sid, b);
     }
-    sid
+    sid.as_u32()
 }
 
 /// Code points in `s`, with a fast path for ASCII.
@@ -160,13 +158,24 @@ pub(crate) fn byte_offset_from_end(s: &str, k: usize) -> usize {
     }
 }
 
-fn cache() -> &'static Mutex<LruCache<Vec<String>, Arc<StopStrings>>> {
-    static CACHE: OnceLock<Mutex<LruCache<Vec<String>, Arc<StopStrings>>>> = OnceLock::new();
+/// The process-wide cache, keyed by a hash of the list; a hit is confirmed
+/// by comparing the strings, so a collision only costs a recompile.
+fn cache() -> &'static Mutex<LruCache<u64, Arc<StopStrings>>> {
+    static CACHE: OnceLock<Mutex<LruCache<u64, Arc<StopStrings>>>> = OnceLock::new();
     CACHE.get_or_init(|| {
         Mutex::new(LruCache::new(
             NonZeroUsize::new(CACHE_CAPACITY).expect("nonzero capacity"),
         ))
     })
+}
+
+fn list_hash<S: AsRef<str>>(stops: &[S]) -> u64 {
+    let mut h = FxHasher::default();
+    h.write_usize(stops.len());
+    for s in stops {
+        s.as_ref().hash(&mut h);
+    }
+    h.finish()
 }
 
 impl StopStrings {
@@ -177,18 +186,33 @@ impl StopStrings {
     /// [`Error::EmptyStop`] for an empty string, [`Error::Build`] if the
     /// automaton cannot be built.
     pub fn compile(stops: Vec<String>) -> Result<Arc<StopStrings>, Error> {
-        if let Some(hit) = cache()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&stops)
-        {
-            return Ok(Arc::clone(hit));
+        Self::compile_with(&stops, || stops.clone())
+    }
+
+    /// [`compile`](Self::compile) from borrowed strings: a cache hit copies
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`compile`](Self::compile).
+    pub fn compile_strs(stops: &[&str]) -> Result<Arc<StopStrings>, Error> {
+        Self::compile_with(stops, || stops.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    fn compile_with<S: AsRef<str>>(
+        stops: &[S],
+        owned: impl FnOnce() -> Vec<String>,
+    ) -> Result<Arc<StopStrings>, Error> {
+        let key = list_hash(stops);
+        let lock = || cache().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = lock().get(&key) {
+            let same = hit.stops.len() == stops.len()
+                && hit.stops.iter().zip(stops).all(|(a, b)| a == b.as_ref());
+            if same {
+                return Ok(Arc::clone(hit));
+            }
         }
-        let compiled = Arc::new(StopStrings::new(stops.clone())?);
-        cache()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .put(stops, Arc::clone(&compiled));
+        let compiled = Arc::new(StopStrings::new(owned())?);
+        lock().put(key, Arc::clone(&compiled));
         Ok(compiled)
     }
 
@@ -198,88 +222,50 @@ impl StopStrings {
             return Err(Error::EmptyStop { index });
         }
         let total: usize = stops.iter().map(String::len).sum();
-        let engine = if total <= DFA_MAX_PATTERN_BYTES {
-            let dfa = DFA::builder()
-                .match_kind(MatchKind::Standard)
-                .prefilter(false)
-                .build(&stops)
-                .map_err(|e| Error::Build(e.to_string()))?;
-            Engine::Dfa(dfa)
+        let (engine, start) = if total <= DFA_MAX_PATTERN_BYTES {
+            (Engine::Dfa(StopDfa::new(&stops)?), StopDfa::START)
         } else {
             let nfa = contiguous::NFA::builder()
                 .match_kind(MatchKind::Standard)
                 .prefilter(false)
                 .build(&stops)
                 .map_err(|e| Error::Build(e.to_string()))?;
-            Engine::Nfa(nfa)
+            let start = nfa
+                .start_state(Anchored::No)
+                .map_err(|e| Error::Build(e.to_string()))?
+                .as_u32();
+            let holdback = nfa_holdback_table(&nfa, start, &stops);
+            (Engine::Nfa(nfa, holdback), start)
         };
-        let start = match &engine {
-            Engine::Dfa(a) => a.start_state(Anchored::No),
-            Engine::Nfa(a) => a.start_state(Anchored::No),
-        }
-        .map_err(|e| Error::Build(e.to_string()))?;
+        let never_holds_back = match &engine {
+            Engine::Dfa(d) => d.never_holds_back(),
+            Engine::Nfa(_, h) => h.is_empty(),
+        };
         let stop_chars: Vec<usize> = stops.iter().map(|s| char_len(s)).collect();
         let max_stop_chars = stop_chars.iter().copied().max().unwrap_or(0);
-        let mut out = StopStrings {
+        Ok(StopStrings {
             stops,
             stop_chars,
             max_stop_chars,
             engine,
             start,
-            holdback: FxHashMap::default(),
-        };
-        out.holdback = out.holdback_table();
-        Ok(out)
-    }
-
-    /// For every trie node at a code-point boundary: the longest suffix of
-    /// its string that is a proper prefix of some stop string, in code points.
-    fn holdback_table(&self) -> FxHashMap<StateID, usize> {
-        let mut table = FxHashMap::default();
-        // Nodes that are a complete stop string but no proper prefix of one,
-        // with their string; resolved below through their failure suffix.
-        let mut complete_only: Vec<(StateID, &str)> = Vec::new();
-        for stop in &self.stops {
-            let mut sid = self.start;
-            let mut prev = 0;
-            for (chars, (b, c)) in stop.char_indices().enumerate() {
-                let end = b + c.len_utf8();
-                sid = self.step(sid, &stop.as_bytes()[prev..end]);
-                prev = end;
-                if end < stop.len() {
-                    table.insert(sid, chars + 1);
-                } else {
-                    complete_only.push((sid, stop.as_str()));
-                }
-            }
-        }
-        complete_only.sort_by_key(|(_, s)| s.len());
-        for (sid, text) in complete_only {
-            if table.contains_key(&sid) {
-                continue;
-            }
-            let first = text.chars().next().map_or(0, char::len_utf8);
-            let suffix_state = self.step(self.start, &text.as_bytes()[first..]);
-            let hold = table.get(&suffix_state).copied().unwrap_or(0);
-            table.insert(sid, hold);
-        }
-        table.retain(|_, v| *v > 0);
-        table
+            never_holds_back,
+        })
     }
 
     #[inline]
-    fn step(&self, sid: StateID, bytes: &[u8]) -> StateID {
+    fn step(&self, sid: u32, bytes: &[u8]) -> u32 {
         match &self.engine {
-            Engine::Dfa(a) => step_only(a, sid, bytes),
-            Engine::Nfa(a) => step_only(a, sid, bytes),
+            Engine::Dfa(a) => a.step(sid, bytes),
+            Engine::Nfa(a, _) => step_only(a, sid, bytes),
         }
     }
 
-    #[inline]
-    fn scan(&self, sid: StateID, bytes: &[u8]) -> (StateID, Option<(usize, usize)>) {
+    #[inline(always)]
+    fn scan(&self, sid: u32, bytes: &[u8]) -> (u32, Option<(usize, usize)>) {
         match &self.engine {
-            Engine::Dfa(a) => scan(a, sid, bytes),
-            Engine::Nfa(a) => scan(a, sid, bytes),
+            Engine::Dfa(a) => a.scan(sid, bytes),
+            Engine::Nfa(a, _) => scan(a, sid, bytes),
         }
     }
 
@@ -322,7 +308,7 @@ impl StopStrings {
     pub fn memory_usage(&self) -> usize {
         match &self.engine {
             Engine::Dfa(a) => a.memory_usage(),
-            Engine::Nfa(a) => a.memory_usage(),
+            Engine::Nfa(a, h) => a.memory_usage() + h.capacity() * 16,
         }
     }
 
@@ -374,6 +360,46 @@ impl StopStrings {
     }
 }
 
+/// For every NFA state at a code-point boundary along some stop string: the
+/// longest suffix of its string that is a proper prefix of some stop string,
+/// in code points. States that hold nothing back are left out.
+fn nfa_holdback_table(
+    nfa: &contiguous::NFA,
+    start: u32,
+    stops: &[String],
+) -> FxHashMap<u32, usize> {
+    let mut table = FxHashMap::default();
+    // Nodes that are a complete stop string but no proper prefix of one,
+    // with their string; resolved below through their failure suffix.
+    let mut complete_only: Vec<(u32, &str)> = Vec::new();
+    for stop in stops {
+        let mut sid = start;
+        let mut prev = 0;
+        for (chars, (b, c)) in stop.char_indices().enumerate() {
+            let end = b + c.len_utf8();
+            sid = step_only(nfa, sid, &stop.as_bytes()[prev..end]);
+            prev = end;
+            if end < stop.len() {
+                table.insert(sid, chars + 1);
+            } else {
+                complete_only.push((sid, stop.as_str()));
+            }
+        }
+    }
+    complete_only.sort_by_key(|(_, s)| s.len());
+    for (sid, text) in complete_only {
+        if table.contains_key(&sid) {
+            continue;
+        }
+        let first = text.chars().next().map_or(0, char::len_utf8);
+        let suffix_state = step_only(nfa, start, &text.as_bytes()[first..]);
+        let hold = table.get(&suffix_state).copied().unwrap_or(0);
+        table.insert(sid, hold);
+    }
+    table.retain(|_, v| *v > 0);
+    table
+}
+
 impl StopMatcher {
     /// Feeds the next piece of text. `delta_chars` is its length in code
     /// points when the caller knows it (Python does), else it is counted.
@@ -413,14 +439,15 @@ impl StopMatcher {
     /// proper prefix of some stop string; 0 when stops are kept in the output.
     #[inline]
     pub fn holdback(&self) -> usize {
-        // Most steps end outside every stop-string prefix: skip the lookup.
-        if self.include_in_output
-            || self.state == self.stops.start
-            || self.stops.holdback.is_empty()
-        {
+        if self.include_in_output || self.stops.never_holds_back {
             return 0;
         }
-        self.stops.holdback.get(&self.state).copied().unwrap_or(0)
+        match &self.stops.engine {
+            Engine::Dfa(d) => d.holdback(self.state),
+            // Most steps end outside every stop-string prefix: skip the lookup.
+            Engine::Nfa(..) if self.state == self.stops.start => 0,
+            Engine::Nfa(_, h) => h.get(&self.state).copied().unwrap_or(0),
+        }
     }
 
     /// Code points fed so far.
@@ -567,7 +594,7 @@ mod tests {
     fn large_lists_use_the_nfa() {
         let stops: Vec<String> = (0..5000).map(|i| format!("stop-{i:05}")).collect();
         let s = StopStrings::new(stops).unwrap();
-        assert!(matches!(s.engine, Engine::Nfa(_)));
+        assert!(matches!(s.engine, Engine::Nfa(..)));
         let s = Arc::new(s);
         let mut m = s.matcher(false);
         assert!(m.feed("xx stop-0").is_none());
