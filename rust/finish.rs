@@ -38,7 +38,6 @@
 //! final text and the kept tokens, and no delta ever holds text past a stop cut
 //! (a match can only start inside the held-back suffix).
 
-use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -231,6 +230,11 @@ pub struct Finish {
 pub struct Step {
     pub text_delta: Range<usize>,
     pub token_ids_delta: Range<usize>,
+    /// The deltas are exactly the step's input: its token ids and the
+    /// concatenation of its text pieces (nothing was held back before or
+    /// after, nothing cut, dropped or replaced). A caller holding the pieces
+    /// can hand them on instead of copying the delta.
+    pub whole_run: bool,
 }
 
 /// True when the tail of `tokens` repeats one pattern as `r` describes.
@@ -254,8 +258,11 @@ struct Kept {
     tokens: Vec<u32>,
     text: String,
     text_chars: usize,
-    /// Code-point end of each kept token's text, for tokens not yet released.
-    pending_ends: VecDeque<usize>,
+    /// Code-point end of each kept token's text, for tokens not yet released:
+    /// `pending_ends[pending_head..]` (a queue that empties whenever
+    /// everything is released, which is most steps).
+    pending_ends: Vec<usize>,
+    pending_head: usize,
 }
 
 impl Kept {
@@ -264,7 +271,8 @@ impl Kept {
             tokens: Vec::with_capacity(tokens),
             text: String::with_capacity(tokens * 4),
             text_chars: 0,
-            pending_ends: VecDeque::with_capacity(8),
+            pending_ends: Vec::with_capacity(8),
+            pending_head: 0,
         }
     }
 
@@ -273,7 +281,7 @@ impl Kept {
         self.tokens.push(id);
         self.text.push_str(piece);
         self.text_chars += piece_chars;
-        self.pending_ends.push_back(self.text_chars);
+        self.pending_ends.push(self.text_chars);
     }
 
     /// The kept text between two code-point offsets.
@@ -426,11 +434,14 @@ impl FinishTracker {
     ) -> Step {
         let tokens_before = self.emitted_tokens;
         let text_before = self.emitted_bytes;
+        // Stays true while every token goes in whole with its piece.
+        let mut whole = text_before == self.kept.text.len();
         let p: &StopParams = &self.params;
         for (i, &id) in token_ids.iter().enumerate() {
             let n = self.kept.tokens.len() as u64 + 1;
             let piece = texts.map_or("", |t| t[i].as_ref());
             if p.vocab_size.is_some_and(|v| id >= v) {
+                whole = false;
                 self.finish = Some(Finish {
                     reason: FinishReason::Error,
                     stop_reason: None,
@@ -455,6 +466,7 @@ impl FinishTracker {
                 }
             }
             if let Some(hit) = hit.filter(|_| n > p.min_tokens) {
+                whole = false;
                 self.kept.push(id, piece, piece_chars);
                 let (stop_reason, matched) = if by_regex {
                     self.regex_matched = self.kept.slice_chars(hit.start, hit.end).to_owned();
@@ -483,6 +495,7 @@ impl FinishTracker {
                 if p.include_stop_str_in_output {
                     self.kept.push(id, piece, piece_chars);
                 } else {
+                    whole &= piece.is_empty();
                     self.kept.push(id, "", 0);
                 }
                 self.finish = Some(Finish {
@@ -528,6 +541,9 @@ impl FinishTracker {
         Step {
             text_delta: text_before..self.emitted_bytes,
             token_ids_delta: tokens_before..self.emitted_tokens,
+            whole_run: whole
+                && self.emitted_bytes == self.kept.text.len()
+                && self.emitted_tokens == tokens_before + token_ids.len(),
         }
     }
 
@@ -547,40 +563,36 @@ impl FinishTracker {
         Step {
             text_delta: text_before..self.emitted_bytes,
             token_ids_delta: tokens_before..self.emitted_tokens,
+            whole_run: false,
         }
     }
 
     /// Advances the released text and tokens: all at finish, else all but the
     /// hold-back.
-    #[inline]
+    #[inline(always)]
     fn release(&mut self) {
-        if self.finish.is_some() {
+        let mut hold = 0;
+        if self.finish.is_none() {
+            hold = self.matcher.as_ref().map_or(0, StopMatcher::holdback);
+            if let Some(r) = &self.regex {
+                // Never more than what is still unreleased.
+                hold = hold.max(r.holdback().min(self.kept.text_chars - self.emitted_chars));
+            }
+        }
+        if hold == 0 {
             self.emitted_bytes = self.kept.text.len();
             self.emitted_chars = self.kept.text_chars;
             self.emitted_tokens = self.kept.tokens.len();
             self.kept.pending_ends.clear();
+            self.kept.pending_head = 0;
             return;
         }
-        let mut hold = self.matcher.as_ref().map_or(0, StopMatcher::holdback);
-        if let Some(r) = &self.regex {
-            // Never more than what is still unreleased.
-            hold = hold.max(r.holdback().min(self.kept.text_chars - self.emitted_chars));
-        }
-        if hold == 0 {
-            self.emitted_bytes = self.kept.text.len();
-        } else {
-            self.emitted_bytes = byte_offset_from_end(&self.kept.text, hold);
-        }
+        self.emitted_bytes = byte_offset_from_end(&self.kept.text, hold);
         self.emitted_chars = self.kept.text_chars - hold;
-        while self
-            .kept
-            .pending_ends
-            .front()
-            .is_some_and(|&e| e <= self.emitted_chars)
-        {
-            self.kept.pending_ends.pop_front();
-            self.emitted_tokens += 1;
-        }
+        let pending = &self.kept.pending_ends[self.kept.pending_head..];
+        let released = pending.partition_point(|&e| e <= self.emitted_chars);
+        self.kept.pending_head += released;
+        self.emitted_tokens += released;
     }
 
     pub fn params(&self) -> &Arc<StopParams> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyRange, PyRangeMethods, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::batch::{FinishBatch, SlotStep};
@@ -569,20 +569,19 @@ fn slot_of(slots: &[i64], runs: Option<&[usize]>, j: usize) -> Option<i64> {
     }
 }
 
-/// Text pieces aligned with token ids, each kept with its Python object (a
-/// piece released whole is handed back without a copy). `name(i)` names
-/// element i in errors.
-fn extract_pieces(
-    obj: &Bound<'_, PyAny>,
+/// Text pieces aligned with token ids, as `str` objects checked to be valid
+/// Unicode. `name(i)` names element i in errors.
+fn extract_piece_objects<'py>(
+    obj: &Bound<'py, PyAny>,
     field: &str,
     name: &dyn Fn(usize) -> String,
-) -> PyResult<Vec<PyBackedStr>> {
+) -> PyResult<Vec<Bound<'py, PyString>>> {
     if obj.is_instance_of::<PyString>() {
         return Err(PyTypeError::new_err(format!(
             "{field} must be a sequence of str (one piece per token), not a single str"
         )));
     }
-    let one = |i: usize, item: Bound<'_, PyAny>| -> PyResult<PyBackedStr> {
+    let one = |i: usize, item: Bound<'py, PyAny>| -> PyResult<Bound<'py, PyString>> {
         let s = item.cast_into::<PyString>().map_err(|e| {
             PyTypeError::new_err(format!(
                 "{} must be str, got {}",
@@ -590,19 +589,20 @@ fn extract_pieces(
                 type_name(e.into_inner().as_any())
             ))
         })?;
-        PyBackedStr::try_from(s).map_err(|_| {
+        s.to_str().map_err(|_| {
             PyValueError::new_err(format!(
                 "{} is not valid Unicode (it contains a lone surrogate)",
                 name(i)
             ))
-        })
+        })?;
+        Ok(s)
     };
     if let Ok(list) = obj.cast::<PyList>() {
-        let mut out = Vec::with_capacity(list.len());
-        for (i, item) in list.iter().enumerate() {
-            out.push(one(i, item)?);
-        }
-        return Ok(out);
+        return list
+            .iter()
+            .enumerate()
+            .map(|(i, item)| one(i, item))
+            .collect();
     }
     let iter = obj.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -611,6 +611,18 @@ fn extract_pieces(
         ))
     })?;
     iter.enumerate().map(|(i, item)| one(i, item?)).collect()
+}
+
+/// [`extract_piece_objects`], each piece kept as a `PyBackedStr`.
+fn extract_pieces(
+    obj: &Bound<'_, PyAny>,
+    field: &str,
+    name: &dyn Fn(usize) -> String,
+) -> PyResult<Vec<PyBackedStr>> {
+    extract_piece_objects(obj, field, name)?
+        .into_iter()
+        .map(PyBackedStr::try_from)
+        .collect()
 }
 
 fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
@@ -833,30 +845,39 @@ impl PyStopParams {
 #[derive(Clone)]
 struct Outcome {
     finish: Option<Finish>,
-    /// The stop string or stop regex pattern that finished the sequence.
-    stop_string: Option<String>,
-    /// The text a stop regex matched.
-    regex_matched: Option<String>,
+    /// Set when a stop string or regex finished the sequence (boxed: most
+    /// outcomes of a batch step are unfinished and stay small).
+    stop_text: Option<Box<StopText>>,
     num_tokens: usize,
     text_len: usize,
 }
 
+#[derive(Clone)]
+struct StopText {
+    /// The stop string or stop regex pattern that finished the sequence.
+    stop: String,
+    /// The text a stop regex matched.
+    regex_matched: Option<String>,
+}
+
 impl Outcome {
-    #[inline]
+    #[inline(always)]
     fn of(t: &FinishTracker) -> Self {
         let finish = t.finish();
-        let (stop_string, regex_matched) = match finish.and_then(|f| f.matched) {
-            Some(Matched::StopString(i)) => (Some(t.stop_string(i).to_owned()), None),
-            Some(Matched::StopRegex(i)) => (
-                Some(t.stop_regex(i).to_owned()),
-                Some(t.regex_matched().to_owned()),
-            ),
-            _ => (None, None),
+        let stop_text = match finish.and_then(|f| f.matched) {
+            Some(Matched::StopString(i)) => Some(Box::new(StopText {
+                stop: t.stop_string(i).to_owned(),
+                regex_matched: None,
+            })),
+            Some(Matched::StopRegex(i)) => Some(Box::new(StopText {
+                stop: t.stop_regex(i).to_owned(),
+                regex_matched: Some(t.regex_matched().to_owned()),
+            })),
+            _ => None,
         };
         Outcome {
             finish,
-            stop_string,
-            regex_matched,
+            stop_text,
             num_tokens: t.token_ids().len(),
             text_len: t.text_len(),
         }
@@ -866,11 +887,15 @@ impl Outcome {
         self.finish.map(|f| f.reason.as_str())
     }
 
+    fn stop_string(&self) -> Option<&str> {
+        self.stop_text.as_ref().map(|s| s.stop.as_str())
+    }
+
     fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(match self.finish.and_then(|f| f.stop_reason) {
             None => py.None(),
             Some(StopReason::StopString(_) | StopReason::StopRegex(_)) => {
-                self.stop_string.clone().into_py_any(py)?
+                self.stop_string().into_py_any(py)?
             }
             Some(StopReason::TokenId(id)) => id.into_py_any(py)?,
             Some(StopReason::RepetitionDetected) => "repetition_detected".into_py_any(py)?,
@@ -880,8 +905,12 @@ impl Outcome {
     fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(match self.finish.and_then(|f| f.matched) {
             None => py.None(),
-            Some(Matched::StopString(_)) => self.stop_string.clone().into_py_any(py)?,
-            Some(Matched::StopRegex(_)) => self.regex_matched.clone().into_py_any(py)?,
+            Some(Matched::StopString(_)) => self.stop_string().into_py_any(py)?,
+            Some(Matched::StopRegex(_)) => self
+                .stop_text
+                .as_ref()
+                .and_then(|s| s.regex_matched.as_deref())
+                .into_py_any(py)?,
             Some(Matched::TokenId(id)) => id.into_py_any(py)?,
         })
     }
@@ -1078,19 +1107,11 @@ impl PyFinishTracker {
     }
 }
 
-/// One row of a batch step, with its deltas stored in the result's buffers.
+/// One row of a batch step.
 struct BatchRow {
     slot: usize,
     outcome: Outcome,
-    text: TextDelta,
     tokens: Range<usize>,
-}
-
-/// A row's text delta: usually the very piece passed in (returned without a
-/// copy), else a range of the result's text buffer.
-enum TextDelta {
-    Input(usize),
-    Owned(Range<usize>),
 }
 
 /// Per-slot results of one `FinishBatch.step`, in the order of its `slots`.
@@ -1098,21 +1119,9 @@ enum TextDelta {
 #[pyclass(name = "BatchStepResult", module = "stopline", frozen)]
 pub struct PyBatchStepResult {
     rows: Vec<BatchRow>,
-    text: String,
+    /// Each row's text delta: usually the very piece passed in (no copy).
+    text_deltas: Vec<Py<PyAny>>,
     tokens: Vec<u32>,
-    pieces: Vec<PyBackedStr>,
-}
-
-impl PyBatchStepResult {
-    fn text_delta<'py>(&self, py: Python<'py>, row: &BatchRow) -> Bound<'py, PyAny> {
-        match &row.text {
-            TextDelta::Input(k) => match (&self.pieces[*k]).into_pyobject(py) {
-                Ok(s) => s.into_any(),
-                Err(never) => match never {},
-            },
-            TextDelta::Owned(r) => PyString::new(py, &self.text[r.clone()]).into_any(),
-        }
-    }
 }
 
 #[pymethods]
@@ -1132,7 +1141,7 @@ impl PyBatchStepResult {
         let r = &self.rows[i as usize];
         Ok(PyStepResult {
             outcome: r.outcome.clone(),
-            text_delta: self.text_delta(py, r).extract::<String>()?,
+            text_delta: self.text_deltas[i as usize].extract::<String>(py)?,
             token_ids_delta: self.tokens[r.tokens.clone()].to_vec(),
         })
     }
@@ -1185,7 +1194,7 @@ impl PyBatchStepResult {
     }
     #[getter]
     fn text_deltas<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, self.rows.iter().map(|r| self.text_delta(py, r)))
+        PyList::new(py, self.text_deltas.iter().map(|d| d.bind(py)))
     }
     #[getter]
     fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
@@ -1264,6 +1273,7 @@ impl PyFinishBatch {
             &Step {
                 text_delta: end..end,
                 token_ids_delta: n..n,
+                whole_run: false,
             },
         ))
     }
@@ -1307,6 +1317,12 @@ impl PyFinishBatch {
     /// `grammar_terminated_at[i]` is an index into slot i's run or -1 for none.
     /// Each slot advances exactly as `FinishTracker.update` would.
     ///
+    /// Fast path (what the hot loop should pass): `slots` a `list` of ints or
+    /// a `range` (a persistent batch's rows 0..n), `token_ids` and `texts`
+    /// plain `list`s of `int` / `str`; other iterables and int-like objects
+    /// (numpy integers) work through a slower general path. A text delta
+    /// that is exactly the piece passed in is that very `str` object.
+    ///
     /// Returns a `BatchStepResult` in the order of `slots`. Every argument is
     /// checked before any slot changes, so an error (`ValueError` /
     /// `TypeError` naming the field, element and slot; `RuntimeError` for a
@@ -1320,7 +1336,11 @@ impl PyFinishBatch {
         texts: Option<&Bound<'_, PyAny>>,
         grammar_terminated_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyBatchStepResult> {
-        let slots_v: Vec<i64> = extract_i64s(slots, "slots")?;
+        let py = slots.py();
+        let slots_v: Vec<i64> = match slots.cast::<PyRange>() {
+            Ok(r) => range_values(r)?,
+            Err(_) => extract_i64s(slots, "slots")?,
+        };
         let runs = opt_list(run_lengths)
             .map(|r| {
                 extract_i64s(r, "run_lengths")?
@@ -1345,10 +1365,37 @@ impl PyFinishBatch {
                 None => format!("{field}[{j}]"),
             }
         };
-        let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
-        let pieces = opt_list(texts)
-            .map(|t| extract_pieces(t, "texts", &owner("texts")))
-            .transpose()?;
+        let ids = match token_ids
+            .cast::<PyList>()
+            .ok()
+            .and_then(|l| list_ints_fast(l, |v| u32::try_from(v).ok()))
+        {
+            Some(ids) => ids,
+            None => extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?,
+        };
+        // The pieces last: from here to the end of the result no Python code
+        // runs, so pieces borrowed from the caller's list stay valid. Each
+        // piece comes with its object, handed back when released whole.
+        let held: Vec<Bound<'_, PyString>>;
+        let (pieces, objects) = match opt_list(texts) {
+            None => (None, Vec::new()),
+            // SAFETY: no Python code runs while the borrowed pieces are in use.
+            Some(t) => match t
+                .cast::<PyList>()
+                .ok()
+                .and_then(|l| unsafe { list_strs_fast(l) })
+            {
+                Some((p, o)) => (Some(p), o),
+                None => {
+                    held = extract_piece_objects(t, "texts", &owner("texts"))?;
+                    let p = held
+                        .iter()
+                        .map(|s| s.to_str())
+                        .collect::<PyResult<Vec<&str>>>()?;
+                    (Some(p), held.iter().map(|s| s.as_ptr()).collect())
+                }
+            },
+        };
         self.scratch.clear();
         self.inner
             .step(
@@ -1362,37 +1409,117 @@ impl PyFinishBatch {
             .map_err(to_py_err)?;
         let mut out = PyBatchStepResult {
             rows: Vec::with_capacity(self.scratch.len()),
-            text: String::new(),
-            tokens: Vec::new(),
-            pieces: Vec::new(),
+            text_deltas: Vec::with_capacity(self.scratch.len()),
+            tokens: Vec::with_capacity(self.scratch.len()),
         };
         for s in &self.scratch {
             let t = self.inner.get(s.slot as i64).expect("stepped slot exists");
-            let delta = &t.text()[s.step.text_delta.clone()];
-            let same_as_input = match &pieces {
-                Some(p) if s.run.len() == 1 && !delta.is_empty() => &*p[s.run.start] == delta,
-                _ => false,
-            };
-            let text = if same_as_input {
-                TextDelta::Input(s.run.start)
+            let delta = if s.step.whole_run && s.run.len() == 1 && !objects.is_empty() {
+                // SAFETY: the caller's piece object, alive and unchanged (no
+                // Python code ran since it was read); this takes a reference
+                // of our own.
+                unsafe { Bound::from_borrowed_ptr(py, objects[s.run.start]).unbind() }
             } else {
-                let start = out.text.len();
-                out.text.push_str(delta);
-                TextDelta::Owned(start..out.text.len())
+                PyString::new(py, &t.text()[s.step.text_delta.clone()])
+                    .into_any()
+                    .unbind()
             };
+            out.text_deltas.push(delta);
             let tok_start = out.tokens.len();
-            out.tokens
-                .extend_from_slice(&t.token_ids()[s.step.token_ids_delta.clone()]);
+            for &id in &t.token_ids()[s.step.token_ids_delta.clone()] {
+                out.tokens.push(id);
+            }
             out.rows.push(BatchRow {
                 slot: s.slot,
                 outcome: Outcome::of(t),
-                text,
                 tokens: tok_start..out.tokens.len(),
             });
         }
-        out.pieces = pieces.unwrap_or_default();
         Ok(out)
     }
+}
+
+/// The values of a `range` (any step), checked to fit i64.
+fn range_values(r: &Bound<'_, PyRange>) -> PyResult<Vec<i64>> {
+    let (start, step) = (r.start()? as i64, r.step()? as i64);
+    let n = r.len()?;
+    Ok((0..n as i64).map(|k| start + k * step).collect())
+}
+
+/// The ints of a list, read through the C API without taking a reference per
+/// element (the hot path of `FinishBatch.step`). `None` when an element is
+/// not an int or `conv` rejects it; the caller's slow path then names it.
+fn list_ints_fast<T>(list: &Bound<'_, PyList>, conv: impl Fn(i64) -> Option<T>) -> Option<Vec<T>> {
+    use pyo3::ffi;
+    let n = list.len();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the list is alive for the call; PyList_GetItem bounds-checks
+        // and returns a borrowed reference; PyLong_AsLongAndOverflow on an
+        // int (or int subclass) runs no Python code.
+        let v = unsafe {
+            let item = ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t);
+            if item.is_null() {
+                ffi::PyErr_Clear();
+                return None;
+            }
+            if ffi::PyLong_Check(item) == 0 {
+                return None;
+            }
+            let mut overflow = 0;
+            let v = ffi::PyLong_AsLongAndOverflow(item, &mut overflow);
+            if overflow != 0 {
+                return None;
+            }
+            if v == -1 && !ffi::PyErr_Occurred().is_null() {
+                ffi::PyErr_Clear();
+                return None;
+            }
+            v as i64
+        };
+        out.push(conv(v)?);
+    }
+    Some(out)
+}
+
+/// The str items of a list as borrowed UTF-8, with each item's (borrowed)
+/// object pointer. `None` when an item is not a str or not valid Unicode; the
+/// caller's slow path then names it.
+///
+/// # Safety
+/// The strs and pointers borrow the list's items: they stay valid only while
+/// no Python code runs (which could change the list) and the list is alive.
+unsafe fn list_strs_fast<'a>(
+    list: &'a Bound<'_, PyList>,
+) -> Option<(Vec<&'a str>, Vec<*mut pyo3::ffi::PyObject>)> {
+    use pyo3::ffi;
+    let n = list.len();
+    let mut strs = Vec::with_capacity(n);
+    let mut objects = Vec::with_capacity(n);
+    for i in 0..n {
+        let item = ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t);
+        if item.is_null() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        if ffi::PyUnicode_Check(item) == 0 {
+            return None;
+        }
+        let mut size: ffi::Py_ssize_t = 0;
+        let data = ffi::PyUnicode_AsUTF8AndSize(item, &mut size);
+        if data.is_null() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        // PyUnicode_AsUTF8AndSize returns valid UTF-8 that lives as long as
+        // the str object.
+        strs.push(std::str::from_utf8_unchecked(std::slice::from_raw_parts(
+            data.cast::<u8>(),
+            size as usize,
+        )));
+        objects.push(item);
+    }
+    Some((strs, objects))
 }
 
 fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
@@ -1400,6 +1527,9 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
         extract_int(item, &|| format!("{field}[{i}]"))
     };
     if let Ok(list) = obj.cast::<PyList>() {
+        if let Some(v) = list_ints_fast(list, Some) {
+            return Ok(v);
+        }
         let mut out = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
             out.push(one(&item, i)?);

@@ -578,3 +578,55 @@ def test_batch_membership_never_raises():
     b.add(1, stopline.StopParams())
     assert (1 in b, 2 in b, 3 in b, -1 in b, 2**70 in b, "a" in b, None in b) == (
         True, False, False, False, False, False, False)
+
+
+# ------------------------------------------------- batch input shapes
+
+class _Index:
+    """An int-like object (``__index__``), as numpy integers are."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+def test_batch_accepts_range_slots_and_int_like_ids(impl):
+    # slots as a range, ids given as int-like objects: the same result as
+    # plain lists (the Rust binding reads plain lists through a fast path and
+    # everything else through the general one).
+    def run(slots, ids):
+        b = impl.FinishBatch(8)
+        p = impl.StopParams(stop=["yz"], eos_token_ids=[2])
+        for s in (1, 3, 5):
+            b.add(s, p)
+        out = []
+        for k, step_ids in enumerate(ids):
+            r = b.step(slots, step_ids, None, [["ab", "xy", "z!"][k]] * 3)
+            out.append([(x.finished, x.text_delta, list(x.token_ids_delta), x.num_tokens) for x in r])
+        return out
+
+    plain = run([1, 3, 5], [[7, 8, 9], [7, 8, 9], [7, 2, 9]])
+    assert run(range(1, 6, 2), [[7, 8, 9], [7, 8, 9], [7, 2, 9]]) == plain
+    assert run([1, 3, 5], [[_Index(7), 8, True * 9], [7, 8, 9], [7, _Index(2), 9]]) == plain
+    assert [row[0] for row in plain[-1]] == [True, True, True]
+
+
+def test_batch_text_deltas_survive_changes_to_the_input_list(impl):
+    b = impl.FinishBatch(2)
+    b.add(0, impl.StopParams(stop=["STOP"]))
+    b.add(1, impl.StopParams(stop=["STOP"]))
+    texts = ["free text", "ST"]  # slot 1 holds "ST" back
+    r = b.step([0, 1], [5, 6], None, texts)
+    texts[0] = "changed"
+    texts.clear()
+    assert [x.text_delta for x in r] == ["free text", ""]
+
+
+def test_batch_hands_back_the_input_piece_without_a_copy(rust):
+    b = rust.FinishBatch(2)
+    b.add(0, rust.StopParams(stop=["STOP"]))
+    pieces = ["".join(["wh", "ole"]), "ST"]
+    r = b.step(range(1), [5], None, pieces[:1])
+    assert r.text_deltas[0] is pieces[0]
