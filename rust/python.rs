@@ -34,6 +34,7 @@ fn to_py_err(e: Error) -> PyErr {
 
 /// Extracts a `str` as UTF-8 plus its length in code points; `field` names
 /// the argument in error messages.
+#[inline(always)]
 pub(crate) fn extract_str<'a, 'py>(
     obj: &'a Bound<'py, PyAny>,
     field: &dyn Fn() -> String,
@@ -48,7 +49,7 @@ pub(crate) fn extract_str<'a, 'py>(
 
 /// Extracts a `str` as UTF-8 (no code-point count: the core counts while it
 /// scans, which is cheaper for the short pieces of a decoding step).
-#[inline]
+#[inline(always)]
 fn extract_utf8<'a, 'py>(
     obj: &'a Bound<'py, PyAny>,
     field: &dyn Fn() -> String,
