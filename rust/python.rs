@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyDict, PyList, PyRange, PyRangeMethods, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
@@ -502,6 +501,9 @@ fn extract_ids_named(
     name: &dyn Fn(usize) -> String,
 ) -> PyResult<Vec<u32>> {
     if let Ok(list) = obj.cast::<PyList>() {
+        if let Some(ids) = list_ints_fast(list, |v| u32::try_from(v).ok()) {
+            return Ok(ids);
+        }
         let mut out = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
             out.push(extract_id(&item, &|| name(i))?);
@@ -612,18 +614,6 @@ fn extract_piece_objects<'py>(
         ))
     })?;
     iter.enumerate().map(|(i, item)| one(i, item?)).collect()
-}
-
-/// [`extract_piece_objects`], each piece kept as a `PyBackedStr`.
-fn extract_pieces(
-    obj: &Bound<'_, PyAny>,
-    field: &str,
-    name: &dyn Fn(usize) -> String,
-) -> PyResult<Vec<PyBackedStr>> {
-    extract_piece_objects(obj, field, name)?
-        .into_iter()
-        .map(PyBackedStr::try_from)
-        .collect()
 }
 
 fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
@@ -1031,9 +1021,7 @@ impl PyFinishTracker {
         grammar_terminated_at: Option<i64>,
     ) -> PyResult<PyStepResult> {
         let ids = extract_ids(token_ids, "token_ids")?;
-        let pieces = opt_list(texts)
-            .map(|t| extract_pieces(t, "texts", &|i| format!("texts[{i}]")))
-            .transpose()?;
+
         let g = match grammar_terminated_at {
             None => None,
             Some(g) => Some(usize::try_from(g).map_err(|_| {
@@ -1043,10 +1031,10 @@ impl PyFinishTracker {
                 ))
             })?),
         };
-        let step = self
-            .inner
-            .update(&ids, pieces.as_deref(), g)
-            .map_err(to_py_err)?;
+        let inner = &mut self.inner;
+        let step = with_pieces(opt_list(texts), &|i| format!("texts[{i}]"), |pieces, _| {
+            inner.update(&ids, pieces, g).map_err(to_py_err)
+        })?;
         Ok(PyStepResult::new(&self.inner, &step))
     }
 
@@ -1366,78 +1354,83 @@ impl PyFinishBatch {
                 None => format!("{field}[{j}]"),
             }
         };
-        let ids = match token_ids
-            .cast::<PyList>()
-            .ok()
-            .and_then(|l| list_ints_fast(l, |v| u32::try_from(v).ok()))
-        {
-            Some(ids) => ids,
-            None => extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?,
-        };
-        // The pieces last: from here to the end of the result no Python code
-        // runs, so pieces borrowed from the caller's list stay valid. Each
-        // piece comes with its object, handed back when released whole.
-        let held: Vec<Bound<'_, PyString>>;
-        let (pieces, objects) = match opt_list(texts) {
-            None => (None, Vec::new()),
-            // SAFETY: no Python code runs while the borrowed pieces are in use.
-            Some(t) => match t
-                .cast::<PyList>()
-                .ok()
-                .and_then(|l| unsafe { list_strs_fast(l) })
-            {
-                Some((p, o)) => (Some(p), o),
-                None => {
-                    held = extract_piece_objects(t, "texts", &owner("texts"))?;
-                    let p = held
-                        .iter()
-                        .map(|s| s.to_str())
-                        .collect::<PyResult<Vec<&str>>>()?;
-                    (Some(p), held.iter().map(|s| s.as_ptr()).collect())
-                }
-            },
-        };
-        self.scratch.clear();
-        self.inner
-            .step(
-                &slots_v,
-                &ids,
-                runs.as_deref(),
-                pieces.as_deref(),
-                grammar.as_deref(),
-                &mut self.scratch,
-            )
-            .map_err(to_py_err)?;
-        let mut out = PyBatchStepResult {
-            rows: Vec::with_capacity(self.scratch.len()),
-            text_deltas: Vec::with_capacity(self.scratch.len()),
-            tokens: Vec::with_capacity(self.scratch.len()),
-        };
-        for s in &self.scratch {
-            let t = self.inner.get(s.slot as i64).expect("stepped slot exists");
-            let delta = if s.step.whole_run && s.run.len() == 1 && !objects.is_empty() {
-                // SAFETY: the caller's piece object, alive and unchanged (no
-                // Python code ran since it was read); this takes a reference
-                // of our own.
-                unsafe { Bound::from_borrowed_ptr(py, objects[s.run.start]).unbind() }
-            } else {
-                PyString::new(py, &t.text()[s.step.text_delta.clone()])
-                    .into_any()
-                    .unbind()
+        let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
+        // The pieces last (reading ints may call `__index__`, which could
+        // change the list); see `with_pieces`.
+        let (inner, scratch) = (&mut self.inner, &mut self.scratch);
+        with_pieces(opt_list(texts), &owner("texts"), |pieces, objects| {
+            scratch.clear();
+            inner
+                .step(
+                    &slots_v,
+                    &ids,
+                    runs.as_deref(),
+                    pieces,
+                    grammar.as_deref(),
+                    scratch,
+                )
+                .map_err(to_py_err)?;
+            let mut out = PyBatchStepResult {
+                rows: Vec::with_capacity(scratch.len()),
+                text_deltas: Vec::with_capacity(scratch.len()),
+                tokens: Vec::with_capacity(scratch.len()),
             };
-            out.text_deltas.push(delta);
-            let tok_start = out.tokens.len();
-            for &id in &t.token_ids()[s.step.token_ids_delta.clone()] {
-                out.tokens.push(id);
+            for s in scratch.iter() {
+                let t = inner.get(s.slot as i64).expect("stepped slot exists");
+                let delta = if s.step.whole_run && s.run.len() == 1 && !objects.is_empty() {
+                    objects[s.run.start].to_owned().unbind()
+                } else {
+                    PyString::new(py, &t.text()[s.step.text_delta.clone()])
+                        .into_any()
+                        .unbind()
+                };
+                out.text_deltas.push(delta);
+                let tok_start = out.tokens.len();
+                for &id in &t.token_ids()[s.step.token_ids_delta.clone()] {
+                    out.tokens.push(id);
+                }
+                out.rows.push(BatchRow {
+                    slot: s.slot,
+                    outcome: Outcome::of(t),
+                    tokens: tok_start..out.tokens.len(),
+                });
             }
-            out.rows.push(BatchRow {
-                slot: s.slot,
-                outcome: Outcome::of(t),
-                tokens: tok_start..out.tokens.len(),
-            });
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
+}
+
+/// Runs `f` on the text pieces of `texts` (one `str` per token) as UTF-8
+/// views, each with its `str` object, or on `None` without texts.
+///
+/// A plain list is read through the C API without taking a reference per
+/// item: the views borrow the list's items, which is sound because nothing in
+/// `f` runs Python code that could change the list (the core never calls
+/// back into Python) and `f` cannot keep the views. Anything else, or an
+/// item that is not a valid `str`, goes through `extract_piece_objects`,
+/// whose errors name the element with `name(i)`.
+fn with_pieces<'py, R>(
+    texts: Option<&Bound<'py, PyAny>>,
+    name: &dyn Fn(usize) -> String,
+    f: impl FnOnce(Option<&[&str]>, &[Borrowed<'_, 'py, PyAny>]) -> PyResult<R>,
+) -> PyResult<R> {
+    let Some(texts) = texts else {
+        return f(None, &[]);
+    };
+    if let Ok(list) = texts.cast::<PyList>() {
+        // SAFETY: the views and items are used only inside `f` (see above).
+        if let Some((strs, items)) = unsafe { list_strs_fast(list) } {
+            return f(Some(&strs), &items);
+        }
+    }
+    let held = extract_piece_objects(texts, "texts", name)?;
+    let strs = held
+        .iter()
+        .map(|s| s.to_str())
+        .collect::<PyResult<Vec<&str>>>()?;
+    let items: Vec<Borrowed<'_, 'py, PyAny>> =
+        held.iter().map(|s| s.as_any().as_borrowed()).collect();
+    f(Some(&strs), &items)
 }
 
 /// The values of a `range` (any step), checked to fit i64.
@@ -1490,9 +1483,9 @@ fn list_ints_fast<T>(list: &Bound<'_, PyList>, conv: impl Fn(i64) -> Option<T>) 
 /// # Safety
 /// The strs and pointers borrow the list's items: they stay valid only while
 /// no Python code runs (which could change the list) and the list is alive.
-unsafe fn list_strs_fast<'a>(
-    list: &'a Bound<'_, PyList>,
-) -> Option<(Vec<&'a str>, Vec<*mut pyo3::ffi::PyObject>)> {
+unsafe fn list_strs_fast<'a, 'py>(
+    list: &'a Bound<'py, PyList>,
+) -> Option<(Vec<&'a str>, Vec<Borrowed<'a, 'py, PyAny>>)> {
     use pyo3::ffi;
     let n = list.len();
     let mut strs = Vec::with_capacity(n);
@@ -1518,7 +1511,7 @@ unsafe fn list_strs_fast<'a>(
             data.cast::<u8>(),
             size as usize,
         )));
-        objects.push(item);
+        objects.push(Borrowed::from_ptr(list.py(), item));
     }
     Some((strs, objects))
 }
