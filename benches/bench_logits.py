@@ -2,10 +2,11 @@
 
 For each (rows, vocab, dtype, scenario) the same logits tensor is processed by
 ``LogitsConstraints.apply(backend="triton")``, by the torch reference
-(``backend="torch"``), and by ``logits.clone()`` (reads and writes every logit
-once: the memory roofline an in-place pass over the row cannot beat). On a GPU
-the kernel and clone() are timed as CUDA-graph replays
-(``triton.testing.do_bench_cudagraph``, median per call: device time, no Python
+(``backend="torch"``), and by clone()'s copy (``out.copy_(logits)`` into a tensor
+allocated once: reads and writes every logit once, the memory roofline an
+in-place pass over the row cannot beat, without the allocator). On a GPU the
+kernel and the copy are timed as CUDA-graph replays (``time_gpu_graph``: a graph
+of up to 1000 calls, median per call over 10 replays: device time, no Python
 launch gaps); the torch reference syncs inside (boolean indexing), so it cannot be
 captured and is timed with ``triton.testing.do_bench`` (median of single calls
 between CUDA events, L2 flushed before each). On CPU: ``time.perf_counter`` medians.
@@ -27,6 +28,10 @@ Usage (with stopline importable: installed, or PYTHONPATH=python in a built chec
     python benches/bench_logits.py                  # GPU: the full table
     python benches/bench_logits.py --device cpu     # CPU: small sizes, torch backend
     python benches/bench_logits.py --markdown out.md --json out.json
+    # tile / split sweep: time each DENSE_WORDS:SCAN_WORDS:NUM_WARPS:PROGS_PER_SM and
+    # write the best per dtype in STOPLINE_LOGITS_TILE's format
+    python benches/bench_logits.py --rows 256 1024 --scenarios all --no-torch \
+        --configs 256:32:8:0 256:32:8:8 --best-config-out best.txt
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ def pack_rows(keep: torch.Tensor) -> torch.Tensor:
 
 def setup(rows: int, V: int, dtype, scenario: str, device: str, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
+    gd = torch.Generator(device).manual_seed(seed)  # the large tensors are drawn where they live
     cons = LogitsConstraints(rows, V, device)
     for s in range(rows):
         kw = dict(min_tokens=16, stop_token_ids=[EOS, EOS2])
@@ -72,15 +78,15 @@ def setup(rows: int, V: int, dtype, scenario: str, device: str, seed: int = 0):
         cons.set(s, **kw)
         if scenario == "all":
             cons.append_tokens(s, [5, 23, 24])  # [23, 24, 25] fires
-    logits = torch.randn(rows, V, generator=g).to(dtype).to(device)
+    logits = torch.randn(rows, V, generator=gd, device=device).to(dtype)
     slots = torch.arange(rows, device=device)
     pos = torch.full((rows,), 3, device=device)
     bitmask = None
     if scenario in ("bitmask", "all"):
-        keep = torch.rand(rows, V, generator=g) < 0.01
+        keep = torch.rand(rows, V, generator=gd, device=device) < 0.01
         keep[::2] = False
         keep[::2, EOS] = True  # grammar allows only EOS: min_tokens masks it, restore puts it back
-        bitmask = pack_rows(keep).to(device)
+        bitmask = pack_rows(keep)
     return cons, logits, slots, pos, bitmask
 
 
@@ -88,16 +94,42 @@ def time_gpu(fn) -> float:
     """Median of single calls between CUDA events, L2 flushed before each (includes host gaps)."""
     import triton.testing
 
-    return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median") * 1e3  # us
+    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median") * 1e3  # us
 
 
-def time_gpu_graph(fn) -> float:
-    """Median per-call time of CUDA-graph replays: device time without Python launch gaps."""
-    import triton.testing
+def time_gpu_graph(fn, target_ms: float = 5.0, max_calls: int = 1000, replays: int = 10) -> float:
+    """Median per-call time of CUDA-graph replays: device time without Python launch gaps.
 
+    Like triton's do_bench_cudagraph, but the graph holds at most ``max_calls``
+    calls (capturing ~10k calls of a 2 us kernel costs seconds of host time).
+    """
     fn()  # compile outside the capture
     torch.cuda.synchronize()
-    return triton.testing.do_bench_cudagraph(fn, rep=60, return_mode="median") * 1e3  # us
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        fn()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        torch.cuda.synchronize()
+        start.record()
+        g.replay()
+        end.record()
+        torch.cuda.synchronize()
+        n = max(1, min(max_calls, int(target_ms / max(start.elapsed_time(end), 1e-3))))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(replays):
+            start.record()
+            g.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / n)
+    return statistics.median(times) * 1e3  # us
 
 
 def time_cpu(fn, reps: int = 7) -> float:
@@ -126,8 +158,10 @@ def run(args) -> list[dict]:
                         return cons.apply(x, slots, pos, bitmask=bitmask, backend=backend)
 
                     rec = dict(rows=rows, vocab=V, dtype=dtype_name, scenario=scenario)
-                    rec["clone_us"] = graph_timer(lambda: logits.clone())
-                    rec["torch_us"] = timer(lambda: apply("torch"))
+                    dst = torch.empty_like(logits)
+                    rec["clone_us"] = graph_timer(lambda: dst.copy_(logits))
+                    del dst
+                    rec["torch_us"] = float("nan") if args.no_torch else timer(lambda: apply("torch"))
                     if gpu:
                         # a check that the timed kernel computes what the reference does
                         a, b = logits.clone(), logits.clone()
@@ -140,10 +174,10 @@ def run(args) -> list[dict]:
                         rec["vs_clone"] = rec["clone_us"] / rec["triton_us"]
                         rec["vs_torch"] = rec["torch_us"] / rec["triton_us"]
                         for cfg in args.configs:
-                            dw, sw, nw = (int(v) for v in cfg.split(":"))
+                            dw, sw, nw, pps = (int(v) for v in cfg.split(":"))
                             rec[f"cfg {cfg} us"] = graph_timer(lambda: apply_triton(
                                 cons.state, logits, slots, pos, bitmask, None, None, cons.max_slots,
-                                dense_words=dw, scan_words=sw, num_warps=nw))
+                                dense_words=dw, scan_words=sw, num_warps=nw, progs_per_sm=pps))
                     results.append(rec)
                     print(_row(rec, gpu), flush=True)
                     del cons, logits, bitmask
@@ -175,9 +209,11 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     p.add_argument("--configs", nargs="*", default=[],
-                   help="extra kernel configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS to time (GPU)")
+                   help="extra kernel configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS:PROGS_PER_SM to time (GPU)")
     p.add_argument("--best-config-out", type=Path,
-                   help="write the --configs entry with the lowest total time (for STOPLINE_LOGITS_TILE)")
+                   help="write, per dtype, the --configs entry with the lowest mean time relative to the "
+                        "best config of each case, as a STOPLINE_LOGITS_TILE value")
+    p.add_argument("--no-torch", action="store_true", help="skip timing the torch reference (sweeps)")
     p.add_argument("--json", type=Path)
     p.add_argument("--markdown", type=Path)
     args = p.parse_args(argv)
@@ -188,15 +224,23 @@ def main(argv=None) -> int:
     import triton
 
     head = (f"device: {device_name}; torch {torch.__version__}; triton {triton.__version__}; "
-            + ("triton/clone: do_bench_cudagraph medians; torch: do_bench medians" if gpu else "perf_counter medians"))
+            + ("triton/clone: CUDA-graph replay medians (clone = copy_ into a preallocated tensor); "
+               "torch: do_bench medians" if gpu else "perf_counter medians"))
     print(head)
     print(HEADER_GPU if gpu else HEADER_CPU, flush=True)
     results = run(args)
     if args.best_config_out and args.configs:
-        totals = {c: sum(r[f"cfg {c} us"] for r in results) for c in args.configs}
-        best = min(totals, key=totals.get)
-        print("config totals (us):", {c: round(t, 1) for c, t in totals.items()}, "best:", best)
-        args.best_config_out.write_text(best)
+        picks = []
+        for dt in args.dtypes:
+            rs = [r for r in results if r["dtype"] == dt]
+            score = {c: sum(r[f"cfg {c} us"] / min(r[f"cfg {k} us"] for k in args.configs) for r in rs) / len(rs)
+                     for c in args.configs}
+            best = min(score, key=score.get)
+            print(f"{dt}: mean time / best per case:", {c: round(v, 3) for c, v in score.items()}, "best:", best)
+            picks.append(f"{dt}={best}")
+            if dt == "bfloat16" and "float16" not in args.dtypes:
+                picks.append(f"float16={best}")  # same element size
+        args.best_config_out.write_text(",".join(picks))
     if args.json:
         args.json.write_text(json.dumps(dict(device=device_name, results=results), indent=1))
     if args.markdown:

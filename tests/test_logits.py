@@ -239,9 +239,131 @@ def test_random_cases_match_oracle(V, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_random_cases_multi_block(dtype):
-    # V spans several dense tiles (2048) and scan tiles (1024), not a multiple of 32.
+    # V spans several scan blocks (1024), not a multiple of 32.
     for seed in range(6):
         check_case(seed, 4133, dtype, with_oracle=False)
+
+
+# ---------------------------------------------------------------- rows split over several programs
+def _kernel_module():
+    return sys.modules["stopline.logits.triton_kernel"]
+
+
+@pytest.fixture
+def split(monkeypatch):
+    """force(dense_words, chunk_words[, scan_words]): tiny tiles so small rows span several chunk programs."""
+
+    def force(dense_words, chunk_words, scan_words=32):
+        mod = _kernel_module()
+        for dt in list(mod.TILES):
+            monkeypatch.setitem(mod.TILES, dt, (dense_words, scan_words, 4, 8))
+        monkeypatch.setattr(mod, "CHUNK_WORDS", chunk_words)
+
+    return force
+
+
+# (vocab, dense words per tile, words per chunk): one tile per chunk, and chunks that end inside a
+# tile (the tile's words past the chunk belong to the next program).
+SPLITS = [(100, 1, 1), (100, 2, 3), (4133, 8, 20)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("V, dense_words, chunk_words", SPLITS)
+def test_random_cases_split_rows_match_oracle(split, V, dense_words, chunk_words, dtype):
+    split(dense_words, chunk_words, scan_words=1)  # 32-logit scan blocks: early exit over several blocks too
+    for seed in range(3 if V > 100 else 8 if not CUDA else 3):
+        check_case(seed * 1000 + V, V, dtype, with_oracle=V <= 100)
+
+
+def test_split_row_decides_on_the_count_of_all_chunks(split):
+    """Each chunk sees only part of the row; restore and infeasible must use the row's total."""
+    split(1, 1)  # V=200: 7 chunks of 32 tokens
+    V = 200
+    cons = LogitsConstraints(4, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[EOS])                     # grammar rows, structured restore
+    cons.set(1, min_tokens=5, stop_token_ids=[EOS, 150], restore="always")
+    cons.set(2, allowed_token_ids=[70, 190], bad_words=[[190], [3, 70]])
+    cons.set(3, allowed_token_ids=[100], logit_bias={100: 6e4})
+    cons.append_tokens(2, [3])
+    logits = torch.randn(6, V, device=DEVICE).to(torch.float16)
+    logits[4, 100] = 3e4
+    grammar = [
+        {EOS, 190},   # row 0: EOS in chunk 0, 190 in chunk 5: left = 1 -> EOS masked, no restore
+        {EOS},        # row 1: only EOS -> masked, left = 0 -> restored
+        set(),        # row 2: no grammar row (grammar_rows False); allowed {70, 190} both banned -> infeasible
+        {EOS, 150},   # row 3 (slot 1): both stop ids, in chunks 0 and 4 -> all masked -> restored ("always")
+        set(range(V)),  # row 4 (slot 3): allowed only 100 (chunk 3), bias overflows fp16 -> infeasible
+        {199},        # row 5 (slot 0): the last chunk's only token, finite -> feasible, EOS masked
+    ]
+    bitmask = pack(grammar, V).to(DEVICE)
+    grammar_rows = torch.tensor([True, True, False, True, True, True], device=DEVICE)
+    rows = ([0, 0, 2, 1, 3, 0], [0, 0, 1, 0, 0, 0])  # row 2 at position 1: [3, 70] fires after [3]
+    out, infeasible = run_both(cons, logits, *rows, bitmask=bitmask, grammar_rows=grammar_rows)
+    assert infeasible.tolist() == [False, False, True, False, True, False]
+    assert out[0, EOS] == NEG and out[0, 190] == logits[0, 190]
+    assert out[1, EOS] == logits[1, EOS] and torch.isfinite(out[1]).sum() == 1
+    assert out[3, EOS] == logits[3, EOS] and out[3, 150] == logits[3, 150]
+    assert out[4, 100] == float("inf")
+    assert out[5, 199] == logits[5, 199] and torch.isfinite(out[5]).sum() == 1
+    # the per-row scratch words are back to zero for the next launch
+    assert not _kernel_module()._scratch(cons.state, 6, DEVICE).any()
+    out2, infeasible2 = run_both(cons, logits, *rows, bitmask=bitmask, grammar_rows=grammar_rows)
+    assert_bit_identical(out, out2)
+    assert torch.equal(infeasible, infeasible2)
+
+
+def test_split_rows_mixed_with_sparse_rows_many_rows(split):
+    """Dense rows split over chunks beside sparse rows (chunk 0 only), repeated calls on one state."""
+    split(*((2, 2) if CUDA else (4, 8)))  # 16 / 4 chunks a row
+    rng = random.Random(7)
+    V, R, S = 1000, 256 if CUDA else 16, 8
+    cons = LogitsConstraints(S, V, DEVICE)
+    for s in range(S):
+        stops = rng.sample(range(V), 2)
+        kw = dict(min_tokens=3, stop_token_ids=stops, restore=rng.choice(["structured", "always", "never"]),
+                  bad_words=[[rng.randrange(V)], [1, rng.randrange(V)]], logit_bias={rng.randrange(V): 1.5})
+        if s % 3 == 0:
+            kw["allowed_token_ids"] = stops + rng.sample(range(V), rng.randint(0, 2))
+        cons.set(s, **kw)
+        cons.append_tokens(s, [1])
+    for _ in range(3):
+        sets = [set(rng.sample(range(V), rng.randint(0, 3))) for _ in range(R)]
+        slots = [rng.randrange(S) for _ in range(R)]
+        for r in range(R):
+            if rng.random() < 0.3:
+                sets[r] |= set(cons_stop for cons_stop in cons.state.stop_ids[slots[r]].tolist() if cons_stop >= 0)
+        bitmask = pack(sets, V).to(DEVICE)
+        grammar_rows = torch.tensor([rng.random() < 0.5 for _ in range(R)], device=DEVICE)
+        logits = torch.randn(R, V, device=DEVICE)
+        logits[torch.rand(R, V, device=DEVICE) < 0.2] = NEG
+        run_both(cons, logits, slots, [rng.randrange(5) for _ in range(R)], bitmask=bitmask,
+                 grammar_rows=grammar_rows)
+
+
+def test_split_heuristic_fills_the_gpu_and_uses_whole_tiles():
+    mod = _kernel_module()
+    # 256 rows x 151936 (4748 words, 19 tiles of 256 words), 132 SMs, 8 programs per SM: 5 chunks a row.
+    words = mod.split_words(256, 4748, 256, 8, 132)
+    assert words % 256 == 0 and -(-4748 // words) == 5
+    assert mod.split_words(1024, 4748, 256, 8, 132) == 10 * 256  # 2 chunks
+    assert mod.split_words(4096, 4748, 256, 8, 132) >= 4748  # enough rows: one program per row
+    assert mod.split_words(1, 4748, 256, 8, 132) == 256  # at most one chunk per tile
+    assert mod.split_words(8, 4748, 256, 0, 132) >= 4748  # 0 programs per SM: never split
+
+
+def test_split_heuristic_on_a_large_vocab_matches_reference():
+    # Default tiles and split heuristic (on the CPU it counts one "SM"): 2 rows get several chunks each.
+    V = 151936
+    cons = LogitsConstraints(2, V, DEVICE)
+    cons.set(0, min_tokens=4, stop_token_ids=[EOS, V - 1], bad_words=[[V - 2]], logit_bias={V - 3: -1.0})
+    cons.set(1, min_tokens=4, stop_token_ids=[EOS], allowed_token_ids=[EOS, 77777])
+    logits = torch.randn(2, V, device=DEVICE).to(torch.bfloat16)
+    bitmask = pack([{EOS, V - 1, V - 2, V - 3}, {EOS, 77777}], V).to(DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 1], [0, 0], bitmask=bitmask)
+    assert infeasible.tolist() == [False, False]
+    assert out[0, V - 3] == (logits[0, V - 3].float() - 1.0).to(torch.bfloat16)  # only the biased id left
+    assert out[0, EOS] == NEG and out[0, V - 1] == NEG and out[0, V - 2] == NEG
+    assert out[1, EOS] == NEG and out[1, 77777] == logits[1, 77777]
 
 
 # ---------------------------------------------------------------- named engine failures
@@ -578,7 +700,7 @@ def test_import_stopline_does_not_import_torch():
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_triton_path_does_not_sync_the_host():
-    V = 4096
+    V = 65536  # 8 dense tiles: 8 rows are split over chunks (scratch counters, atomics)
     cons = LogitsConstraints(8, V, "cuda")
     cons.set(0, min_tokens=5, stop_token_ids=[2], bad_words=[[1, 2], [3]], logit_bias={5: 1.0})
     logits = torch.randn(8, V, device="cuda")

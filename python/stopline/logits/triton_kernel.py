@@ -1,6 +1,6 @@
 """One fused Triton kernel for the logits-constraint pipeline (SPEC section 4).
 
-One program per logits row, one launch per call. Per row, in order:
+One launch per call, on a grid of rows x chunks. Per row, in order:
 
 1. sparse semantic masks: static single-token bans, then multi-token bad words
    whose prefix matches the output tail (history ring + draft tokens);
@@ -16,19 +16,34 @@ Which rows pay for a full-row scan. Only rows with a dense mask (a grammar row
 with a bitmask, or a slot with ``allowed_token_ids``/many bans) read the whole
 row, and they must read it anyway to apply the mask. Every other row changes at
 most K = (bans + bad words + stop ids + bias ids) entries, all sparse, so it
-can only end empty if it has few finite logits. After the sparse bans the kernel
-counts finite logits block by block and stops as soon as the count exceeds the
-number of entries steps 3-4 could still remove (stop ids masked + bias ids). With model logits (finite) that is the first
-block (``SCAN_WORDS * 32`` elements), so a min_tokens-only row reads one block
-and writes a handful of entries. Only a row that really is (nearly) empty
-keeps scanning, which makes ``infeasible`` exact for every input, including
-rows that were all ``-inf`` or NaN on entry.
+can only end empty if it has few finite logits. Such a row is handled by its
+chunk-0 program alone: after the sparse bans it counts finite logits block by
+block and stops as soon as the count exceeds the number of entries steps 3-4
+could still remove (stop ids masked + bias ids). With model logits (finite)
+that is the first block (``SCAN_WORDS * 32`` elements), so a min_tokens-only
+row reads one block and writes a handful of entries. Only a row that really is
+(nearly) empty keeps scanning, which makes ``infeasible`` exact for every
+input, including rows that were all ``-inf`` or NaN on entry.
+
+How a dense row is split. One program streaming a whole row leaves too few
+bytes in flight when rows are few (bfloat16 at 256 rows reached ~60% of the
+copy bandwidth of an H200), so a dense row is cut into ``n_chunks`` contiguous
+runs of bitmask words (grid axis 1; the host picks the count from rows, vocab,
+dtype and SM count so the grid fills the GPU). Each chunk program applies step
+1 and step 2 to its own range only (a ban is written by the chunk that owns the
+index, so no program reads what another writes before the count is done) and
+adds its finite count to the row's int64 scratch word together with 2**32
+(``atomic_add``, acq_rel: the chunk's stores are released, the total is
+acquired). The program that sees ``n_chunks - 1`` earlier arrivals holds the
+full count and alone runs steps 3-5, then resets the scratch word to 0 for the
+next call. Still one launch, no host sync, and the scratch buffer is allocated
+once per state and reused, so ``apply`` can be captured in a CUDA graph.
 
 Counting instead of re-scanning: stop ids and bias ids are distinct per slot
 (``set`` dedupes), so the finite count after each sparse step is the count
 before it minus the finite values removed plus the finite values written; no
-membership test is needed. Within a program, the sparse writes of one step are
-made visible to the loads of the next by ``tl.debug_barrier()`` (a CTA barrier,
+membership test is needed. Within a program, the writes of one step are made
+visible to the loads of the next by ``tl.debug_barrier()`` (a CTA barrier,
 which orders global memory for the block's threads).
 
 Reads and writes are bounds-checked against ``vocab_size`` in the kernel too, so
@@ -38,25 +53,120 @@ is out of range is left untouched and reported infeasible.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 import triton
 import triton.language as tl
 
-# Tile of the dense pass: DENSE_WORDS bitmask words x 32 tokens per iteration. One
-# program streams a whole row, so a large tile keeps enough bytes in flight.
-DENSE_WORDS = 256
-# Tile of the early-exit finite count on rows without a dense mask.
-SCAN_WORDS = 32
-NUM_WARPS = 8
-# Tuning knob for other GPUs: STOPLINE_LOGITS_TILE="DENSE_WORDS:SCAN_WORDS:NUM_WARPS".
+# Per logits dtype: (DENSE_WORDS, SCAN_WORDS, NUM_WARPS, PROGS_PER_SM).
+# DENSE_WORDS bitmask words x 32 logits per iteration of the dense pass;
+# SCAN_WORDS x 32 logits per block of the early-exit count; PROGS_PER_SM: the
+# grid aims at this many programs per multiprocessor (0 = one program per row).
+# 128:32:4:16 won an H200 sweep for both float32 and bfloat16 (docs/logits.md).
+TILES: dict[str, tuple[int, ...]] = {
+    "float32": (128, 32, 4, 16),
+    "bfloat16": (128, 32, 4, 16),
+    "float16": (128, 32, 4, 16),
+}
+# Tests force a words-per-chunk here to split small rows (None = from TILES).
+CHUNK_WORDS: int | None = None
+
+
+def _parse_tiles(text: str) -> None:
+    """STOPLINE_LOGITS_TILE: 'DW:SW:NW[:PPS]' for every dtype, or 'float32=DW:SW:NW:PPS,bfloat16=...'."""
+    for part in text.split(","):
+        name, _, cfg = part.strip().rpartition("=")
+        vals = tuple(int(v) for v in cfg.split(":"))
+        if len(vals) not in (3, 4) or (name and name not in TILES):
+            raise ValueError
+        for dt in [name] if name else list(TILES):
+            TILES[dt] = vals + TILES[dt][len(vals):]
+
+
 if os.environ.get("STOPLINE_LOGITS_TILE"):
     try:
-        DENSE_WORDS, SCAN_WORDS, NUM_WARPS = (int(v) for v in os.environ["STOPLINE_LOGITS_TILE"].split(":"))
+        _parse_tiles(os.environ["STOPLINE_LOGITS_TILE"])
     except ValueError:
-        raise ValueError(f"STOPLINE_LOGITS_TILE must be 'DENSE_WORDS:SCAN_WORDS:NUM_WARPS', "
-                         f"got {os.environ['STOPLINE_LOGITS_TILE']!r}") from None
+        raise ValueError(f"STOPLINE_LOGITS_TILE must be 'DENSE_WORDS:SCAN_WORDS:NUM_WARPS[:PROGS_PER_SM]' "
+                         f"or 'dtype=...,dtype=...', got {os.environ['STOPLINE_LOGITS_TILE']!r}") from None
+
+
+@triton.jit
+def _sparse_bans(row_ptr, row64, slot, pos, lo, hi, ban_ptr, bad_prefix_ptr, bad_plen_ptr, bad_last_ptr,
+                 hist_ptr, hist_len_ptr, draft_ptr, draft_stride, draft_width,
+                 N_BAN: tl.constexpr, N_BAD: tl.constexpr, N_PFX: tl.constexpr, HAS_DRAFT: tl.constexpr):
+    """Step 1 (sparse part) for the tokens in [lo, hi) of the row."""
+    NEG = float("-inf")
+    # 1a. static single-token bans.
+    if N_BAN > 0:
+        ban = tl.load(ban_ptr + slot * N_BAN + tl.arange(0, N_BAN))
+        tl.store(row_ptr + ban, NEG, mask=(ban >= lo) & (ban < hi))
+    # 1b. multi-token bad words: token at output position q comes from the
+    # history ring (n - N_PFX <= q < n) or the row's draft tokens (q >= n).
+    if N_BAD > 0:
+        n_hist = tl.load(hist_len_ptr + slot).to(tl.int64)
+        b = tl.arange(0, N_BAD)
+        k = tl.arange(0, N_PFX)
+        plen = tl.load(bad_plen_ptr + slot * N_BAD + b).to(tl.int64)
+        prefix = tl.load(bad_prefix_ptr + slot * (N_BAD * N_PFX) + b[:, None] * N_PFX + k[None, :])
+        q = pos - plen[:, None] + k[None, :]
+        need = k[None, :] < plen[:, None]
+        from_hist = need & (q >= 0) & (q < n_hist) & (q >= n_hist - N_PFX)
+        tok = tl.load(hist_ptr + slot * N_PFX + (q % N_PFX), mask=from_hist, other=-1)
+        if HAS_DRAFT:
+            d_idx = q - n_hist
+            from_draft = need & (d_idx >= 0) & (d_idx < draft_width)
+            draft = tl.load(draft_ptr + row64 * draft_stride + d_idx, mask=from_draft, other=-1)
+            tok = tl.where(from_draft, draft.to(tl.int32), tok)
+        miss = need & (tok != prefix)
+        fires = (tl.sum(miss.to(tl.int32), axis=1) == 0) & (plen > 0)
+        last = tl.load(bad_last_ptr + slot * N_BAD + b)
+        tl.store(row_ptr + last, NEG, mask=fires & (last >= lo) & (last < hi))
+
+
+@triton.jit
+def _finish_row(row_ptr, infeasible_ptr, row, slot, count, exact, is_grammar, min_active, vocab,
+                stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr,
+                N_STOP: tl.constexpr, N_BIAS: tl.constexpr, IS_BF16: tl.constexpr):
+    """Steps 3-5, given the row's finite count after steps 1-2 (exact or a lower bound)."""
+    NEG = float("-inf")
+    INF = float("inf")  # finite(x) is written |x| < INF: false for +-inf and NaN
+    # 3. min_tokens with restore-when-all-masked.
+    if N_STOP > 0:
+        stops = tl.load(stop_ptr + slot * N_STOP + tl.arange(0, N_STOP))
+        stop_ok = (stops >= 0) & (stops < vocab)
+        sv = tl.load(row_ptr + stops, mask=stop_ok, other=NEG)
+        left = count - tl.sum((stop_ok & (tl.abs(sv.to(tl.float32)) < INF)).to(tl.int32), axis=0)
+        policy = tl.load(restore_ptr + slot)
+        may_restore = (policy == 2) | ((policy == 1) & (is_grammar != 0))
+        restore = min_active & exact & (left == 0) & may_restore
+        do_mask = min_active & (restore == 0)
+        tl.store(row_ptr + stops, NEG, mask=tl.where(do_mask, stop_ok, False))
+        count = tl.where(do_mask, left, count)
+    tl.debug_barrier()
+
+    # 4. logit_bias: float32 add, one rounding to the logits dtype.
+    if N_BIAS > 0:
+        bias_ids = tl.load(bias_id_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
+        bias_ok = (bias_ids >= 0) & (bias_ids < vocab)
+        bv = tl.load(bias_val_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
+        x = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG)
+        y32 = x.to(tl.float32) + bv
+        if IS_BF16:
+            # Round to nearest even by hand: the interpreter's bf16 cast truncates,
+            # and this must match torch bit for bit on every backend.
+            bits = y32.to(tl.uint32, bitcast=True)
+            bits = bits + 0x7FFF + ((bits >> 16) & 1)
+            y = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+            y = tl.where(y32 != y32, y32.to(tl.bfloat16), y)
+        else:
+            y = y32.to(row_ptr.dtype.element_ty)
+        tl.store(row_ptr + bias_ids, y, mask=bias_ok)
+        count += tl.sum((bias_ok & (tl.abs(y.to(tl.float32)) < INF)).to(tl.int32), axis=0)
+        count -= tl.sum((bias_ok & (tl.abs(x.to(tl.float32)) < INF)).to(tl.int32), axis=0)
+    tl.store(infeasible_ptr + row, count == 0)
 
 
 @triton.jit
@@ -64,6 +174,7 @@ def _constraints_kernel(
     logits_ptr,
     logits_stride,
     infeasible_ptr,
+    scratch_ptr,
     slots_ptr,
     pos_ptr,
     grammar_ptr,
@@ -88,10 +199,12 @@ def _constraints_kernel(
     max_slots,
     vocab,
     num_words,
+    chunk_words,
     HAS_BITMASK: tl.constexpr,
     HAS_GRAMMAR_ROWS: tl.constexpr,
     HAS_DRAFT: tl.constexpr,
     HAS_ALLOWED: tl.constexpr,
+    SPLIT: tl.constexpr,
     N_STOP: tl.constexpr,
     N_BAN: tl.constexpr,
     N_BAD: tl.constexpr,
@@ -102,42 +215,15 @@ def _constraints_kernel(
     IS_BF16: tl.constexpr,
 ):
     row = tl.program_id(0)
+    chunk = tl.program_id(1)
     row64 = row.to(tl.int64)
     slot = tl.load(slots_ptr + row).to(tl.int64)
     pos = tl.load(pos_ptr + row).to(tl.int64)
     slot_ok = (slot >= 0) & (slot < max_slots)
     NEG = float("-inf")
-    INF = float("inf")  # finite(x) is written |x| < INF: false for +-inf and NaN
+    INF = float("inf")
     if slot_ok:
         row_ptr = logits_ptr + row64 * logits_stride
-
-        # 1a. static single-token bans.
-        if N_BAN > 0:
-            ban = tl.load(ban_ptr + slot * N_BAN + tl.arange(0, N_BAN))
-            tl.store(row_ptr + ban, NEG, mask=(ban >= 0) & (ban < vocab))
-
-        # 1b. multi-token bad words: token at output position q comes from the
-        # history ring (n - N_PFX <= q < n) or the row's draft tokens (q >= n).
-        if N_BAD > 0:
-            n_hist = tl.load(hist_len_ptr + slot).to(tl.int64)
-            b = tl.arange(0, N_BAD)
-            k = tl.arange(0, N_PFX)
-            plen = tl.load(bad_plen_ptr + slot * N_BAD + b).to(tl.int64)
-            prefix = tl.load(bad_prefix_ptr + slot * (N_BAD * N_PFX) + b[:, None] * N_PFX + k[None, :])
-            q = pos - plen[:, None] + k[None, :]
-            need = k[None, :] < plen[:, None]
-            from_hist = need & (q >= 0) & (q < n_hist) & (q >= n_hist - N_PFX)
-            tok = tl.load(hist_ptr + slot * N_PFX + (q % N_PFX), mask=from_hist, other=-1)
-            if HAS_DRAFT:
-                d_idx = q - n_hist
-                from_draft = need & (d_idx >= 0) & (d_idx < draft_width)
-                draft = tl.load(draft_ptr + row64 * draft_stride + d_idx, mask=from_draft, other=-1)
-                tok = tl.where(from_draft, draft.to(tl.int32), tok)
-            miss = need & (tok != prefix)
-            fires = (tl.sum(miss.to(tl.int32), axis=1) == 0) & (plen > 0)
-            last = tl.load(bad_last_ptr + slot * N_BAD + b)
-            tl.store(row_ptr + last, NEG, mask=fires & (last >= 0) & (last < vocab))
-        tl.debug_barrier()
 
         # Rows with a grammar (for the bitmask and the "structured" policy).
         if HAS_GRAMMAR_ROWS:
@@ -149,28 +235,29 @@ def _constraints_kernel(
             use_allowed = tl.load(has_allowed_ptr + slot)
         else:
             use_allowed = is_grammar * 0
-
         min_active = pos < tl.load(min_tokens_ptr + slot).to(tl.int64)
-        n_masked_later = is_grammar * 0
-        if N_STOP > 0:
-            stops = tl.load(stop_ptr + slot * N_STOP + tl.arange(0, N_STOP))
-            stop_ok = (stops >= 0) & (stops < vocab)
-            n_stop = tl.sum(stop_ok.to(tl.int32), axis=0)
-            n_masked_later += tl.where(min_active, n_stop, 0)
-        if N_BIAS > 0:
-            bias_ids = tl.load(bias_id_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
-            bias_ok = (bias_ids >= 0) & (bias_ids < vocab)
-            n_masked_later += tl.sum(bias_ok.to(tl.int32), axis=0)
 
-        # 2. count finite logits after step 1 (applying the dense masks on the way).
-        count = is_grammar * 0
-        exact = count == 0
-        lane = tl.arange(0, 32)
         if (use_bitmask != 0) | (use_allowed != 0):
+            # Dense row: this program owns bitmask words [w_lo, w_hi).
+            w_lo = chunk * chunk_words
+            w_hi = tl.minimum(w_lo + chunk_words, num_words)
+            _sparse_bans(row_ptr, row64, slot, pos, w_lo * 32, tl.minimum(w_hi * 32, vocab), ban_ptr,
+                         bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
+                         draft_ptr, draft_stride, draft_width, N_BAN, N_BAD, N_PFX, HAS_DRAFT)
+            tl.debug_barrier()
+            lane = tl.arange(0, 32)
             w = tl.arange(0, DENSE_WORDS)
-            for start in range(0, num_words, DENSE_WORDS):
+            # Per-element counts, reduced once after the loop: a reduction per tile
+            # would add CTA barriers to every iteration.
+            acc = tl.zeros([DENSE_WORDS, 32], tl.int32)
+            for start in range(w_lo, w_hi, DENSE_WORDS):
                 widx = start + w
-                wok = widx < num_words
+                wok = widx < w_hi
+                tok_ids = widx[:, None] * 32 + lane[None, :]
+                inb = (tok_ids < vocab) & wok[:, None]
+                # The logits load goes first so it is in flight while the mask words
+                # are loaded and moved to the tile's layout (a barrier).
+                x = tl.load(row_ptr + tok_ids, mask=inb, other=NEG)
                 bits = tl.full([DENSE_WORDS], -1, tl.int32)
                 if HAS_BITMASK:
                     bm_ok = tl.where(use_bitmask != 0, wok, False)
@@ -178,17 +265,44 @@ def _constraints_kernel(
                 if HAS_ALLOWED:
                     al_ok = tl.where(use_allowed != 0, wok, False)
                     bits = bits & tl.load(allowed_ptr + slot * num_words + widx, mask=al_ok, other=-1)
-                tok_ids = widx[:, None] * 32 + lane[None, :]
-                inb = tok_ids < vocab
                 keep = ((bits[:, None] >> lane[None, :]) & 1) != 0
                 # Rewrite the whole tile: 16-byte vector loads/stores beat masked
                 # scalar ones that would skip kept/masked elements (measured on H200).
-                x = tl.where(keep, tl.load(row_ptr + tok_ids, mask=inb, other=NEG), NEG)
+                x = tl.where(keep, x, NEG)
                 tl.store(row_ptr + tok_ids, x, mask=inb)
-                count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
-        else:
+                acc += (tl.abs(x.to(tl.float32)) < INF).to(tl.int32)
+            count = tl.sum(tl.sum(acc, axis=1), axis=0)
+            last = count == count
+            if SPLIT:
+                # Publish this chunk's stores and count; the last arrival gets the total.
+                tl.debug_barrier()
+                old = tl.atomic_add(scratch_ptr + row, count.to(tl.int64) + (1 << 32), sem="acq_rel")
+                tl.debug_barrier()
+                arrived = old >> 32
+                last = arrived == tl.num_programs(1) - 1
+                count = (old - (arrived << 32)).to(tl.int32) + count
+            if last:
+                if SPLIT:
+                    tl.store(scratch_ptr + row, old * 0)  # ready for the next launch
+                _finish_row(row_ptr, infeasible_ptr, row, slot, count, last, is_grammar, min_active, vocab,
+                            stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP, N_BIAS, IS_BF16)
+        elif chunk == 0:
+            _sparse_bans(row_ptr, row64, slot, pos, 0, vocab, ban_ptr,
+                         bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
+                         draft_ptr, draft_stride, draft_width, N_BAN, N_BAD, N_PFX, HAS_DRAFT)
+            tl.debug_barrier()
+            # Entries steps 3-4 could still remove from the finite count.
+            n_masked_later = is_grammar * 0
+            if N_STOP > 0:
+                stops = tl.load(stop_ptr + slot * N_STOP + tl.arange(0, N_STOP))
+                n_stop = tl.sum(((stops >= 0) & (stops < vocab)).to(tl.int32), axis=0)
+                n_masked_later += tl.where(min_active, n_stop, 0)
+            if N_BIAS > 0:
+                bias_ids = tl.load(bias_id_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
+                n_masked_later += tl.sum(((bias_ids >= 0) & (bias_ids < vocab)).to(tl.int32), axis=0)
             # Early-exit count: stop once more finite logits are seen than steps
             # 3-4 could remove; the row then cannot end empty.
+            count = is_grammar * 0
             offs = tl.arange(0, SCAN_WORDS * 32)
             start = 0
             while (count <= n_masked_later) & (start < vocab):
@@ -196,56 +310,74 @@ def _constraints_kernel(
                 x = tl.load(row_ptr + idx, mask=idx < vocab, other=NEG)
                 count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
                 start += SCAN_WORDS * 32
-            exact = start >= vocab
-        tl.debug_barrier()
-
-        # 3. min_tokens with restore-when-all-masked.
-        if N_STOP > 0:
-            sv = tl.load(row_ptr + stops, mask=stop_ok, other=NEG)
-            left = count - tl.sum((stop_ok & (tl.abs(sv.to(tl.float32)) < INF)).to(tl.int32), axis=0)
-            policy = tl.load(restore_ptr + slot)
-            may_restore = (policy == 2) | ((policy == 1) & (is_grammar != 0))
-            restore = min_active & exact & (left == 0) & may_restore
-            do_mask = min_active & (restore == 0)
-            tl.store(row_ptr + stops, NEG, mask=tl.where(do_mask, stop_ok, False))
-            count = tl.where(do_mask, left, count)
-        tl.debug_barrier()
-
-        # 4. logit_bias: float32 add, one rounding to the logits dtype.
-        if N_BIAS > 0:
-            bv = tl.load(bias_val_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
-            x = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG)
-            y32 = x.to(tl.float32) + bv
-            if IS_BF16:
-                # Round to nearest even by hand: the interpreter's bf16 cast truncates,
-                # and this must match torch bit for bit on every backend.
-                bits = y32.to(tl.uint32, bitcast=True)
-                bits = bits + 0x7FFF + ((bits >> 16) & 1)
-                y = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-                y = tl.where(y32 != y32, y32.to(tl.bfloat16), y)
-            else:
-                y = y32.to(logits_ptr.dtype.element_ty)
-            tl.store(row_ptr + bias_ids, y, mask=bias_ok)
-            count += tl.sum((bias_ok & (tl.abs(y.to(tl.float32)) < INF)).to(tl.int32), axis=0)
-            count -= tl.sum((bias_ok & (tl.abs(x.to(tl.float32)) < INF)).to(tl.int32), axis=0)
-        tl.store(infeasible_ptr + row, count == 0)
-    else:
+            tl.debug_barrier()
+            _finish_row(row_ptr, infeasible_ptr, row, slot, count, start >= vocab, is_grammar, min_active, vocab,
+                        stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP, N_BIAS, IS_BF16)
+    elif chunk == 0:
         tl.store(infeasible_ptr + row, slot_ok == 0)
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def split_words(rows: int, num_words: int, dense_words: int, progs_per_sm: int, sm_count: int) -> int:
+    """Bitmask words per chunk: enough chunks per row for ~progs_per_sm programs per SM, whole tiles each."""
+    tiles = _cdiv(num_words, dense_words)
+    chunks = 1 if progs_per_sm <= 0 else max(1, min(tiles, _cdiv(progs_per_sm * sm_count, rows)))
+    return _cdiv(tiles, chunks) * dense_words
+
+
+def _scratch(state, rows: int, device) -> torch.Tensor:
+    """The state's per-row arrival/count words (int64, zero between launches), grown but never freed."""
+    buf = state.extras.get("split_scratch")
+    if buf is None or buf.shape[0] < rows:
+        if buf is not None:
+            # A captured CUDA graph may still point at the old buffer: keep it alive.
+            state.extras.setdefault("split_scratch_old", []).append(buf)
+        buf = torch.zeros(max(rows, 2 * (0 if buf is None else buf.shape[0]), 256), dtype=torch.int64, device=device)
+        state.extras["split_scratch"] = buf
+    return buf
+
+
 def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
-                 dense_words: int = DENSE_WORDS, scan_words: int = SCAN_WORDS, num_warps: int = NUM_WARPS):
-    """Launch the fused kernel (one program per row); return bool ``infeasible [rows]``."""
+                 dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
+                 progs_per_sm: int | None = None, chunk_words: int | None = None):
+    """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``."""
     R, V = logits.shape
+    W = (V + 31) // 32
+    dw, sw, nw, pps = TILES[str(logits.dtype).removeprefix("torch.")]
+    dense_words = dense_words or dw
+    scan_words = scan_words or sw
+    num_warps = num_warps or nw
+    progs_per_sm = pps if progs_per_sm is None else progs_per_sm
     infeasible = torch.empty(R, dtype=torch.bool, device=logits.device)
     st = state
     dummy = st.min_tokens  # any valid pointer for absent optional inputs
     draft = draft_token_ids if draft_token_ids is not None and draft_token_ids.shape[1] > 0 else None
     n_bad = st.bad_prefix.shape[1]
-    _constraints_kernel[(R,)](
+    dense = bitmask is not None or bool(st.any_allowed)
+    if not dense:
+        chunk_words = W
+    elif chunk_words is None:
+        chunk_words = CHUNK_WORDS
+        if chunk_words is None:
+            dev = logits.device
+            sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) \
+                if dev.type == "cuda" else 1
+            chunk_words = split_words(R, W, dense_words, progs_per_sm, sms)
+    n_chunks = _cdiv(W, chunk_words)
+    split = n_chunks > 1
+    _constraints_kernel[(R, n_chunks)](
         logits,
         logits.stride(0),
         infeasible,
+        _scratch(st, R, logits.device) if split else dummy,
         row_slots,
         row_positions,
         grammar_rows if grammar_rows is not None else dummy,
@@ -269,11 +401,13 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         st.bias_values,
         max_slots,
         V,
-        (V + 31) // 32,
+        W,
+        chunk_words,
         HAS_BITMASK=bitmask is not None,
         HAS_GRAMMAR_ROWS=grammar_rows is not None,
         HAS_DRAFT=draft is not None,
         HAS_ALLOWED=bool(st.any_allowed),
+        SPLIT=split,
         N_STOP=st.stop_ids.shape[1],
         N_BAN=st.ban_ids.shape[1],
         N_BAD=n_bad,
