@@ -33,11 +33,11 @@ use crate::error::Error;
 
 const NONE: u32 = u32::MAX;
 
-/// The automaton of one stop list. State ids are row offsets into `trans`.
+/// The automaton of one stop list. State ids are row offsets into the table.
 pub(crate) struct StopDfa {
     classes: [u8; 256],
     stride2: u32,
-    trans: Vec<u32>,
+    table: Table,
     /// Lowest index of a stop string ending at each state, or `NONE`.
     match_index: Vec<u32>,
     /// Hold-back of each state in code points.
@@ -84,10 +84,13 @@ impl StopDfa {
         // `edges` lists every (parent row, class, child row) in creation order.
         let mut trans: Vec<u32> = Vec::with_capacity(max_states * stride);
         trans.resize(stride, NONE);
-        let mut edges: Vec<(u32, u32, u32)> = Vec::new();
-        let mut match_index: Vec<u32> = vec![NONE];
-        let mut depth_chars: Vec<u32> = vec![0];
-        let mut has_child: Vec<bool> = vec![false];
+        let mut edges: Vec<(u32, u32, u32)> = Vec::with_capacity(max_states);
+        let mut match_index: Vec<u32> = Vec::with_capacity(max_states);
+        let mut depth_chars: Vec<u32> = Vec::with_capacity(max_states);
+        let mut has_child: Vec<bool> = Vec::with_capacity(max_states);
+        match_index.push(NONE);
+        depth_chars.push(0);
+        has_child.push(false);
         for (index, s) in stops.iter().enumerate() {
             let mut state = 0usize;
             for &b in s.as_ref().as_bytes() {
@@ -169,48 +172,48 @@ impl StopDfa {
             }
         }
 
+        // Entries are row offsets (plus the flag bit): 16 bits suffice while
+        // the table has at most 2^16 entries, which halves the memory a
+        // compile writes for most stop lists.
+        let table = if trans.len() <= 1 << 16 {
+            Table::Narrow(trans.iter().map(|&e| e as u16).collect())
+        } else {
+            Table::Wide(trans.into_boxed_slice())
+        };
         Ok(StopDfa {
             classes,
             stride2,
-            trans,
+            table,
             match_index,
             holdback,
         })
-    }
-
-    #[inline(always)]
-    fn next(&self, state: u32, byte: u8) -> u32 {
-        let at = state as usize + self.classes[byte as usize] as usize;
-        debug_assert!(at < self.trans.len());
-        // SAFETY: every state a matcher holds is a row offset taken from this
-        // table (or START), and a class is below the stride, so `at` is in
-        // bounds. This is the innermost loop of every feed.
-        unsafe { *self.trans.get_unchecked(at) }
     }
 
     /// Steps over `bytes` from `state`; returns the final state and, for the
     /// first position where some stop string ends, the byte offset just past
     /// it and the lowest list index ending there.
     #[inline(always)]
-    pub(crate) fn scan(&self, mut state: u32, bytes: &[u8]) -> (u32, Option<(usize, usize)>) {
-        for (i, &b) in bytes.iter().enumerate() {
-            let e = self.next(state, b);
-            state = e & !1;
-            if e & 1 != 0 {
-                let index = self.match_index[(state >> self.stride2) as usize] as usize;
-                return (self.step(state, &bytes[i + 1..]), Some((i + 1, index)));
-            }
-        }
-        (state, None)
+    pub(crate) fn scan(&self, state: u32, bytes: &[u8]) -> (u32, Option<(usize, usize)>) {
+        let (state, hit) = match &self.table {
+            Table::Narrow(t) => scan_in(t, &self.classes, state, bytes),
+            Table::Wide(t) => scan_in(t, &self.classes, state, bytes),
+        };
+        let hit = hit.map(|(end, at)| {
+            (
+                end,
+                self.match_index[(at >> self.stride2) as usize] as usize,
+            )
+        });
+        (state, hit)
     }
 
     /// Steps over `bytes` from `state` without looking for matches.
     #[inline(always)]
-    pub(crate) fn step(&self, mut state: u32, bytes: &[u8]) -> u32 {
-        for &b in bytes {
-            state = self.next(state, b) & !1;
+    pub(crate) fn step(&self, state: u32, bytes: &[u8]) -> u32 {
+        match &self.table {
+            Table::Narrow(t) => step_in(t, &self.classes, state, bytes),
+            Table::Wide(t) => step_in(t, &self.classes, state, bytes),
         }
-        state
     }
 
     /// Hold-back of `state` in code points (for states reached at a code-point
@@ -227,8 +230,75 @@ impl StopDfa {
 
     /// Heap bytes of the tables.
     pub(crate) fn memory_usage(&self) -> usize {
-        4 * (self.trans.len() + self.match_index.len() + self.holdback.len())
+        let table = match &self.table {
+            Table::Narrow(t) => 2 * t.len(),
+            Table::Wide(t) => 4 * t.len(),
+        };
+        table + 4 * (self.match_index.len() + self.holdback.len())
     }
+}
+
+/// Transition entries: the next state's row offset, bit 0 set when that state
+/// completes a stop string.
+enum Table {
+    Narrow(Box<[u16]>),
+    Wide(Box<[u32]>),
+}
+
+trait Entry: Copy {
+    fn get(self) -> u32;
+}
+
+impl Entry for u16 {
+    #[inline(always)]
+    fn get(self) -> u32 {
+        u32::from(self)
+    }
+}
+
+impl Entry for u32 {
+    #[inline(always)]
+    fn get(self) -> u32 {
+        self
+    }
+}
+
+#[inline(always)]
+fn next<T: Entry>(trans: &[T], classes: &[u8; 256], state: u32, byte: u8) -> u32 {
+    let at = state as usize + classes[byte as usize] as usize;
+    debug_assert!(at < trans.len());
+    // SAFETY: every state a matcher holds is a row offset taken from this
+    // table (or START), and a class is below the stride, so `at` is in
+    // bounds. This is the innermost loop of every feed.
+    unsafe { trans.get_unchecked(at) }.get()
+}
+
+/// The final state and, at the first completed stop string, the byte offset
+/// just past it and the state there.
+#[inline(always)]
+fn scan_in<T: Entry>(
+    trans: &[T],
+    classes: &[u8; 256],
+    mut state: u32,
+    bytes: &[u8],
+) -> (u32, Option<(usize, u32)>) {
+    for (i, &b) in bytes.iter().enumerate() {
+        let e = next(trans, classes, state, b);
+        state = e & !1;
+        if e & 1 != 0 {
+            let end = step_in(trans, classes, state, &bytes[i + 1..]);
+            return (end, Some((i + 1, state)));
+        }
+    }
+    (state, None)
+}
+
+#[inline(always)]
+fn step_in<T: Entry>(trans: &[T], classes: &[u8; 256], mut state: u32, bytes: &[u8]) -> u32 {
+    for &b in bytes {
+        state = next(trans, classes, state, b) & !1;
+    }
+    state
 }
 
 #[cfg(test)]
@@ -290,6 +360,25 @@ mod tests {
         let dfa = StopDfa::new(&[all.as_str(), "\u{7ff}\u{0}"]).unwrap();
         let (_, hit) = dfa.scan(StopDfa::START, all.as_bytes());
         assert_eq!(hit.map(|h| h.1), Some(0));
+    }
+
+    #[test]
+    fn narrow_and_wide_tables_agree_with_the_crate() {
+        let hay: String = (0..400)
+            .map(|i| format!("<{:04}|{}> ", i * 7, i % 5))
+            .collect();
+        for n in [12, 1500] {
+            let stops: Vec<String> = (0..n).map(|i| format!("<{i:04}|{}>", i % 7)).collect();
+            let ours = StopDfa::new(&stops).unwrap();
+            assert_eq!(matches!(ours.table, Table::Wide(_)), n == 1500);
+            let theirs = DFA::builder()
+                .match_kind(MatchKind::Standard)
+                .build(&stops)
+                .unwrap();
+            let found = own_scan(&ours, hay.as_bytes());
+            assert!(!found.is_empty());
+            assert_eq!(found, crate_scan(&theirs, hay.as_bytes()));
+        }
     }
 
     fn alphabet() -> impl Strategy<Value = char> {
