@@ -46,7 +46,8 @@ def test_tables_hold_every_implementation(tiny_run):
     for name in impls:
         assert ("stop", name) in seen
         assert ("setup", name) in seen
-    for name in ("stopline FinishBatch.step", "stopline FinishTracker.update", "baseline FinishBatch.step"):
+    for name in ("stopline FinishBatch.step", "stopline FinishBatch.step, slots=range",
+                 "stopline FinishTracker.update", "baseline FinishBatch.step"):
         assert ("finish", name) in seen
     cases = {(r["case"], r["size"]) for r in doc["rows"] if r["suite"] == "stop"}
     assert cases == {(c, k) for c in ("single token", "4-8 token runs") for k in (1, 4)}

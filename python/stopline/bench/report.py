@@ -82,14 +82,15 @@ def tables(res: Result) -> list[Table]:
             header, rows))
     if res.cases("finish"):
         case = res.cases("finish")[0]
-        header = ["batch", "FinishBatch.step", "FinishTracker.update", "baseline",
-                  "vs baseline", "batch vs trackers"]
+        header = ["batch", "FinishBatch.step", "step, slots=range", "FinishTracker.update",
+                  "baseline", "vs baseline", "batch vs trackers"]
         rows = []
         for b in res.sizes("finish", case):
             fb = res.get("finish", case, b, suites.FINISH_BATCH)
+            fr = res.get("finish", case, b, suites.FINISH_BATCH_RANGE)
             ft = res.get("finish", case, b, suites.FINISH_TRACKERS)
             py = res.get("finish", case, b, suites.FINISH_BASELINE)
-            rows.append([str(b), _ns(fb), _ns(ft), _ns(py), _x(py, fb), _x(ft, fb)])
+            rows.append([str(b), _ns(fb), _ns(fr), _ns(ft), _ns(py), _x(py, fb), _x(ft, fb)])
         out.append(Table(
             "Full finish check (4 stop strings, EOS, 2 stop ids), one token per sequence "
             "per step: ns per sequence-step", header, rows))

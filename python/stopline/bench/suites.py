@@ -15,6 +15,7 @@ SINGLE = "single token"
 RUNS = "4-8 token runs"
 
 FINISH_BATCH = "stopline FinishBatch.step"
+FINISH_BATCH_RANGE = "stopline FinishBatch.step, slots=range"
 FINISH_TRACKERS = "stopline FinishTracker.update"
 FINISH_BASELINE = "baseline FinishBatch.step"
 
@@ -145,6 +146,19 @@ def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[st
             done += len(r.finished_slots) + len(r.text_deltas)
         return batch * steps
 
+    def rust_batch_range() -> int:
+        # A persistent batch whose rows are its slots passes a range.
+        b = stopline.FinishBatch(batch)
+        p = stopline.StopParams(**params)
+        for s in slots:
+            b.add(s, p)
+        rows = range(batch)
+        done = 0
+        for ids, texts in per_step:
+            r = b.step(rows, ids, None, texts)
+            done += len(r.finished_slots) + len(r.text_deltas)
+        return batch * steps
+
     def rust_trackers() -> int:
         p = stopline.StopParams(**params)
         trackers = [stopline.FinishTracker(p) for _ in slots]
@@ -166,7 +180,8 @@ def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[st
                 done += r.finished + len(r.text_delta)
         return batch * steps
 
-    return {FINISH_BATCH: rust_batch, FINISH_TRACKERS: rust_trackers, FINISH_BASELINE: python}
+    return {FINISH_BATCH: rust_batch, FINISH_BATCH_RANGE: rust_batch_range,
+            FINISH_TRACKERS: rust_trackers, FINISH_BASELINE: python}
 
 
 # ------------------------------------------------------------------- set-up
