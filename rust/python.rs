@@ -449,7 +449,11 @@ fn _panic_for_tests(message: &str) -> PyResult<()> {
     panic!("{message}")
 }
 
-#[pymodule(gil_used = false)]
+// The batch fast paths read list items without taking references, which is
+// sound only while the GIL keeps other threads off the caller's lists: a
+// free-threaded CPython keeps its GIL on for this module. (The default abi3
+// wheel does not load there at all; this matters for source builds.)
+#[pymodule(gil_used = true)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStopStrings>()?;
     m.add_class::<PyStopMatcher>()?;
