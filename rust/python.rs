@@ -1331,7 +1331,7 @@ impl PyFinishBatch {
     ) -> PyResult<PyBatchStepResult> {
         let py = slots.py();
         let slots_v: Vec<i64> = match slots.cast::<PyRange>() {
-            Ok(r) => range_values(r)?,
+            Ok(r) => range_values(r, self.inner.max_slots())?,
             Err(_) => extract_i64s(slots, "slots")?,
         };
         let runs = opt_list(run_lengths)
@@ -1437,10 +1437,16 @@ fn with_pieces<'py, R>(
     f(Some(&strs), &items)
 }
 
-/// The values of a `range` (any step), checked to fit i64.
-fn range_values(r: &Bound<'_, PyRange>) -> PyResult<Vec<i64>> {
+/// The values of a `range` (any step). One longer than `max_slots` cannot
+/// hold distinct slots in range, and is refused before it is materialized.
+fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> {
+    let n = r.len().ok().filter(|&n| n <= max_slots).ok_or_else(|| {
+        let shown = r.repr().map(|s| s.to_string()).unwrap_or_default();
+        PyValueError::new_err(format!(
+            "slots={shown} has more entries than max_slots={max_slots}"
+        ))
+    })?;
     let (start, step) = (r.start()? as i64, r.step()? as i64);
-    let n = r.len()?;
     Ok((0..n as i64).map(|k| start + k * step).collect())
 }
 
