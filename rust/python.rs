@@ -72,6 +72,22 @@ fn extract_utf8<'a, 'py>(
     Ok(text)
 }
 
+/// `obj`'s iterator; "not iterable" becomes a TypeError naming `field` and
+/// `what` it must be, anything else `__iter__` raised propagates as is.
+fn iter_of<'py>(
+    obj: &Bound<'py, PyAny>,
+    field: &str,
+    what: &str,
+) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+    obj.try_iter().map_err(|e| {
+        if e.is_instance_of::<PyTypeError>(obj.py()) {
+            PyTypeError::new_err(format!("{field} must be {what}, got {}", type_name(obj)))
+        } else {
+            e
+        }
+    })
+}
+
 /// A compiled `StopStrings` is reused as is; any other sequence of `str`
 /// (list, tuple or any iterable; a bare `str` is rejected so "STOP" is not
 /// read as ['S', 'T', 'O', 'P']) is compiled through the cache, which a list
@@ -86,17 +102,9 @@ pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
             obj.extract::<String>().unwrap_or_default()
         )));
     }
-    let items: Vec<Bound<'_, PyAny>> = match obj.cast::<PyList>() {
+    let items: Vec<Bound<'_, PyAny>> = match obj.cast_exact::<PyList>() {
         Ok(list) => list.iter().collect(),
-        Err(_) => obj
-            .try_iter()
-            .map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "{field} must be a sequence of str, got {}",
-                    type_name(obj)
-                ))
-            })?
-            .collect::<PyResult<_>>()?,
+        Err(_) => iter_of(obj, field, "a sequence of str")?.collect::<PyResult<_>>()?,
     };
     let mut stops = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -121,7 +129,7 @@ fn compile_regexes(obj: &Bound<'_, PyAny>) -> PyResult<Arc<CoreRegexes>> {
         )));
     }
     let mut patterns = Vec::new();
-    for (i, item) in obj.try_iter()?.enumerate() {
+    for (i, item) in iter_of(obj, "stop_regex", "a sequence of str")?.enumerate() {
         let item = item?;
         let (s, _) = extract_str(&item, &|| format!("stop_regex[{i}]"))?;
         patterns.push(s.to_owned());
@@ -504,7 +512,7 @@ fn extract_ids_named(
     field: &str,
     name: &dyn Fn(usize) -> String,
 ) -> PyResult<Vec<u32>> {
-    if let Ok(list) = obj.cast::<PyList>() {
+    if let Ok(list) = obj.cast_exact::<PyList>() {
         if let Some(ids) = list_ints_fast(list, |v| u32::try_from(v).ok()) {
             return Ok(ids);
         }
@@ -514,37 +522,41 @@ fn extract_ids_named(
         }
         return Ok(out);
     }
-    if obj.extract::<i64>().is_ok() && !obj.is_instance_of::<PyString>() && obj.try_iter().is_err()
+    // One int (or int-like, as numpy integers are) for a one-token run.
+    if obj.is_instance_of::<pyo3::types::PyInt>()
+        || (obj.extract::<i64>().is_ok()
+            && !obj.is_instance_of::<PyString>()
+            && obj.try_iter().is_err())
     {
         return Ok(vec![extract_id(obj, &|| field.to_string())?]);
     }
-    let iter = obj.try_iter().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{field} must be a sequence of ints, got {}",
-            type_name(obj)
-        ))
-    })?;
     let mut out = Vec::new();
-    for (i, item) in iter.enumerate() {
+    for (i, item) in iter_of(obj, field, "a sequence of ints")?.enumerate() {
         out.push(extract_id(&item?, &|| name(i))?);
     }
     Ok(out)
 }
 
 /// An int that fits in i64: a wrong type is a TypeError, an int out of range
-/// a ValueError; both name the field.
+/// a ValueError; both name the field. Anything else an `__index__` raises
+/// (KeyboardInterrupt, MemoryError, ...) propagates as is.
 #[inline]
 fn extract_int(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<i64> {
-    item.extract::<i64>().map_err(|_| {
-        if item.is_instance_of::<pyo3::types::PyInt>() {
+    item.extract::<i64>().map_err(|e| {
+        let py = item.py();
+        if item.is_instance_of::<pyo3::types::PyInt>()
+            || e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+        {
             let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
             PyValueError::new_err(format!("{}={shown} is out of range", field()))
-        } else {
+        } else if e.is_instance_of::<PyTypeError>(py) {
             PyTypeError::new_err(format!(
                 "{} must be an int, got {}",
                 field(),
                 type_name(item)
             ))
+        } else {
+            e
         }
     })
 }
@@ -604,20 +616,17 @@ fn extract_piece_objects<'py>(
         })?;
         Ok(s)
     };
-    if let Ok(list) = obj.cast::<PyList>() {
+    if let Ok(list) = obj.cast_exact::<PyList>() {
         return list
             .iter()
             .enumerate()
             .map(|(i, item)| one(i, item))
             .collect();
     }
-    let iter = obj.try_iter().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{field} must be a sequence of str, got {}",
-            type_name(obj)
-        ))
-    })?;
-    iter.enumerate().map(|(i, item)| one(i, item?)).collect()
+    iter_of(obj, field, "a sequence of str")?
+        .enumerate()
+        .map(|(i, item)| one(i, item?))
+        .collect()
 }
 
 fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
@@ -1022,11 +1031,15 @@ impl PyFinishTracker {
         &mut self,
         token_ids: &Bound<'_, PyAny>,
         texts: Option<&Bound<'_, PyAny>>,
-        grammar_terminated_at: Option<i64>,
+        grammar_terminated_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyStepResult> {
         let ids = extract_ids(token_ids, "token_ids")?;
 
-        let g = match grammar_terminated_at {
+        let g = match opt_list(grammar_terminated_at) {
+            None => None,
+            Some(g) => Some(extract_int(g, &|| "grammar_terminated_at".into())?),
+        };
+        let g = match g {
             None => None,
             Some(g) => Some(usize::try_from(g).map_err(|_| {
                 PyValueError::new_err(format!(
@@ -1421,13 +1434,23 @@ fn with_pieces<'py, R>(
     let Some(texts) = texts else {
         return f(None, &[]);
     };
-    if let Ok(list) = texts.cast::<PyList>() {
+    if let Ok(list) = texts.cast_exact::<PyList>() {
         // SAFETY: the views and items are used only inside `f` (see above).
         if let Some((strs, items)) = unsafe { list_strs_fast(list) } {
             return f(Some(&strs), &items);
         }
     }
-    let held = extract_piece_objects(texts, "texts", name)?;
+    // Pieces of a `str` subclass are handed on as plain `str` copies.
+    let held: Vec<Bound<'py, PyString>> = extract_piece_objects(texts, "texts", name)?
+        .into_iter()
+        .map(|s| {
+            if s.is_exact_instance_of::<PyString>() {
+                Ok(s)
+            } else {
+                Ok(PyString::new(s.py(), s.to_str()?))
+            }
+        })
+        .collect::<PyResult<_>>()?;
     let strs = held
         .iter()
         .map(|s| s.to_str())
@@ -1446,8 +1469,19 @@ fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> 
             "slots={shown} has more entries than max_slots={max_slots}"
         ))
     })?;
-    let (start, step) = (r.start()? as i64, r.step()? as i64);
-    Ok((0..n as i64).map(|k| start + k * step).collect())
+    let out_of_range = |_| {
+        let shown = r.repr().map(|s| s.to_string()).unwrap_or_default();
+        PyValueError::new_err(format!("slots={shown} is out of range"))
+    };
+    let (start, step) = (
+        r.start().map_err(out_of_range)?,
+        r.step().map_err(out_of_range)?,
+    );
+    // start and step fit isize, and n <= max_slots, so no value overflows i64
+    // unless the range does; such a slot is out of range for the batch anyway.
+    Ok((0..n as i64)
+        .map(|k| (start as i64).saturating_add(k.saturating_mul(step as i64)))
+        .collect())
 }
 
 /// The ints of a list, read through the C API without taking a reference per
@@ -1506,7 +1540,7 @@ unsafe fn list_strs_fast<'a, 'py>(
             ffi::PyErr_Clear();
             return None;
         }
-        if ffi::PyUnicode_Check(item) == 0 {
+        if ffi::PyUnicode_CheckExact(item) == 0 {
             return None;
         }
         let mut size: ffi::Py_ssize_t = 0;
@@ -1530,7 +1564,7 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
     let one = |item: &Bound<'_, PyAny>, i: usize| -> PyResult<i64> {
         extract_int(item, &|| format!("{field}[{i}]"))
     };
-    if let Ok(list) = obj.cast::<PyList>() {
+    if let Ok(list) = obj.cast_exact::<PyList>() {
         if let Some(v) = list_ints_fast(list, Some) {
             return Ok(v);
         }
@@ -1540,13 +1574,10 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
         }
         return Ok(out);
     }
-    let iter = obj.try_iter().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{field} must be a sequence of ints, got {}",
-            type_name(obj)
-        ))
-    })?;
-    iter.enumerate().map(|(i, x)| one(&x?, i)).collect()
+    iter_of(obj, field, "a sequence of ints")?
+        .enumerate()
+        .map(|(i, x)| one(&x?, i))
+        .collect()
 }
 
 /// Maps stopline's finish_reason to the OpenAI API's: "stop" becomes

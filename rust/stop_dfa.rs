@@ -29,9 +29,11 @@
 //! linear in `states x stride`. The test suite checks it against the
 //! `aho-corasick` crate's DFA and against a naive search.
 
-use crate::error::Error;
-
 const NONE: u32 = u32::MAX;
+
+/// Largest table built (4 MiB of 32-bit entries); a list over it, which takes
+/// thousands of strings over many distinct bytes, gets the crate's NFA.
+pub(crate) const MAX_TABLE_ENTRIES: usize = 1 << 20;
 
 /// The automaton of one stop list. State ids are row offsets into the table.
 pub(crate) struct StopDfa {
@@ -48,8 +50,10 @@ impl StopDfa {
     /// The start state.
     pub(crate) const START: u32 = 0;
 
-    /// Builds the automaton of `stops` (all non-empty; checked by the caller).
-    pub(crate) fn new<S: AsRef<str>>(stops: &[S]) -> Result<StopDfa, Error> {
+    /// Builds the automaton of `stops` (all non-empty; checked by the
+    /// caller), or `None` when its table would have more than
+    /// [`MAX_TABLE_ENTRIES`] entries.
+    pub(crate) fn new<S: AsRef<str>>(stops: &[S]) -> Option<StopDfa> {
         let mut classes = [0u8; 256];
         let mut used = [false; 256];
         for s in stops {
@@ -70,15 +74,7 @@ impl StopDfa {
         let stride = n_classes.max(2).next_power_of_two();
         let stride2 = stride.trailing_zeros();
         let total: usize = stops.iter().map(|s| s.as_ref().len()).sum();
-        let max_states = total + 1;
-        if max_states
-            .checked_mul(stride)
-            .map_or(true, |n| n > u32::MAX as usize / 2)
-        {
-            return Err(Error::Build(format!(
-                "stop list too large for a DFA ({max_states} states x {stride} classes)"
-            )));
-        }
+        let max_states = total.saturating_add(1).min(MAX_TABLE_ENTRIES / stride);
 
         // Trie: rows of `NONE` filled with children as the strings go in;
         // `edges` lists every (parent row, class, child row) in creation order.
@@ -98,6 +94,9 @@ impl StopDfa {
                 let next = trans[state + class];
                 state = if next == NONE {
                     let new = trans.len();
+                    if new + stride > MAX_TABLE_ENTRIES {
+                        return None;
+                    }
                     trans.resize(new + stride, NONE);
                     let is_lead = (b & 0xC0) != 0x80;
                     depth_chars.push(depth_chars[state >> stride2] + u32::from(is_lead));
@@ -180,7 +179,7 @@ impl StopDfa {
         } else {
             Table::Wide(trans.into_boxed_slice())
         };
-        Ok(StopDfa {
+        Some(StopDfa {
             classes,
             stride2,
             table,

@@ -31,8 +31,9 @@
 //! Compiling is linear in the total length of the stop strings. Lists whose
 //! stop strings total at most [`DFA_MAX_PATTERN_BYTES`] bytes use a dense DFA
 //! built directly from the list (`stop_dfa`: one table lookup per byte, a few
-//! µs to build); larger lists use the `aho-corasick` crate's contiguous NFA,
-//! which has the same amortised O(1) cost per byte with far less memory.
+//! µs to build) unless its table would exceed 2^20 entries (4 MiB); larger
+//! lists use the `aho-corasick` crate's contiguous NFA, which has the same
+//! amortised O(1) cost per byte with far less memory.
 //!
 //! ```
 //! use stopline::stop_strings::StopStrings;
@@ -222,8 +223,11 @@ impl StopStrings {
             return Err(Error::EmptyStop { index });
         }
         let total: usize = stops.iter().map(String::len).sum();
-        let (engine, start) = if total <= DFA_MAX_PATTERN_BYTES {
-            (Engine::Dfa(StopDfa::new(&stops)?), StopDfa::START)
+        let dfa = (total <= DFA_MAX_PATTERN_BYTES)
+            .then(|| StopDfa::new(&stops))
+            .flatten();
+        let (engine, start) = if let Some(dfa) = dfa {
+            (Engine::Dfa(dfa), StopDfa::START)
         } else {
             let nfa = contiguous::NFA::builder()
                 .match_kind(MatchKind::Standard)
@@ -601,6 +605,21 @@ mod tests {
         assert_eq!(m.holdback(), 6);
         let hit = m.feed("4999 yy").unwrap();
         assert_eq!((hit.index, hit.start), (4999, 3));
+    }
+
+    #[test]
+    fn a_list_whose_dfa_would_be_huge_uses_the_nfa() {
+        // ~16 KiB over ~190 distinct bytes: a dense table would be ~4M entries.
+        let chars: Vec<char> = ('!'..='~').chain('\u{a1}'..='\u{7ff}').collect();
+        let stops: Vec<String> = (0..1300)
+            .map(|i| (0..6).map(|k| chars[(i * 6 + k) % chars.len()]).collect())
+            .collect();
+        assert!(stops.iter().map(String::len).sum::<usize>() <= DFA_MAX_PATTERN_BYTES);
+        let s = Arc::new(StopStrings::new(stops.clone()).unwrap());
+        assert!(matches!(s.engine, Engine::Nfa(..)));
+        let mut m = s.matcher(false);
+        let hit = m.feed(&format!("x{}y", stops[1234])).unwrap();
+        assert_eq!((hit.index, hit.start), (1234, 1));
     }
 
     fn alphabet() -> impl Strategy<Value = char> {

@@ -630,3 +630,73 @@ def test_batch_hands_back_the_input_piece_without_a_copy(rust):
     pieces = ["".join(["wh", "ole"]), "ST"]
     r = b.step(range(1), [5], None, pieces[:1])
     assert r.text_deltas[0] is pieces[0]
+
+
+class _Oops(Exception):
+    pass
+
+
+class _IndexRaises:
+    def __index__(self):
+        raise KeyboardInterrupt
+
+
+class _IterRaises:
+    def __iter__(self):
+        raise _Oops
+
+
+def test_exceptions_from_index_and_iter_propagate(impl):
+    # Only "not an int" / "not iterable" become stopline's own TypeError;
+    # anything else the caller's objects raise reaches the caller unchanged.
+    b = impl.FinishBatch(2)
+    b.add(0, impl.StopParams())
+    with pytest.raises(KeyboardInterrupt):
+        b.step([0], [_IndexRaises()])
+    with pytest.raises(KeyboardInterrupt):
+        b.step([_IndexRaises()], [1])
+    with pytest.raises(_Oops):
+        b.step([0], _IterRaises())
+    with pytest.raises(_Oops):
+        b.step([0], [1], None, _IterRaises())
+    with pytest.raises(_Oops):
+        impl.FinishTracker(impl.StopParams()).update(_IterRaises())
+    assert list(b.step([0], [9]))[0].num_tokens == 1   # nothing was half-applied
+
+
+def test_exceptions_from_iter_propagate_out_of_stop_lists():
+    import stopline
+
+    with pytest.raises(_Oops):
+        stopline.StopStrings(_IterRaises())
+    with pytest.raises(_Oops):
+        stopline.StopParams(stop_regex=_IterRaises())
+
+
+class _Reversed(list):
+    def __iter__(self):
+        return iter(list(super().__iter__())[::-1])
+
+
+def test_list_subclasses_are_read_through_their_iter(impl):
+    b = impl.FinishBatch(3)
+    for s in (0, 1, 2):
+        b.add(s, impl.StopParams(max_tokens=8, stop=["ax"]))
+    rows = list(b.step(_Reversed([0, 1, 2]), [5, 6, 7], None, ["a", "b", "c"]))
+    # Iterated in reverse: slot 2 takes id 5 and piece "a" (held back: it may
+    # start "ax"), slot 0 takes "c".
+    assert [(list(r.token_ids_delta), r.text_delta) for r in rows] == [([], ""), ([6], "b"), ([7], "c")]
+    # Slot 2 came first and took "a": "x" completes its stop string.
+    assert list(b.step([2], [8], None, ["x"]))[0].finish_reason == "stop"
+
+
+class _Loud(str):
+    def __add__(self, other):
+        return "HIJACK"
+
+
+def test_str_subclass_pieces_come_back_as_plain_str(impl):
+    b = impl.FinishBatch(1)
+    b.add(0, impl.StopParams(stop=["zz"]))
+    (row,) = list(b.step([0], [1], None, [_Loud("hi")]))
+    assert type(row.text_delta) is str and row.text_delta + "!" == "hi!"
