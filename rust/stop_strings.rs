@@ -64,6 +64,10 @@ pub const DFA_MAX_PATTERN_BYTES: usize = 16 * 1024;
 /// Number of distinct stop lists the process-wide cache keeps.
 pub const CACHE_CAPACITY: usize = 1024;
 
+/// Heap bytes of compiled lists the cache keeps at most (least recently used
+/// out first): a stream of distinct large lists cannot grow it without bound.
+pub const CACHE_MAX_BYTES: usize = 256 << 20;
+
 enum Engine {
     Dfa(StopDfa),
     /// With the hold-back of each state reachable at a code-point boundary
@@ -160,14 +164,39 @@ pub(crate) fn byte_offset_from_end(s: &str, k: usize) -> usize {
 }
 
 /// The process-wide cache, keyed by a hash of the list; a hit is confirmed
-/// by comparing the strings, so a collision only costs a recompile.
-fn cache() -> &'static Mutex<LruCache<u64, Arc<StopStrings>>> {
-    static CACHE: OnceLock<Mutex<LruCache<u64, Arc<StopStrings>>>> = OnceLock::new();
-    CACHE.get_or_init(|| {
-        Mutex::new(LruCache::new(
-            NonZeroUsize::new(CACHE_CAPACITY).expect("nonzero capacity"),
-        ))
-    })
+/// by comparing the strings, so a collision only costs a recompile. Bounded
+/// by [`CACHE_CAPACITY`] lists and [`CACHE_MAX_BYTES`].
+struct ListCache {
+    lists: LruCache<u64, Arc<StopStrings>>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl ListCache {
+    fn new(capacity: usize, max_bytes: usize) -> Self {
+        ListCache {
+            lists: LruCache::new(NonZeroUsize::new(capacity).expect("nonzero capacity")),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    fn insert(&mut self, key: u64, list: Arc<StopStrings>) {
+        self.bytes += list.heap_bytes();
+        if let Some((_, old)) = self.lists.push(key, list) {
+            self.bytes -= old.heap_bytes();
+        }
+        while self.bytes > self.max_bytes && self.lists.len() > 1 {
+            if let Some((_, old)) = self.lists.pop_lru() {
+                self.bytes -= old.heap_bytes();
+            }
+        }
+    }
+}
+
+fn cache() -> &'static Mutex<ListCache> {
+    static CACHE: OnceLock<Mutex<ListCache>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(ListCache::new(CACHE_CAPACITY, CACHE_MAX_BYTES)))
 }
 
 fn list_hash<S: AsRef<str>>(stops: &[S]) -> u64 {
@@ -205,7 +234,7 @@ impl StopStrings {
     ) -> Result<Arc<StopStrings>, Error> {
         let key = list_hash(stops);
         let lock = || cache().lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = lock().get(&key) {
+        if let Some(hit) = lock().lists.get(&key) {
             let same = hit.stops.len() == stops.len()
                 && hit.stops.iter().zip(stops).all(|(a, b)| a == b.as_ref());
             if same {
@@ -213,7 +242,7 @@ impl StopStrings {
             }
         }
         let compiled = Arc::new(StopStrings::new(owned())?);
-        lock().put(key, Arc::clone(&compiled));
+        lock().insert(key, Arc::clone(&compiled));
         Ok(compiled)
     }
 
@@ -306,6 +335,11 @@ impl StopStrings {
     /// True for an empty list (which never matches).
     pub fn is_empty(&self) -> bool {
         self.stops.is_empty()
+    }
+
+    /// Heap bytes of the automaton and the strings (what the cache counts).
+    fn heap_bytes(&self) -> usize {
+        self.memory_usage() + self.stops.iter().map(String::capacity).sum::<usize>()
     }
 
     /// Heap bytes used by the automaton.
@@ -605,6 +639,35 @@ mod tests {
         assert_eq!(m.holdback(), 6);
         let hit = m.feed("4999 yy").unwrap();
         assert_eq!((hit.index, hit.start), (4999, 3));
+    }
+
+    #[test]
+    fn the_cache_is_bounded_by_bytes_and_count() {
+        let list = |i: usize, n: usize| -> Arc<StopStrings> {
+            Arc::new(StopStrings::new((0..n).map(|k| format!("<{i}-{k}>")).collect()).unwrap())
+        };
+        let one = list(0, 50).heap_bytes();
+        let mut c = ListCache::new(8, 3 * one + one / 2);
+        for i in 0..6 {
+            c.insert(i as u64, list(i, 50));
+            assert!(c.bytes <= 3 * one + one / 2 && c.lists.len() <= 3);
+        }
+        // The newest three stay; replacing a key keeps the count exact.
+        assert!(c.lists.contains(&5) && c.lists.contains(&3) && !c.lists.contains(&2));
+        c.insert(5, list(5, 50));
+        assert_eq!(c.lists.len(), 3);
+        let bytes: usize = c.lists.iter().map(|(_, l)| l.heap_bytes()).sum();
+        assert_eq!(c.bytes, bytes);
+        let mut small = ListCache::new(2, usize::MAX);
+        for i in 0..5 {
+            small.insert(i, list(i as usize, 2));
+        }
+        assert_eq!(small.lists.len(), 2);
+        // A list larger than the whole budget is still kept (alone).
+        let mut tiny = ListCache::new(8, 1);
+        tiny.insert(1, list(1, 3));
+        tiny.insert(2, list(2, 3));
+        assert_eq!(tiny.lists.len(), 1);
     }
 
     #[test]
