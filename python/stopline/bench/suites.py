@@ -135,29 +135,19 @@ def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[st
     flag and text delta, as an engine does."""
     slots = list(range(batch))
 
-    def rust_batch() -> int:
-        b = stopline.FinishBatch(batch)
-        p = stopline.StopParams(**params)
-        for s in slots:
-            b.add(s, p)
-        done = 0
-        for ids, texts in per_step:
-            r = b.step(slots, ids, None, texts)
-            done += len(r.finished_slots) + len(r.text_deltas)
-        return batch * steps
+    def rust_batch(rows: Sequence[int]) -> Callable[[], int]:
+        def run() -> int:
+            b = stopline.FinishBatch(batch)
+            p = stopline.StopParams(**params)
+            for s in slots:
+                b.add(s, p)
+            done = 0
+            for ids, texts in per_step:
+                r = b.step(rows, ids, None, texts)
+                done += len(r.finished_slots) + len(r.text_deltas)
+            return batch * steps
 
-    def rust_batch_range() -> int:
-        # A persistent batch whose rows are its slots passes a range.
-        b = stopline.FinishBatch(batch)
-        p = stopline.StopParams(**params)
-        for s in slots:
-            b.add(s, p)
-        rows = range(batch)
-        done = 0
-        for ids, texts in per_step:
-            r = b.step(rows, ids, None, texts)
-            done += len(r.finished_slots) + len(r.text_deltas)
-        return batch * steps
+        return run
 
     def rust_trackers() -> int:
         p = stopline.StopParams(**params)
@@ -180,7 +170,8 @@ def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[st
                 done += r.finished + len(r.text_delta)
         return batch * steps
 
-    return {FINISH_BATCH: rust_batch, FINISH_BATCH_RANGE: rust_batch_range,
+    # A persistent batch whose rows are its slots can pass them as a range.
+    return {FINISH_BATCH: rust_batch(slots), FINISH_BATCH_RANGE: rust_batch(range(batch)),
             FINISH_TRACKERS: rust_trackers, FINISH_BASELINE: python}
 
 
