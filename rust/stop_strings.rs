@@ -199,6 +199,26 @@ fn cache() -> &'static Mutex<ListCache> {
     CACHE.get_or_init(|| Mutex::new(ListCache::new(CACHE_CAPACITY, CACHE_MAX_BYTES)))
 }
 
+fn lock_cache() -> std::sync::MutexGuard<'static, ListCache> {
+    cache().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The cached list under `key` if it is exactly `stops`.
+fn cached<S: AsRef<str>>(key: u64, stops: &[S]) -> Option<Arc<StopStrings>> {
+    let mut cache = lock_cache();
+    let hit = cache.lists.get(&key)?;
+    let same =
+        hit.stops.len() == stops.len() && hit.stops.iter().zip(stops).all(|(a, b)| a == b.as_ref());
+    same.then(|| Arc::clone(hit))
+}
+
+/// Compiles `stops` and caches it under `key`.
+fn insert(key: u64, stops: Vec<String>) -> Result<Arc<StopStrings>, Error> {
+    let compiled = Arc::new(StopStrings::new(stops)?);
+    lock_cache().insert(key, Arc::clone(&compiled));
+    Ok(compiled)
+}
+
 fn list_hash<S: AsRef<str>>(stops: &[S]) -> u64 {
     let mut h = FxHasher::default();
     h.write_usize(stops.len());
@@ -216,7 +236,11 @@ impl StopStrings {
     /// [`Error::EmptyStop`] for an empty string, [`Error::Build`] if the
     /// automaton cannot be built.
     pub fn compile(stops: Vec<String>) -> Result<Arc<StopStrings>, Error> {
-        Self::compile_with(&stops, || stops.clone())
+        let key = list_hash(&stops);
+        match cached(key, &stops) {
+            Some(hit) => Ok(hit),
+            None => insert(key, stops),
+        }
     }
 
     /// [`compile`](Self::compile) from borrowed strings: a cache hit copies
@@ -225,25 +249,11 @@ impl StopStrings {
     /// # Errors
     /// As [`compile`](Self::compile).
     pub fn compile_strs(stops: &[&str]) -> Result<Arc<StopStrings>, Error> {
-        Self::compile_with(stops, || stops.iter().map(|s| (*s).to_owned()).collect())
-    }
-
-    fn compile_with<S: AsRef<str>>(
-        stops: &[S],
-        owned: impl FnOnce() -> Vec<String>,
-    ) -> Result<Arc<StopStrings>, Error> {
         let key = list_hash(stops);
-        let lock = || cache().lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = lock().lists.get(&key) {
-            let same = hit.stops.len() == stops.len()
-                && hit.stops.iter().zip(stops).all(|(a, b)| a == b.as_ref());
-            if same {
-                return Ok(Arc::clone(hit));
-            }
+        match cached(key, stops) {
+            Some(hit) => Ok(hit),
+            None => insert(key, stops.iter().map(|s| (*s).to_owned()).collect()),
         }
-        let compiled = Arc::new(StopStrings::new(owned())?);
-        lock().insert(key, Arc::clone(&compiled));
-        Ok(compiled)
     }
 
     /// Compiles `stops` without consulting the cache.
