@@ -132,27 +132,81 @@ impl FinishBatch {
         grammar_terminated_at: Option<&[i64]>,
         out: &mut Vec<SlotStep>,
     ) -> Result<(), Error> {
-        let idx = self.check(
+        self.step_each(
+            slots,
+            token_ids,
+            run_lengths,
+            texts,
+            grammar_terminated_at,
+            |k, _, step| {
+                out.push(SlotStep {
+                    slot: slots[k] as usize,
+                    run: step.run.clone(),
+                    step: step.step.clone(),
+                })
+            },
+        )
+    }
+
+    /// [`step`](Self::step), handing each slot's outcome to `emit(i, tracker,
+    /// outcome)` as soon as slot `slots[i]` has advanced, instead of
+    /// collecting them (the binding builds its Python result this way).
+    ///
+    /// # Errors
+    /// As [`step`](Self::step); `emit` is never called for a rejected step.
+    #[inline]
+    pub fn step_each<S: AsRef<str>>(
+        &mut self,
+        slots: &[i64],
+        token_ids: &[u32],
+        run_lengths: Option<&[usize]>,
+        texts: Option<&[S]>,
+        grammar_terminated_at: Option<&[i64]>,
+        mut emit: impl FnMut(usize, &FinishTracker, &SlotStep),
+    ) -> Result<(), Error> {
+        self.check(
             slots,
             token_ids,
             run_lengths,
             texts.map(<[S]>::len),
             grammar_terminated_at,
         )?;
+        let grammar = |k: usize| grammar_terminated_at.and_then(|g| usize::try_from(g[k]).ok());
         let mut start = 0;
-        for (k, &i) in idx.iter().enumerate() {
-            let len = run_lengths.map_or(1, |r| r[k]);
-            let end = start + len;
-            let g = grammar_terminated_at.and_then(|g| usize::try_from(g[k]).ok());
-            let tracker = self.slots[i].as_mut().expect("checked above");
-            let step =
-                tracker.update_checked(&token_ids[start..end], texts.map(|t| &t[start..end]), g);
-            out.push(SlotStep {
-                slot: i,
-                run: start..end,
-                step,
-            });
-            start = end;
+        for (k, &slot) in slots.iter().enumerate() {
+            // `check` has bounds-checked the slot and seen it occupied.
+            let Some(tracker) = self.slots[slot as usize].as_mut() else {
+                unreachable!("checked above")
+            };
+            let step = match run_lengths {
+                // One token per slot, the usual decode step: a one-token
+                // slice lets the compiler drop the loop inside `update_checked`.
+                None => {
+                    let ids = std::slice::from_ref(&token_ids[k]);
+                    let one = texts.map(|t| std::slice::from_ref(&t[k]));
+                    SlotStep {
+                        slot: slot as usize,
+                        run: k..k + 1,
+                        step: tracker.update_checked(ids, one, grammar(k)),
+                    }
+                }
+                Some(r) => {
+                    let end = start + r[k];
+                    let step = tracker.update_checked(
+                        &token_ids[start..end],
+                        texts.map(|t| &t[start..end]),
+                        grammar(k),
+                    );
+                    let run = start..end;
+                    start = end;
+                    SlotStep {
+                        slot: slot as usize,
+                        run,
+                        step,
+                    }
+                }
+            };
+            emit(k, tracker, &step);
         }
         Ok(())
     }
@@ -164,7 +218,7 @@ impl FinishBatch {
         run_lengths: Option<&[usize]>,
         texts_len: Option<usize>,
         grammar: Option<&[i64]>,
-    ) -> Result<Vec<usize>, Error> {
+    ) -> Result<(), Error> {
         let step_err = |field: &'static str, message: String| Error::Step { field, message };
         if let Some(r) = run_lengths {
             if r.len() != slots.len() {
@@ -211,8 +265,11 @@ impl FinishBatch {
                 ));
             }
         }
+        if run_lengths.is_none() && grammar.is_none() && self.screen(slots, texts_len.is_some()) {
+            return Ok(());
+        }
+        // The full check, which names what is wrong.
         self.epoch += 1;
-        let mut idx = Vec::with_capacity(slots.len());
         for (k, &slot) in slots.iter().enumerate() {
             let i = self.index(slot)?;
             if self.seen[i] == self.epoch {
@@ -248,9 +305,33 @@ impl FinishBatch {
                     },
                     other => other,
                 })?;
-            idx.push(i);
         }
-        Ok(idx)
+        Ok(())
+    }
+}
+
+impl FinishBatch {
+    /// The common decode step (one token per slot, no grammar
+    /// terminations): true when every slot is in range, listed once,
+    /// occupied and accepts one token, as the full check in
+    /// [`check`](Self::check) would find. False sends the step to that check.
+    #[inline]
+    fn screen(&mut self, slots: &[i64], with_text: bool) -> bool {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let n = self.slots.len();
+        for &slot in slots {
+            let i = slot as usize; // a negative slot wraps far past `n`
+            if i >= n || self.seen[i] == epoch {
+                return false;
+            }
+            self.seen[i] = epoch;
+            match &self.slots[i] {
+                Some(t) if t.accepts_one_token(with_text) => {}
+                _ => return false,
+            }
+        }
+        true
     }
 }
 

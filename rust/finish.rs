@@ -403,6 +403,14 @@ impl FinishTracker {
         Ok(())
     }
 
+    /// Whether [`check_step`](Self::check_step) accepts a one-token step
+    /// with (or without) its text piece and no grammar termination: the
+    /// common case, answered without building an error.
+    #[inline(always)]
+    pub fn accepts_one_token(&self, with_text: bool) -> bool {
+        self.finish.is_none() && (with_text || (self.matcher.is_none() && self.regex.is_none()))
+    }
+
     /// Appends one step (a token or an accept run); `texts`, when given, holds
     /// one piece per token.
     ///
@@ -425,7 +433,9 @@ impl FinishTracker {
     }
 
     /// [`update`](Self::update) for arguments already passed through
-    /// [`check_step`](Self::check_step).
+    /// [`check_step`](Self::check_step). Inlined so that a caller passing one
+    /// token gets the loop compiled away.
+    #[inline(always)]
     pub(crate) fn update_checked<S: AsRef<str>>(
         &mut self,
         token_ids: &[u32],

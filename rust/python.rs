@@ -1,7 +1,6 @@
 //! The PyO3 binding: converts Python values to core types and maps core errors
 //! to Python exceptions. No semantics live here.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -9,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyRangeMethods, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
-use crate::batch::{FinishBatch, SlotStep};
+use crate::batch::FinishBatch;
 use crate::error::Error;
 use crate::finish::{Finish, FinishTracker, Matched, Repetition, Step, StopParams, StopReason};
 use crate::stop_regex::{StopRegexMatcher as CoreRegexMatcher, StopRegexes as CoreRegexes};
@@ -1113,11 +1112,14 @@ impl PyFinishTracker {
     }
 }
 
-/// One row of a batch step.
+/// One row of a batch step; a finished row's outcome is kept aside.
 struct BatchRow {
     slot: usize,
-    outcome: Outcome,
-    tokens: Range<usize>,
+    num_tokens: usize,
+    text_len: usize,
+    /// End of this row's token delta in `tokens` (it starts where the
+    /// previous row's ends).
+    tokens_end: usize,
 }
 
 /// Per-slot results of one `FinishBatch.step`, in the order of its `slots`.
@@ -1125,9 +1127,44 @@ struct BatchRow {
 #[pyclass(name = "BatchStepResult", module = "stopline", frozen)]
 pub struct PyBatchStepResult {
     rows: Vec<BatchRow>,
-    /// Each row's text delta: usually the very piece passed in (no copy).
-    text_deltas: Vec<Py<PyAny>>,
+    /// `(row, outcome)` of the rows that finished, in row order (few).
+    finished: Vec<(usize, Outcome)>,
+    /// Each row's text delta, usually the very piece passed in (no copy).
+    /// Private: the getter hands out copies of the list.
+    text_deltas: Py<PyList>,
     tokens: Vec<u32>,
+}
+
+impl PyBatchStepResult {
+    fn outcome(&self, i: usize) -> Outcome {
+        match self.finished.binary_search_by_key(&i, |(row, _)| *row) {
+            Ok(f) => self.finished[f].1.clone(),
+            Err(_) => Outcome {
+                finish: None,
+                stop_text: None,
+                num_tokens: self.rows[i].num_tokens,
+                text_len: self.rows[i].text_len,
+            },
+        }
+    }
+
+    fn tokens_of(&self, i: usize) -> &[u32] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.rows[i - 1].tokens_end
+        };
+        &self.tokens[start..self.rows[i].tokens_end]
+    }
+
+    /// One value per row: `default` but for the finished rows.
+    fn per_row<T: Clone>(&self, default: T, of: impl Fn(&Outcome) -> T) -> Vec<T> {
+        let mut out = vec![default; self.rows.len()];
+        for (i, o) in &self.finished {
+            out[*i] = of(o);
+        }
+        out
+    }
 }
 
 #[pymethods]
@@ -1144,11 +1181,11 @@ impl PyBatchStepResult {
                 "index {index} is out of range for {n} rows"
             )));
         }
-        let r = &self.rows[i as usize];
+        let i = i as usize;
         Ok(PyStepResult {
-            outcome: r.outcome.clone(),
-            text_delta: self.text_deltas[i as usize].extract::<String>(py)?,
-            token_ids_delta: self.tokens[r.tokens.clone()].to_vec(),
+            outcome: self.outcome(i),
+            text_delta: self.text_deltas.bind(py).get_item(i)?.extract::<String>()?,
+            token_ids_delta: self.tokens_of(i).to_vec(),
         })
     }
 
@@ -1158,55 +1195,49 @@ impl PyBatchStepResult {
     }
     #[getter]
     fn finished(&self) -> Vec<bool> {
-        self.rows
-            .iter()
-            .map(|r| r.outcome.finish.is_some())
-            .collect()
+        self.per_row(false, |_| true)
     }
     /// Slots that finished in this step.
     #[getter]
     fn finished_slots(&self) -> Vec<usize> {
-        self.rows
+        self.finished
             .iter()
-            .filter(|r| r.outcome.finish.is_some())
-            .map(|r| r.slot)
+            .map(|(i, _)| self.rows[*i].slot)
             .collect()
     }
     #[getter]
     fn finish_reasons(&self) -> Vec<Option<&'static str>> {
-        self.rows
-            .iter()
-            .map(|r| r.outcome.finish_reason())
-            .collect()
+        self.per_row(None, Outcome::finish_reason)
     }
     #[getter]
     fn stop_reasons(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
-        self.rows
-            .iter()
-            .map(|r| r.outcome.stop_reason(py))
+        (0..self.rows.len())
+            .map(|i| self.outcome(i).stop_reason(py))
             .collect()
     }
     #[getter]
     fn matched(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
-        self.rows.iter().map(|r| r.outcome.matched(py)).collect()
+        (0..self.rows.len())
+            .map(|i| self.outcome(i).matched(py))
+            .collect()
     }
     #[getter]
     fn num_tokens(&self) -> Vec<usize> {
-        self.rows.iter().map(|r| r.outcome.num_tokens).collect()
+        self.rows.iter().map(|r| r.num_tokens).collect()
     }
     #[getter]
     fn text_len(&self) -> Vec<usize> {
-        self.rows.iter().map(|r| r.outcome.text_len).collect()
+        self.rows.iter().map(|r| r.text_len).collect()
     }
     #[getter]
-    fn text_deltas<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, self.text_deltas.iter().map(|d| d.bind(py)))
+    fn text_deltas<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
+        let list = self.text_deltas.bind(py);
+        list.get_slice(0, list.len())
     }
     #[getter]
     fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
-        self.rows
-            .iter()
-            .map(|r| self.tokens[r.tokens.clone()].to_vec())
+        (0..self.rows.len())
+            .map(|i| self.tokens_of(i).to_vec())
             .collect()
     }
 
@@ -1224,7 +1255,6 @@ impl PyBatchStepResult {
 #[pyclass(name = "FinishBatch", module = "stopline")]
 pub struct PyFinishBatch {
     inner: FinishBatch,
-    scratch: Vec<SlotStep>,
 }
 
 fn opt_list<'a, 'py>(obj: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
@@ -1240,7 +1270,6 @@ impl PyFinishBatch {
         })?;
         Ok(Self {
             inner: FinishBatch::new(n).map_err(to_py_err)?,
-            scratch: Vec::new(),
         })
     }
 
@@ -1372,49 +1401,114 @@ impl PyFinishBatch {
             }
         };
         let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
-        // The pieces last (reading ints may call `__index__`, which could
-        // change the list); see `with_pieces`.
-        let (inner, scratch) = (&mut self.inner, &mut self.scratch);
-        with_pieces(opt_list(texts), &owner("texts"), |pieces, objects| {
-            scratch.clear();
-            inner
-                .step(
+        let texts = opt_list(texts);
+        // One piece per slot in a plain list (the decode step): the result's
+        // text deltas start as a private copy of that list, and the pieces
+        // are read from the copy, which no other code can change.
+        if let (None, Some(list)) = (&runs, texts.and_then(|t| t.cast_exact::<PyList>().ok())) {
+            let copy = list.get_slice(0, list.len());
+            // SAFETY: the views borrow items of `copy`, which only this
+            // call holds; `batch_step` replaces item k only after slot k's
+            // step, the one step that reads piece k.
+            if let Some(strs) = unsafe { list_strs_fast(&copy) } {
+                return batch_step(
+                    &mut self.inner,
                     &slots_v,
                     &ids,
-                    runs.as_deref(),
-                    pieces,
+                    None,
+                    Some(&strs),
                     grammar.as_deref(),
-                    scratch,
-                )
-                .map_err(to_py_err)?;
-            let mut out = PyBatchStepResult {
-                rows: Vec::with_capacity(scratch.len()),
-                text_deltas: Vec::with_capacity(scratch.len()),
-                tokens: Vec::with_capacity(scratch.len()),
-            };
-            for s in scratch.iter() {
-                let t = inner.get(s.slot as i64).expect("stepped slot exists");
-                let delta = if s.step.whole_run && s.run.len() == 1 && !objects.is_empty() {
-                    objects[s.run.start].to_owned().unbind()
-                } else {
-                    PyString::new(py, &t.text()[s.step.text_delta.clone()])
-                        .into_any()
-                        .unbind()
-                };
-                out.text_deltas.push(delta);
-                let tok_start = out.tokens.len();
-                for &id in &t.token_ids()[s.step.token_ids_delta.clone()] {
-                    out.tokens.push(id);
-                }
-                out.rows.push(BatchRow {
-                    slot: s.slot,
-                    outcome: Outcome::of(t),
-                    tokens: tok_start..out.tokens.len(),
-                });
+                    Deltas::Pieces(copy.clone()),
+                );
             }
-            Ok(out)
+        }
+        // The pieces last (reading ints may call `__index__`, which could
+        // change the list); see `with_pieces`.
+        let inner = &mut self.inner;
+        with_pieces(texts, &owner("texts"), |pieces, objects| {
+            let deltas = Deltas::Fresh(objects, PyList::empty(py));
+            batch_step(
+                inner,
+                &slots_v,
+                &ids,
+                runs.as_deref(),
+                pieces,
+                grammar.as_deref(),
+                deltas,
+            )
         })
     }
+}
+
+/// Where a batch step's text deltas go.
+enum Deltas<'a, 'py> {
+    /// One piece per slot: a copy of the pieces list, in which rows whose
+    /// delta is not exactly their piece are replaced.
+    Pieces(Bound<'py, PyList>),
+    /// An empty list that every row's delta is appended to; a one-token row
+    /// whose delta is exactly its piece appends that piece's object.
+    Fresh(&'a [Borrowed<'a, 'py, PyAny>], Bound<'py, PyList>),
+}
+
+/// Runs one `FinishBatch` step and builds its Python result.
+fn batch_step<'py>(
+    inner: &mut FinishBatch,
+    slots: &[i64],
+    ids: &[u32],
+    runs: Option<&[usize]>,
+    pieces: Option<&[&str]>,
+    grammar: Option<&[i64]>,
+    deltas: Deltas<'_, 'py>,
+) -> PyResult<PyBatchStepResult> {
+    let mut rows = Vec::with_capacity(slots.len());
+    let mut tokens = Vec::with_capacity(ids.len());
+    let mut finished = Vec::new();
+    let mut failed = None;
+    let py = match &deltas {
+        Deltas::Pieces(l) | Deltas::Fresh(_, l) => l.py(),
+    };
+    inner
+        .step_each(slots, ids, runs, pieces, grammar, |k, t, s| {
+            let whole_one = s.step.whole_run && s.run.len() == 1;
+            let text = || PyString::new(py, &t.text()[s.step.text_delta.clone()]);
+            let r = match &deltas {
+                Deltas::Pieces(_) if whole_one => Ok(()),
+                Deltas::Pieces(list) => list.set_item(k, text()),
+                Deltas::Fresh(objects, list) if whole_one && !objects.is_empty() => {
+                    list.append(objects[s.run.start])
+                }
+                Deltas::Fresh(_, list) => list.append(text()),
+            };
+            if let Err(e) = r {
+                failed.get_or_insert(e);
+            }
+            let delta = &t.token_ids()[s.step.token_ids_delta.clone()];
+            if let [id] = delta {
+                tokens.push(*id);
+            } else {
+                tokens.extend_from_slice(delta);
+            }
+            if t.is_finished() {
+                finished.push((k, Outcome::of(t)));
+            }
+            rows.push(BatchRow {
+                slot: s.slot,
+                num_tokens: t.token_ids().len(),
+                text_len: t.text_len(),
+                tokens_end: tokens.len(),
+            });
+        })
+        .map_err(to_py_err)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let (Deltas::Pieces(list) | Deltas::Fresh(_, list)) = deltas;
+    Ok(PyBatchStepResult {
+        rows,
+        finished,
+        text_deltas: list.unbind(),
+        tokens,
+    })
 }
 
 /// Runs `f` on the text pieces of `texts` (one `str` per token) as UTF-8
@@ -1436,7 +1530,17 @@ fn with_pieces<'py, R>(
     };
     if let Ok(list) = texts.cast_exact::<PyList>() {
         // SAFETY: the views and items are used only inside `f` (see above).
-        if let Some((strs, items)) = unsafe { list_strs_fast(list) } {
+        if let Some(strs) = unsafe { list_strs_fast(list) } {
+            let items: Vec<Borrowed<'_, 'py, PyAny>> = (0..strs.len())
+                // SAFETY: in bounds, and the list is unchanged since; the
+                // items are borrowed like the views.
+                .map(|i| unsafe {
+                    Borrowed::from_ptr(
+                        list.py(),
+                        pyo3::ffi::PyList_GetItem(list.as_ptr(), i as pyo3::ffi::Py_ssize_t),
+                    )
+                })
+                .collect();
             return f(Some(&strs), &items);
         }
     }
@@ -1501,7 +1605,8 @@ fn list_ints_fast<T>(list: &Bound<'_, PyList>, conv: impl Fn(i64) -> Option<T>) 
                 ffi::PyErr_Clear();
                 return None;
             }
-            if ffi::PyLong_Check(item) == 0 {
+            // The exact check is inline; the subclass check is a call.
+            if ffi::PyLong_CheckExact(item) == 0 && ffi::PyLong_Check(item) == 0 {
                 return None;
             }
             let mut overflow = 0;
@@ -1520,20 +1625,16 @@ fn list_ints_fast<T>(list: &Bound<'_, PyList>, conv: impl Fn(i64) -> Option<T>) 
     Some(out)
 }
 
-/// The str items of a list as borrowed UTF-8, with each item's (borrowed)
-/// object pointer. `None` when an item is not a str or not valid Unicode; the
-/// caller's slow path then names it.
+/// The str items of a list as borrowed UTF-8. `None` when an item is not a
+/// str or not valid Unicode; the caller's slow path then names it.
 ///
 /// # Safety
-/// The strs and pointers borrow the list's items: they stay valid only while
-/// no Python code runs (which could change the list) and the list is alive.
-unsafe fn list_strs_fast<'a, 'py>(
-    list: &'a Bound<'py, PyList>,
-) -> Option<(Vec<&'a str>, Vec<Borrowed<'a, 'py, PyAny>>)> {
+/// The strs borrow the list's items: they stay valid only while no Python
+/// code runs (which could change the list) and the list is alive.
+unsafe fn list_strs_fast<'a>(list: &'a Bound<'_, PyList>) -> Option<Vec<&'a str>> {
     use pyo3::ffi;
     let n = list.len();
     let mut strs = Vec::with_capacity(n);
-    let mut objects = Vec::with_capacity(n);
     for i in 0..n {
         let item = ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t);
         if item.is_null() {
@@ -1555,9 +1656,8 @@ unsafe fn list_strs_fast<'a, 'py>(
             data.cast::<u8>(),
             size as usize,
         )));
-        objects.push(Borrowed::from_ptr(list.py(), item));
     }
-    Some((strs, objects))
+    Some(strs)
 }
 
 fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {

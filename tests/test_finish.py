@@ -624,6 +624,23 @@ def test_batch_text_deltas_survive_changes_to_the_input_list(impl):
     assert [x.text_delta for x in r] == ["free text", ""]
 
 
+def test_batch_text_deltas_is_a_new_list_on_every_read(rust):
+    b = rust.FinishBatch(3)
+    for s in range(3):
+        b.add(s, rust.StopParams(stop=["STOP"]))
+    # Slot 1 holds "ST" back, then finishes on "STOP" with the stop cut.
+    r = b.step([0, 1], [5, 6], None, ["a", "ST"])
+    first = r.text_deltas
+    first[0] = "changed"
+    first.append("more")
+    assert r.text_deltas == ["a", ""]
+    assert [x.text_delta for x in r] == ["a", ""]
+    r = b.step(range(2), [5, 6], None, ["b", "OP!"])
+    assert r.text_deltas == ["b", ""]
+    assert r.finished_slots == [1]
+    assert r.finish_reasons == [None, "stop"]
+
+
 def test_batch_hands_back_the_input_piece_without_a_copy(rust):
     b = rust.FinishBatch(2)
     b.add(0, rust.StopParams(stop=["STOP"]))

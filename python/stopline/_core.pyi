@@ -195,7 +195,12 @@ class FinishTracker:
 
 @final
 class BatchStepResult:
-    """Per-slot results of one FinishBatch.step, in the order of its slots."""
+    """Per-slot results of one FinishBatch.step, in the order of its slots.
+
+    Each list attribute is a new list on every read. ``text_deltas[i]`` is
+    the very ``str`` passed in as row i's piece when the delta is exactly
+    that piece (the common case); otherwise a new ``str``.
+    """
 
     def __len__(self) -> int: ...
     def __getitem__(self, index: int, /) -> StepResult: ...
