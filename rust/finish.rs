@@ -309,6 +309,10 @@ pub struct FinishTracker {
     /// Smallest and largest EOS / stop token id: most tokens fall outside and
     /// skip both lookups.
     special_ids: (u32, u32),
+    /// `vocab_size`, or above every id without one.
+    vocab_limit: u64,
+    /// No stop regexes and no repetition rule: `plain_token` may take a step.
+    plain_rules: bool,
     /// The first `n` at which the sequence finishes with `length`.
     length_cap: u64,
     kept: Kept,
@@ -339,12 +343,16 @@ impl FinishTracker {
         let regex = params
             .stop_regexes()
             .map(|s| s.matcher(params.include_stop_str_in_output));
+        let vocab_limit = params.vocab_size.map_or(u64::MAX, u64::from);
+        let plain_rules = regex.is_none() && params.repetition.is_none();
         Ok(FinishTracker {
             params,
             matcher,
             regex,
             regex_matched: String::new(),
             special_ids,
+            vocab_limit,
+            plain_rules,
             length_cap,
             kept: Kept::with_capacity(length_cap.min(256) as usize),
             emitted_bytes: 0,
@@ -442,6 +450,12 @@ impl FinishTracker {
         texts: Option<&[S]>,
         grammar_terminated_at: Option<usize>,
     ) -> Step {
+        if let [id] = token_ids {
+            let piece = texts.map_or("", |t| t[0].as_ref());
+            if let Some(step) = self.plain_token(*id, piece, grammar_terminated_at == Some(0)) {
+                return step;
+            }
+        }
         let tokens_before = self.emitted_tokens;
         let text_before = self.emitted_bytes;
         // Stays true while every token goes in whole with its piece.
@@ -555,6 +569,44 @@ impl FinishTracker {
                 && self.emitted_bytes == self.kept.text.len()
                 && self.emitted_tokens == tokens_before + token_ids.len(),
         }
+    }
+
+    /// The common decode step, one token that no finish rule applies to,
+    /// taken without the general loop of `update_checked`. The tests here
+    /// only screen: they send every token some rule could apply to (a
+    /// special or out-of-vocabulary id, the length cap, a grammar end, a stop
+    /// string ending in the piece, stop regexes or the repetition rule
+    /// configured) back to that loop, returning `None` with nothing changed.
+    #[inline(always)]
+    fn plain_token(&mut self, id: u32, piece: &str, grammar_here: bool) -> Option<Step> {
+        let n = self.kept.tokens.len() as u64 + 1;
+        let (lo, hi) = self.special_ids;
+        if !self.plain_rules
+            || grammar_here
+            || (lo <= id && id <= hi)
+            || u64::from(id) >= self.vocab_limit
+            || n >= self.length_cap
+        {
+            return None;
+        }
+        let piece_chars = char_len(piece);
+        if let Some(m) = self.matcher.as_mut() {
+            if !piece.is_empty() && !m.feed_unless_match(piece, piece_chars) {
+                return None;
+            }
+        }
+        let tokens_before = self.emitted_tokens;
+        let text_before = self.emitted_bytes;
+        let whole = text_before == self.kept.text.len();
+        self.kept.push(id, piece, piece_chars);
+        self.release();
+        Some(Step {
+            text_delta: text_before..self.emitted_bytes,
+            token_ids_delta: tokens_before..self.emitted_tokens,
+            whole_run: whole
+                && self.emitted_bytes == self.kept.text.len()
+                && self.emitted_tokens == tokens_before + 1,
+        })
     }
 
     /// Finishes with `abort`, releasing everything kept. A no-op (empty

@@ -477,6 +477,20 @@ impl StopMatcher {
         })
     }
 
+    /// Feeds `delta` (of `delta_chars` code points) unless a stop string
+    /// ends in it; says whether it did. On a match nothing changes, and the
+    /// caller feeds the piece through [`feed_counted`](Self::feed_counted).
+    #[inline(always)]
+    pub fn feed_unless_match(&mut self, delta: &str, delta_chars: usize) -> bool {
+        let (state, hit) = self.stops.scan(self.state, delta.as_bytes());
+        if hit.is_some() {
+            return false;
+        }
+        self.state = state;
+        self.chars_fed += delta_chars;
+        true
+    }
+
     /// [`feed_counted`](Self::feed_counted), counting the code points itself.
     #[inline]
     pub fn feed(&mut self, delta: &str) -> Option<StopMatch> {
