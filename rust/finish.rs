@@ -254,15 +254,20 @@ pub fn has_repetition(tokens: &[u32], r: Repetition) -> bool {
 
 /// The tokens and text a sequence keeps.
 #[derive(Clone)]
+#[repr(C)] // see `FinishTracker`
 struct Kept {
     tokens: Vec<u32>,
     text: String,
     text_chars: usize,
-    /// Code-point end of each kept token's text, for tokens not yet released:
-    /// `pending_ends[pending_head..]` (a queue that empties whenever
-    /// everything is released, which is most steps).
-    pending_ends: Vec<usize>,
-    pending_head: usize,
+}
+
+/// Code-point end of each kept token's text, for tokens not yet released:
+/// `ends[head..]` (a queue that empties whenever everything is released,
+/// which is most steps).
+#[derive(Clone, Default)]
+struct Pending {
+    ends: Vec<usize>,
+    head: usize,
 }
 
 impl Kept {
@@ -271,8 +276,6 @@ impl Kept {
             tokens: Vec::with_capacity(tokens),
             text: String::with_capacity(tokens * 4),
             text_chars: 0,
-            pending_ends: Vec::with_capacity(8),
-            pending_head: 0,
         }
     }
 
@@ -281,7 +284,6 @@ impl Kept {
         self.tokens.push(id);
         self.text.push_str(piece);
         self.text_chars += piece_chars;
-        self.pending_ends.push(self.text_chars);
     }
 
     /// The kept text between two code-point offsets.
@@ -298,28 +300,43 @@ impl Kept {
     }
 }
 
+/// Keeps a token and its piece, queued for release.
+#[inline]
+fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_chars: usize) {
+    kept.push(id, piece, piece_chars);
+    pending.ends.push(kept.text_chars);
+}
+
 /// The finish state of one sequence.
+///
+/// Laid out by hand, line-aligned, with what a plain step reads and writes
+/// in its first three cache lines (and what the batch's check reads in the
+/// first): a batch step visits hundreds of trackers, more than the L1 cache
+/// holds, so each line a step touches is a miss.
 #[derive(Clone)]
+#[repr(C, align(64))]
 pub struct FinishTracker {
-    params: Arc<StopParams>,
+    finish: Option<Finish>,
+    kept: Kept,
+    emitted_bytes: usize,
+    emitted_chars: usize,
+    emitted_tokens: usize,
+    /// `length_cap` when `plain_token` may take a step (no stop regexes, no
+    /// repetition rule), else 0, which sends every step to the general loop.
+    plain_cap: u64,
     matcher: Option<StopMatcher>,
-    regex: Option<StopRegexMatcher>,
-    /// The text a stop regex matched, once one finished the sequence.
-    regex_matched: String,
     /// Smallest and largest EOS / stop token id: most tokens fall outside and
     /// skip both lookups.
     special_ids: (u32, u32),
     /// `vocab_size`, or above every id without one.
     vocab_limit: u64,
-    /// No stop regexes and no repetition rule: `plain_token` may take a step.
-    plain_rules: bool,
     /// The first `n` at which the sequence finishes with `length`.
     length_cap: u64,
-    kept: Kept,
-    emitted_bytes: usize,
-    emitted_chars: usize,
-    emitted_tokens: usize,
-    finish: Option<Finish>,
+    pending: Pending,
+    params: Arc<StopParams>,
+    regex: Option<StopRegexMatcher>,
+    /// The text a stop regex matched, once one finished the sequence.
+    regex_matched: String,
 }
 
 impl FinishTracker {
@@ -344,7 +361,7 @@ impl FinishTracker {
             .stop_regexes()
             .map(|s| s.matcher(params.include_stop_str_in_output));
         let vocab_limit = params.vocab_size.map_or(u64::MAX, u64::from);
-        let plain_rules = regex.is_none() && params.repetition.is_none();
+        let plain = regex.is_none() && params.repetition.is_none();
         Ok(FinishTracker {
             params,
             matcher,
@@ -352,8 +369,9 @@ impl FinishTracker {
             regex_matched: String::new(),
             special_ids,
             vocab_limit,
-            plain_rules,
+            plain_cap: if plain { length_cap } else { 0 },
             length_cap,
+            pending: Pending::default(),
             kept: Kept::with_capacity(length_cap.min(256) as usize),
             emitted_bytes: 0,
             emitted_chars: 0,
@@ -491,7 +509,7 @@ impl FinishTracker {
             }
             if let Some(hit) = hit.filter(|_| n > p.min_tokens) {
                 whole = false;
-                self.kept.push(id, piece, piece_chars);
+                keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
                 let (stop_reason, matched) = if by_regex {
                     self.regex_matched = self.kept.slice_chars(hit.start, hit.end).to_owned();
                     (
@@ -517,10 +535,10 @@ impl FinishTracker {
             let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
             if is_eos || (is_special && p.stop_token_ids.contains(&id)) {
                 if p.include_stop_str_in_output {
-                    self.kept.push(id, piece, piece_chars);
+                    keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
                 } else {
                     whole &= piece.is_empty();
-                    self.kept.push(id, "", 0);
+                    keep(&mut self.kept, &mut self.pending, id, "", 0);
                 }
                 self.finish = Some(Finish {
                     reason: FinishReason::Stop,
@@ -533,7 +551,7 @@ impl FinishTracker {
                 });
                 break;
             }
-            self.kept.push(id, piece, piece_chars);
+            keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
             if n >= self.length_cap {
                 self.finish = Some(Finish {
                     reason: FinishReason::Length,
@@ -581,11 +599,10 @@ impl FinishTracker {
     fn plain_token(&mut self, id: u32, piece: &str, grammar_here: bool) -> Option<Step> {
         let n = self.kept.tokens.len() as u64 + 1;
         let (lo, hi) = self.special_ids;
-        if !self.plain_rules
-            || grammar_here
+        if grammar_here
             || (lo <= id && id <= hi)
             || u64::from(id) >= self.vocab_limit
-            || n >= self.length_cap
+            || n >= self.plain_cap
         {
             return None;
         }
@@ -598,7 +615,21 @@ impl FinishTracker {
         let tokens_before = self.emitted_tokens;
         let text_before = self.emitted_bytes;
         let whole = text_before == self.kept.text.len();
-        self.kept.push(id, piece, piece_chars);
+        if whole && self.matcher.as_ref().map_or(0, StopMatcher::holdback) == 0 {
+            // Nothing held back before or after: `release` would release
+            // everything, and no token end needs to be queued for it.
+            let k = &mut self.kept;
+            k.push(id, piece, piece_chars);
+            self.emitted_bytes = k.text.len();
+            self.emitted_chars = k.text_chars;
+            self.emitted_tokens = k.tokens.len();
+            return Some(Step {
+                text_delta: text_before..self.emitted_bytes,
+                token_ids_delta: tokens_before..self.emitted_tokens,
+                whole_run: true,
+            });
+        }
+        keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
         self.release();
         Some(Step {
             text_delta: text_before..self.emitted_bytes,
@@ -645,15 +676,15 @@ impl FinishTracker {
             self.emitted_bytes = self.kept.text.len();
             self.emitted_chars = self.kept.text_chars;
             self.emitted_tokens = self.kept.tokens.len();
-            self.kept.pending_ends.clear();
-            self.kept.pending_head = 0;
+            self.pending.ends.clear();
+            self.pending.head = 0;
             return;
         }
         self.emitted_bytes = byte_offset_from_end(&self.kept.text, hold);
         self.emitted_chars = self.kept.text_chars - hold;
-        let pending = &self.kept.pending_ends[self.kept.pending_head..];
+        let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
-        self.kept.pending_head += released;
+        self.pending.head += released;
         self.emitted_tokens += released;
     }
 

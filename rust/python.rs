@@ -521,6 +521,9 @@ fn extract_ids_named(
         }
         return Ok(out);
     }
+    if let Some(ids) = buffer_ids(obj) {
+        return Ok(ids);
+    }
     // One int (or int-like, as numpy integers are) for a one-token run.
     if obj.is_instance_of::<pyo3::types::PyInt>()
         || (obj.extract::<i64>().is_ok()
@@ -1583,9 +1586,18 @@ fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> 
     );
     // start and step fit isize, and n <= max_slots, so no value overflows i64
     // unless the range does; such a slot is out of range for the batch anyway.
-    Ok((0..n as i64)
-        .map(|k| (start as i64).saturating_add(k.saturating_mul(step as i64)))
-        .collect())
+    let (start, step) = (start as i64, step as i64);
+    let last = (n as i64 - 1)
+        .max(0)
+        .checked_mul(step)
+        .and_then(|d| start.checked_add(d));
+    Ok(match last {
+        // No value overflows: a plain loop the compiler vectorizes.
+        Some(_) => (0..n as i64).map(|k| start + k * step).collect(),
+        None => (0..n as i64)
+            .map(|k| start.saturating_add(k.saturating_mul(step)))
+            .collect(),
+    })
 }
 
 /// The ints of a list, read through the C API without taking a reference per
@@ -1674,10 +1686,71 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
         }
         return Ok(out);
     }
+    if let Some(v) = buffer_i64s(obj) {
+        return Ok(v);
+    }
     iter_of(obj, field, "a sequence of ints")?
         .enumerate()
         .map(|(i, x)| one(&x?, i))
         .collect()
+}
+
+/// The ints of a one-dimensional, C-contiguous buffer of native-order
+/// integers (a NumPy int32/int64/uint32 array, `array.array`, `bytes`),
+/// read in one pass with no Python object per element. `None` when `obj`
+/// exports no such buffer (or a uint64 above `i64::MAX`); the caller's
+/// general path then iterates `obj` and names any bad element.
+fn buffer_i64s(obj: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
+    use pyo3::buffer::{ElementType, PyUntypedBuffer};
+    // SAFETY: a type check; it runs no Python code.
+    if unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
+        return None;
+    }
+    let buf = PyUntypedBuffer::get(obj).ok()?;
+    let order = buf.format().to_bytes().first().copied();
+    let native = matches!(order, Some(b'@' | b'=' | b'a'..=b'z' | b'A'..=b'Z'))
+        || (cfg!(target_endian = "little") && order == Some(b'<'));
+    if buf.dimensions() != 1 || !buf.is_c_contiguous() || !native {
+        return None;
+    }
+    let (n, ptr) = (buf.item_count(), buf.buf_ptr());
+    fn widen<E: Copy + Into<i64>>(ptr: *mut std::ffi::c_void, n: usize) -> Vec<i64> {
+        // SAFETY: the exporter guarantees `n` contiguous, aligned items of
+        // this type at `ptr` while the buffer is held (by the caller), and
+        // nothing here runs Python code that could resize it.
+        let items = unsafe { std::slice::from_raw_parts(ptr as *const E, n) };
+        items.iter().map(|&e| e.into()).collect()
+    }
+    Some(
+        match (ElementType::from_format(buf.format()), buf.item_size()) {
+            (ElementType::SignedInteger { bytes: 8 }, 8) => widen::<i64>(ptr, n),
+            (ElementType::SignedInteger { bytes: 4 }, 4) => widen::<i32>(ptr, n),
+            (ElementType::SignedInteger { bytes: 2 }, 2) => widen::<i16>(ptr, n),
+            (ElementType::SignedInteger { bytes: 1 }, 1) => widen::<i8>(ptr, n),
+            (ElementType::UnsignedInteger { bytes: 8 }, 8) => {
+                // SAFETY: as in `widen`.
+                let items = unsafe { std::slice::from_raw_parts(ptr as *const u64, n) };
+                if items.iter().any(|&e| e > i64::MAX as u64) {
+                    return None;
+                }
+                items.iter().map(|&e| e as i64).collect()
+            }
+            (ElementType::UnsignedInteger { bytes: 4 }, 4) => widen::<u32>(ptr, n),
+            (ElementType::UnsignedInteger { bytes: 2 }, 2) => widen::<u16>(ptr, n),
+            (ElementType::UnsignedInteger { bytes: 1 }, 1) => widen::<u8>(ptr, n),
+            _ => return None,
+        },
+    )
+}
+
+/// [`buffer_i64s`] for token ids: `None` also when one is outside `u32`.
+fn buffer_ids(obj: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
+    let v = buffer_i64s(obj)?;
+    // Two branch-free passes the compiler vectorizes.
+    if v.iter().any(|&x| u32::try_from(x).is_err()) {
+        return None;
+    }
+    Some(v.iter().map(|&x| x as u32).collect())
 }
 
 /// Maps stopline's finish_reason to the OpenAI API's: "stop" becomes

@@ -613,6 +613,57 @@ def test_batch_accepts_range_slots_and_int_like_ids(impl):
     assert [row[0] for row in plain[-1]] == [True, True, True]
 
 
+def test_token_ids_from_buffers_equal_lists(rust):
+    # NumPy arrays of any integer dtype, array.array and bytes are read as
+    # buffers; strided views go through the general path; both give what a
+    # list gives.
+    np = pytest.importorskip("numpy")
+    import array
+
+    ids = [5, 6, 2, 7]
+    forms = [
+        np.array(ids, dtype=np.int64), np.array(ids, dtype=np.int32), np.array(ids, dtype=np.uint32),
+        np.array(ids, dtype=np.uint8), np.array(ids, dtype=">i4"), np.repeat(np.array(ids, dtype=np.int64), 2)[::2],
+        array.array("q", ids), array.array("H", ids), bytes(ids), memoryview(bytearray(ids)),
+    ]
+
+    def run(token_ids):
+        b = rust.FinishBatch(4)
+        for s in range(4):
+            b.add(s, rust.StopParams(stop=["END"], eos_token_ids=[2]))
+        r = b.step(range(4), token_ids, None, ["a", "b", "c", "d"])
+        t = rust.FinishTracker(rust.StopParams(eos_token_ids=[2]))
+        u = t.update(token_ids, ["a", "b", "c", "d"])
+        return r.finished, r.token_ids_deltas, u.token_ids_delta, u.finish_reason
+
+    want = run(ids)
+    assert want[0] == [False, False, True, False]
+    for form in forms:
+        assert run(form) == want, form
+    b = rust.FinishBatch(4)
+    b.add(0, rust.StopParams())
+    assert b.step(np.array([0]), np.array([9], dtype=np.int16)).token_ids_deltas == [[9]]
+
+
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        ([5, -1], ValueError, r"token_ids\[1\] \(slot 1\)=-1 is not a valid token id"),
+        ([5, 2**40], ValueError, r"token_ids\[1\] \(slot 1\)=1099511627776 is not a valid token id"),
+        ([5.0, 6.0], TypeError, r"token_ids\[0\] \(slot 0\) must be an int, got float64"),
+        ([[5], [6]], TypeError, r"token_ids\[0\] \(slot 0\) must be an int, got ndarray"),
+    ],
+)
+def test_bad_token_ids_in_arrays_are_named(rust, bad, error, message):
+    np = pytest.importorskip("numpy")
+    b = rust.FinishBatch(2)
+    b.add(0, rust.StopParams())
+    b.add(1, rust.StopParams())
+    with pytest.raises(error, match=message):
+        b.step(range(2), np.array(bad), None, ["a", "b"])
+    assert b.token_ids(0) == [] and b.token_ids(1) == []
+
+
 def test_batch_text_deltas_survive_changes_to_the_input_list(impl):
     b = impl.FinishBatch(2)
     b.add(0, impl.StopParams(stop=["STOP"]))

@@ -129,10 +129,7 @@ def _validate_stops(stop: Any, what: str = "stop") -> tuple[str, ...]:
 
 def _regex_width(pattern: str) -> tuple[int, int | None]:
     """(min, max) width of a pattern in code points; max None if unbounded."""
-    try:
-        from re import _parser as sre_parse  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:  # Python 3.10
-        import sre_parse  # type: ignore[no-redef, unused-ignore]
+    from re import _parser as sre_parse  # type: ignore[attr-defined, unused-ignore]
     lo, hi = sre_parse.parse(pattern).getwidth()
     return lo, (None if hi >= sre_parse.MAXREPEAT else hi)
 

@@ -82,15 +82,16 @@ def tables(res: Result) -> list[Table]:
             header, rows))
     if res.cases("finish"):
         case = res.cases("finish")[0]
-        header = ["batch", "FinishBatch.step", "step, slots=range", "FinishTracker.update",
-                  "baseline", "vs baseline", "batch vs trackers"]
+        header = ["batch", "FinishBatch.step", "step, slots=range", "step, range + NumPy ids",
+                  "FinishTracker.update", "baseline", "vs baseline", "batch vs trackers"]
         rows = []
         for b in res.sizes("finish", case):
             fb = res.get("finish", case, b, suites.FINISH_BATCH)
             fr = res.get("finish", case, b, suites.FINISH_BATCH_RANGE)
+            fn = res.get("finish", case, b, suites.FINISH_BATCH_NUMPY)
             ft = res.get("finish", case, b, suites.FINISH_TRACKERS)
             py = res.get("finish", case, b, suites.FINISH_BASELINE)
-            rows.append([str(b), _ns(fb), _ns(fr), _ns(ft), _ns(py), _x(py, fb), _x(ft, fb)])
+            rows.append([str(b), _ns(fb), _ns(fr), _ns(fn), _ns(ft), _ns(py), _x(py, fb), _x(ft, fb)])
         out.append(Table(
             "Full finish check (4 stop strings, EOS, 2 stop ids), one token per sequence "
             "per step: ns per sequence-step", header, rows))
@@ -150,6 +151,9 @@ def targets(res: Result) -> Table:
     py = fcase and res.get("finish", fcase, 256, suites.FINISH_BASELINE)
     rows.append(["FinishBatch.step at 256 sequences: <= 60 ns per sequence-step",
                  "-" if not fb else f"{fb:.1f} ns", _verdict(None if not fb else fb <= 60)])
+    fn = fcase and res.get("finish", fcase, 256, suites.FINISH_BATCH_NUMPY)
+    rows.append(["... with slots=range and token_ids a NumPy array: <= 60 ns",
+                 "-" if not fn else f"{fn:.1f} ns", _verdict(None if not fn else fn <= 60)])
     rows.append(["FinishBatch.step at 256 sequences: >= 15x the pure-Python reference",
                  "-" if not (fb and py) else f"{py / fb:.1f}x ({_ns(py)} ns)",
                  _verdict(None if not (fb and py) else py / fb >= 15)])

@@ -16,6 +16,7 @@ RUNS = "4-8 token runs"
 
 FINISH_BATCH = "stopline FinishBatch.step"
 FINISH_BATCH_RANGE = "stopline FinishBatch.step, slots=range"
+FINISH_BATCH_NUMPY = "stopline FinishBatch.step, slots=range, token_ids=NumPy"
 FINISH_TRACKERS = "stopline FinishTracker.update"
 FINISH_BASELINE = "baseline FinishBatch.step"
 
@@ -135,14 +136,14 @@ def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[st
     flag and text delta, as an engine does."""
     slots = list(range(batch))
 
-    def rust_batch(rows: Sequence[int]) -> Callable[[], int]:
+    def rust_batch(rows: Sequence[int], inputs: list = per_step) -> Callable[[], int]:
         def run() -> int:
             b = stopline.FinishBatch(batch)
             p = stopline.StopParams(**params)
             for s in slots:
                 b.add(s, p)
             done = 0
-            for ids, texts in per_step:
+            for ids, texts in inputs:
                 r = b.step(rows, ids, None, texts)
                 done += len(r.finished_slots) + len(r.text_deltas)
             return batch * steps
@@ -170,9 +171,17 @@ def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[st
                 done += r.finished + len(r.text_delta)
         return batch * steps
 
-    # A persistent batch whose rows are its slots can pass them as a range.
-    return {FINISH_BATCH: rust_batch(slots), FINISH_BATCH_RANGE: rust_batch(range(batch)),
-            FINISH_TRACKERS: rust_trackers, FINISH_BASELINE: python}
+    # A persistent batch whose rows are its slots can pass them as a range,
+    # and the sampled ids as the array they come off the device in.
+    fns = {FINISH_BATCH: rust_batch(slots), FINISH_BATCH_RANGE: rust_batch(range(batch))}
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        as_arrays = [(np.array(ids, dtype=np.int64), texts) for ids, texts in per_step]
+        fns[FINISH_BATCH_NUMPY] = rust_batch(range(batch), as_arrays)
+    return {**fns, FINISH_TRACKERS: rust_trackers, FINISH_BASELINE: python}
 
 
 # ------------------------------------------------------------------- set-up
