@@ -1356,10 +1356,13 @@ impl PyFinishBatch {
     /// Each slot advances exactly as `FinishTracker.update` would.
     ///
     /// Fast path (what the hot loop should pass): `slots` a `list` of ints or
-    /// a `range` (a persistent batch's rows 0..n), `token_ids` and `texts`
-    /// plain `list`s of `int` / `str`; other iterables and int-like objects
-    /// (numpy integers) work through a slower general path. A text delta
-    /// that is exactly the piece passed in is that very `str` object.
+    /// a `range` (a persistent batch's rows 0..n), `token_ids` a `list` of
+    /// ints or, fastest, a one-dimensional contiguous buffer of native-order
+    /// integers (a NumPy int32/int64 array as the sampler returns it, read
+    /// without a Python object per id), and `texts` a plain `list` of `str`;
+    /// other iterables and int-like objects (numpy integers) work through a
+    /// slower general path. A text delta that is exactly the piece passed in
+    /// is that very `str` object.
     ///
     /// Returns a `BatchStepResult` in the order of `slots`. Every argument is
     /// checked before any slot changes, so an error (`ValueError` /
