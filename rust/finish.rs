@@ -254,7 +254,6 @@ pub fn has_repetition(tokens: &[u32], r: Repetition) -> bool {
 
 /// The tokens and text a sequence keeps.
 #[derive(Clone)]
-#[repr(C)] // see `FinishTracker`
 struct Kept {
     tokens: Vec<u32>,
     text: String,
@@ -308,13 +307,7 @@ fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_char
 }
 
 /// The finish state of one sequence.
-///
-/// Laid out by hand, line-aligned, with what a plain step reads and writes
-/// in its first three cache lines (and what the batch's check reads in the
-/// first): a batch step visits hundreds of trackers, more than the L1 cache
-/// holds, so each line a step touches is a miss.
 #[derive(Clone)]
-#[repr(C, align(64))]
 pub struct FinishTracker {
     finish: Option<Finish>,
     kept: Kept,
