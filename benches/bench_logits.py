@@ -28,10 +28,10 @@ Usage (with stopline importable: installed, or PYTHONPATH=python in a built chec
     python benches/bench_logits.py                  # GPU: the full table
     python benches/bench_logits.py --device cpu     # CPU: small sizes, torch backend
     python benches/bench_logits.py --markdown out.md --json out.json
-    # tile / split sweep: time each DENSE_WORDS:SCAN_WORDS:NUM_WARPS:PROGS_PER_SM and
+    # tile / split sweep: time each DENSE_WORDS:SCAN_WORDS:NUM_WARPS:PROGS_PER_SM[:WAVE_PROGS[:PREFETCH]] and
     # write the best per dtype in STOPLINE_LOGITS_TILE's format
     python benches/bench_logits.py --rows 256 1024 --scenarios all --no-torch \
-        --configs 256:32:8:0 256:32:8:8 --best-config-out best.txt
+        --configs 64:32:4:32:10:1 128:32:4:16:0:0 --best-config-out best.txt
 """
 
 from __future__ import annotations
@@ -174,10 +174,11 @@ def run(args) -> list[dict]:
                         rec["vs_clone"] = rec["clone_us"] / rec["triton_us"]
                         rec["vs_torch"] = rec["torch_us"] / rec["triton_us"]
                         for cfg in args.configs:
-                            dw, sw, nw, pps = (int(v) for v in cfg.split(":"))
+                            vals = [int(v) for v in cfg.split(":")]
+                            kw = dict(zip(("dense_words", "scan_words", "num_warps", "progs_per_sm", "wave_progs",
+                                           "prefetch"), vals))
                             rec[f"cfg {cfg} us"] = graph_timer(lambda: apply_triton(
-                                cons.state, logits, slots, pos, bitmask, None, None, cons.max_slots,
-                                dense_words=dw, scan_words=sw, num_warps=nw, progs_per_sm=pps))
+                                cons.state, logits, slots, pos, bitmask, None, None, cons.max_slots, **kw))
                     results.append(rec)
                     print(_row(rec, gpu), flush=True)
                     del cons, logits, bitmask
@@ -209,7 +210,8 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     p.add_argument("--configs", nargs="*", default=[],
-                   help="extra kernel configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS:PROGS_PER_SM to time (GPU)")
+                   help="extra kernel configs DENSE_WORDS:SCAN_WORDS:NUM_WARPS:PROGS_PER_SM[:WAVE_PROGS[:PREFETCH]] "
+                        "to time (GPU)")
     p.add_argument("--best-config-out", type=Path,
                    help="write, per dtype, the --configs entry with the lowest mean time relative to the "
                         "best config of each case, as a STOPLINE_LOGITS_TILE value")

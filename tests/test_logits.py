@@ -253,24 +253,25 @@ def _kernel_module():
 def split(monkeypatch):
     """force(dense_words, chunk_words[, scan_words]): tiny tiles so small rows span several chunk programs."""
 
-    def force(dense_words, chunk_words, scan_words=32):
+    def force(dense_words, chunk_words, scan_words=32, prefetch=1):
         mod = _kernel_module()
         for dt in list(mod.TILES):
-            monkeypatch.setitem(mod.TILES, dt, (dense_words, scan_words, 4, 8))
+            monkeypatch.setitem(mod.TILES, dt, (dense_words, scan_words, 4, 8, 0, prefetch))
         monkeypatch.setattr(mod, "CHUNK_WORDS", chunk_words)
 
     return force
 
 
-# (vocab, dense words per tile, words per chunk): one tile per chunk, and chunks that end inside a
-# tile (the tile's words past the chunk belong to the next program).
-SPLITS = [(100, 1, 1), (100, 2, 3), (4133, 8, 20)]
+# (vocab, dense words per tile, words per chunk, prefetch): one tile per chunk, and chunks that end
+# inside a tile (the tile's words past the chunk belong to the next program).
+SPLITS = [(100, 1, 1, 1), (100, 2, 3, 0), (100, 2, 5, 1), (4133, 8, 20, 1)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("V, dense_words, chunk_words", SPLITS)
-def test_random_cases_split_rows_match_oracle(split, V, dense_words, chunk_words, dtype):
-    split(dense_words, chunk_words, scan_words=1)  # 32-logit scan blocks: early exit over several blocks too
+@pytest.mark.parametrize("V, dense_words, chunk_words, prefetch", SPLITS)
+def test_random_cases_split_rows_match_oracle(split, V, dense_words, chunk_words, prefetch, dtype):
+    # 32-logit scan blocks: early exit over several blocks too
+    split(dense_words, chunk_words, scan_words=1, prefetch=prefetch)
     for seed in range(3 if V > 100 else 8 if not CUDA else 3):
         check_case(seed * 1000 + V, V, dtype, with_oracle=V <= 100)
 
@@ -349,6 +350,10 @@ def test_split_heuristic_fills_the_gpu_and_uses_whole_tiles():
     assert mod.split_words(4096, 4748, 256, 8, 132) >= 4748  # enough rows: one program per row
     assert mod.split_words(1, 4748, 256, 8, 132) == 256  # at most one chunk per tile
     assert mod.split_words(8, 4748, 256, 0, 132) >= 4748  # 0 programs per SM: never split
+    # One wave of 10 programs per SM when it gives every row >= 2 chunks, else ~32 programs per SM.
+    assert -(-4748 // mod.split_words(256, 4748, 64, 32, 132, 10)) == 5  # 1280 programs <= 1320
+    assert -(-4748 // mod.split_words(1024, 4748, 64, 32, 132, 10)) == 5  # ceil(32 * 132 / 1024)
+    assert mod.split_words(4, 1 << 26, 64, 32, 132, 10) <= 16383 * 64  # pair counters stay in 16 bits
 
 
 def test_split_heuristic_on_a_large_vocab_matches_reference():
@@ -364,6 +369,45 @@ def test_split_heuristic_on_a_large_vocab_matches_reference():
     assert out[0, V - 3] == (logits[0, V - 3].float() - 1.0).to(torch.bfloat16)  # only the biased id left
     assert out[0, EOS] == NEG and out[0, V - 1] == NEG and out[0, V - 2] == NEG
     assert out[1, EOS] == NEG and out[1, 77777] == logits[1, 77777]
+
+
+def test_16_bit_pairs_and_per_logit_paths_agree():
+    """Even-length 16-bit rows are masked as int32 pairs; an odd row stride forces the per-logit path."""
+    mod = _kernel_module()
+    V = 4134
+    cons = LogitsConstraints(3, V, DEVICE)
+    cons.set(0, min_tokens=4, stop_token_ids=[EOS, V - 1], bad_words=[[V - 2]], logit_bias={V - 3: -1.0})
+    cons.set(1, allowed_token_ids=[7, 4000, V - 1], logit_bias={7: 2.0})
+    for dtype in (torch.bfloat16, torch.float16):
+        wide = torch.randn(3, V + 1, device=DEVICE).to(dtype)
+        wide[1, 4000] = float("nan")
+        wide[2, :64] = NEG
+        odd = wide[:, :V]  # row stride V + 1: not 4-byte aligned rows
+        assert mod._pairs_ok(odd.contiguous()) and not mod._pairs_ok(odd)
+        bitmask = pack([{EOS, V - 1, V - 2, V - 3, 33}, set(range(V)), set(range(0, V, 3))], V).to(DEVICE)
+        a, b = odd.contiguous(), odd.clone()
+        ia = cons.apply(a, [0, 1, 2], [0, 0, 0], bitmask=bitmask, backend="triton")
+        ib = cons.apply(b, [0, 1, 2], [0, 0, 0], bitmask=bitmask, backend="triton")
+        assert_bit_identical(a, b)
+        assert torch.equal(ia, ib)
+        run_both(cons, odd.contiguous(), [0, 1, 2], [0, 0, 0], bitmask=bitmask)
+
+
+def test_many_stop_and_bias_ids_take_the_sequential_tail():
+    """Past 2048 stop x bias pairs the last program gathers stop and bias logits one after the other."""
+    V = 5000
+    rng = random.Random(3)
+    cons = LogitsConstraints(2, V, DEVICE)
+    stops = rng.sample(range(V), 40)
+    bias = {t: rng.choice([1.0, -2.5, 6e4]) for t in rng.sample(range(V), 60) + stops[:5]}
+    cons.set(0, min_tokens=3, stop_token_ids=stops, logit_bias=bias, restore="always")
+    cons.set(1, min_tokens=3, stop_token_ids=stops[:3], logit_bias={stops[0]: 1.0, 11: 2.0})
+    assert cons.state.stop_ids.shape[1] * cons.state.bias_ids.shape[1] > 2048
+    for dtype in DTYPES:
+        logits = torch.randn(4, V, device=DEVICE).to(dtype)
+        grammar = [set(stops), set(stops[:3]) | {11}, set(range(V)), {stops[0]}]
+        bitmask = pack(grammar, V).to(DEVICE)
+        run_both(cons, logits, [0, 1, 0, 1], [0, 0, 5, 0], bitmask=bitmask)
 
 
 # ---------------------------------------------------------------- named engine failures

@@ -37,7 +37,19 @@ adds its finite count to the row's int64 scratch word together with 2**32
 acquired). The program that sees ``n_chunks - 1`` earlier arrivals holds the
 full count and alone runs steps 3-5, then resets the scratch word to 0 for the
 next call. Still one launch, no host sync, and the scratch buffer is allocated
-once per state and reused, so ``apply`` can be captured in a CUDA graph.
+once per state and reused, so ``apply`` can be captured in a CUDA graph. The
+stop and bias tables are loaded before the arrival, and the last program
+gathers the stop and bias logits together, so the launch's tail is one memory
+round trip after the atomic.
+
+The dense loop is latency-bound: what counts is the bytes in flight per
+multiprocessor. So a tile is 64 mask words (each thread then loads its rows'
+words itself, with no shared-memory shuffle), the next tile is loaded while this
+one is processed, and 16-bit logits are handled as uint32 pairs with integer ops
+(half the instructions of widening each logit to float32 and back, and half the
+registers), so ~10 programs share a multiprocessor. When one wave of such
+programs still gives each row >= 2 chunks, the grid is exactly one wave (no tail
+wave); with more rows it aims at ~4 waves.
 
 Counting instead of re-scanning: stop ids and bias ids are distinct per slot
 (``set`` dedupes), so the finite count after each sparse step is the count
@@ -60,26 +72,30 @@ import torch
 import triton
 import triton.language as tl
 
-# Per logits dtype: (DENSE_WORDS, SCAN_WORDS, NUM_WARPS, PROGS_PER_SM).
+# Per logits dtype: (DENSE_WORDS, SCAN_WORDS, NUM_WARPS, PROGS_PER_SM, WAVE_PROGS, PREFETCH).
 # DENSE_WORDS bitmask words x 32 logits per iteration of the dense pass;
 # SCAN_WORDS x 32 logits per block of the early-exit count; PROGS_PER_SM: the
-# grid aims at this many programs per multiprocessor (0 = one program per row).
-# 128:32:4:16 won an H200 sweep for both float32 and bfloat16 (docs/logits.md).
+# grid aims at this many programs per multiprocessor (0 = one program per row);
+# WAVE_PROGS: programs of this config that fit on one multiprocessor at once: when
+# that single wave still gives every row >= 2 chunks, the grid is one wave
+# instead (0 = never); PREFETCH: load the next tile while masking this one.
+# 64:32:4:32:10:1 won the H200 sweeps for both dtypes (docs/logits.md); 64 words
+# keep the mask-word loads under one per thread, so they need no shared memory.
 TILES: dict[str, tuple[int, ...]] = {
-    "float32": (128, 32, 4, 16),
-    "bfloat16": (128, 32, 4, 16),
-    "float16": (128, 32, 4, 16),
+    "float32": (64, 32, 4, 32, 10, 1),
+    "bfloat16": (64, 32, 4, 32, 10, 1),
+    "float16": (64, 32, 4, 32, 10, 1),
 }
 # Tests force a words-per-chunk here to split small rows (None = from TILES).
 CHUNK_WORDS: int | None = None
 
 
 def _parse_tiles(text: str) -> None:
-    """STOPLINE_LOGITS_TILE: 'DW:SW:NW[:PPS]' for every dtype, or 'float32=DW:SW:NW:PPS,bfloat16=...'."""
+    """STOPLINE_LOGITS_TILE: 'DW:SW:NW[:PPS[:WAVE[:PREFETCH]]]' for every dtype, or 'float32=...,bfloat16=...'."""
     for part in text.split(","):
         name, _, cfg = part.strip().rpartition("=")
         vals = tuple(int(v) for v in cfg.split(":"))
-        if len(vals) not in (3, 4) or (name and name not in TILES):
+        if not 3 <= len(vals) <= 6 or (name and name not in TILES):
             raise ValueError
         for dt in [name] if name else list(TILES):
             TILES[dt] = vals + TILES[dt][len(vals):]
@@ -89,7 +105,8 @@ if os.environ.get("STOPLINE_LOGITS_TILE"):
     try:
         _parse_tiles(os.environ["STOPLINE_LOGITS_TILE"])
     except ValueError:
-        raise ValueError(f"STOPLINE_LOGITS_TILE must be 'DENSE_WORDS:SCAN_WORDS:NUM_WARPS[:PROGS_PER_SM]' "
+        raise ValueError(f"STOPLINE_LOGITS_TILE must be 'DENSE_WORDS:SCAN_WORDS:NUM_WARPS[:PROGS_PER_SM[:WAVE_PROGS"
+                         f"[:PREFETCH]]]' "
                          f"or 'dtype=...,dtype=...', got {os.environ['STOPLINE_LOGITS_TILE']!r}") from None
 
 
@@ -127,33 +144,138 @@ def _sparse_bans(row_ptr, row64, slot, pos, lo, hi, ban_ptr, bad_prefix_ptr, bad
 
 
 @triton.jit
-def _finish_row(row_ptr, infeasible_ptr, row, slot, count, exact, is_grammar, min_active, vocab,
-                stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr,
+def _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed,
+                HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
+    """The row's keep bits for words ``widx``: grammar bitmask AND the slot's dense mask."""
+    bits = widx * 0 - 1
+    if HAS_BITMASK:
+        bits = tl.load(bitmask_ptr + widx, mask=tl.where(use_bitmask != 0, wok, False), other=-1)
+    if HAS_ALLOWED:
+        bits = bits & tl.load(allowed_ptr + widx, mask=tl.where(use_allowed != 0, wok, False), other=-1)
+    return bits
+
+
+@triton.jit
+def _pairs_tile(row32, bitmask_ptr, allowed_ptr, start, w_hi, half_vocab, use_bitmask, use_allowed,
+                DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
+                IS_BF16: tl.constexpr):
+    """Loads of one 16-bit tile seen as uint32 pairs, [DENSE_WORDS, 16]: pair c of word w holds
+    tokens 32w+2c (low half) and 32w+2c+1 (high half)."""
+    NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00  # -inf twice
+    widx = start + tl.arange(0, DENSE_WORDS)
+    wok = widx < w_hi
+    pidx = widx[:, None] * 16 + tl.arange(0, 16)[None, :]
+    # Out-of-range pairs read -inf, so they are never counted.
+    v = tl.load(row32 + pidx, mask=(pidx < half_vocab) & wok[:, None], other=NEG2)
+    bits = _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed, HAS_BITMASK, HAS_ALLOWED)
+    return v, bits
+
+
+@triton.jit
+def _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS: tl.constexpr, IS_BF16: tl.constexpr):
+    """Mask one pair tile with integer ops (no unpacking to float), store it, count its finite halves."""
+    NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00
+    EXP2: tl.constexpr = 0x7F807F80 if IS_BF16 else 0x7C007C00  # exponent bits of both halves
+    widx = start + tl.arange(0, DENSE_WORDS)
+    pidx = widx[:, None] * 16 + tl.arange(0, 16)[None, :]
+    # Seen as [word, byte q, pair k]: pair k of byte q holds tokens 8q+2k, 8q+2k+1. A thread's
+    # 16-byte vector is one byte's 4 pairs, so the byte's bits are spread once for all 4:
+    # even bits (low halves) stay at 2k, odd bits (high halves) go to 16+2k.
+    q = tl.arange(0, 4)
+    k = tl.arange(0, 4)
+    byte = (bits.to(tl.uint32, bitcast=True)[:, None] >> (8 * q)[None, :]) & 0xFF
+    u = (byte & 0x55) | ((byte & 0xAA) << 15)
+    # keep15: bit 15 = low half kept, bit 31 = high half kept; m: 0xFFFF in each kept half.
+    keep15 = tl.reshape((u[:, :, None] << (15 - 2 * k)[None, None, :]) & 0x80008000, [DENSE_WORDS, 16])
+    m = (keep15 >> 15) * 0xFFFF
+    y = (v & m) | (NEG2 & ~m)
+    tl.store(row32 + pidx, y, mask=(pidx < half_vocab) & (widx < w_hi)[:, None])
+    # A half of v is finite iff its exponent bits are not all set: then ~v & EXP2 is non-zero in
+    # that half, and adding 0x7FFF sets the half's top bit (never carrying into the other half).
+    fin15 = (~v & EXP2) + 0x7FFF7FFF
+    # Kept and finite, per half: counts in the low and high 16 bits of each (word, byte).
+    return acc + tl.sum(tl.reshape((fin15 & keep15) >> 15, [DENSE_WORDS, 4, 4]), axis=2)
+
+
+@triton.jit
+def _floats_tile(row_ptr, bitmask_ptr, allowed_ptr, start, w_hi, vocab, use_bitmask, use_allowed,
+                 DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
+    """Loads of one tile of logits, [DENSE_WORDS, 32], in their own dtype."""
+    widx = start + tl.arange(0, DENSE_WORDS)
+    wok = widx < w_hi
+    tok = widx[:, None] * 32 + tl.arange(0, 32)[None, :]
+    x = tl.load(row_ptr + tok, mask=(tok < vocab) & wok[:, None], other=float("-inf"))
+    bits = _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed, HAS_BITMASK, HAS_ALLOWED)
+    return x, bits
+
+
+@triton.jit
+def _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS: tl.constexpr):
+    """Mask one tile, store it whole (16-byte vectors beat masked scalar stores of only the masked
+    logits, measured on the H200), count its finite logits."""
+    lane = tl.arange(0, 32)
+    widx = start + tl.arange(0, DENSE_WORDS)
+    tok = widx[:, None] * 32 + lane[None, :]
+    keep = ((bits[:, None] >> lane[None, :]) & 1) != 0
+    x = tl.where(keep, x, float("-inf"))
+    tl.store(row_ptr + tok, x, mask=(tok < vocab) & (widx < w_hi)[:, None])
+    fin = (tl.abs(x.to(tl.float32)) < float("inf")).to(tl.int32)
+    # Summed over each thread's own 4 consecutive logits: no cross-thread traffic.
+    return acc + tl.sum(tl.reshape(fin, [DENSE_WORDS, 8, 4]), axis=2)
+
+
+@triton.jit
+def _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP: tl.constexpr, N_BIAS: tl.constexpr):
+    """The slot's stop ids, restore policy, bias ids and values (loaded early: they depend on no logit)."""
+    stops = slot * 0
+    policy = slot.to(tl.int32) * 0
+    bias_ids = slot * 0
+    bv = slot.to(tl.float32) * 0
+    if N_STOP > 0:
+        stops = tl.load(stop_ptr + slot * N_STOP + tl.arange(0, N_STOP))
+        policy = tl.load(restore_ptr + slot)
+    if N_BIAS > 0:
+        bias_ids = tl.load(bias_id_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
+        bv = tl.load(bias_val_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
+    return stops, policy, bias_ids, bv
+
+
+@triton.jit
+def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_active, vocab,
+                stops, policy, bias_ids, bv,
                 N_STOP: tl.constexpr, N_BIAS: tl.constexpr, IS_BF16: tl.constexpr):
     """Steps 3-5, given the row's finite count after steps 1-2 (exact or a lower bound)."""
     NEG = float("-inf")
     INF = float("inf")  # finite(x) is written |x| < INF: false for +-inf and NaN
+    # The stop and bias logits are gathered together (one memory round trip at the tail of
+    # the launch); a bias id that is also a stop id reads -inf when the stops get masked.
+    MERGED: tl.constexpr = (N_STOP > 0) & (N_BIAS > 0) & (N_STOP * N_BIAS <= 2048)
+    if N_BIAS > 0:
+        bias_ok = (bias_ids >= 0) & (bias_ids < vocab)
+        if MERGED:
+            x = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG)
     # 3. min_tokens with restore-when-all-masked.
+    do_mask = min_active & False
     if N_STOP > 0:
-        stops = tl.load(stop_ptr + slot * N_STOP + tl.arange(0, N_STOP))
         stop_ok = (stops >= 0) & (stops < vocab)
         sv = tl.load(row_ptr + stops, mask=stop_ok, other=NEG)
         left = count - tl.sum((stop_ok & (tl.abs(sv.to(tl.float32)) < INF)).to(tl.int32), axis=0)
-        policy = tl.load(restore_ptr + slot)
         may_restore = (policy == 2) | ((policy == 1) & (is_grammar != 0))
         restore = min_active & exact & (left == 0) & may_restore
         do_mask = min_active & (restore == 0)
         tl.store(row_ptr + stops, NEG, mask=tl.where(do_mask, stop_ok, False))
         count = tl.where(do_mask, left, count)
-    tl.debug_barrier()
+    if not MERGED:
+        tl.debug_barrier()
 
     # 4. logit_bias: float32 add, one rounding to the logits dtype.
     if N_BIAS > 0:
-        bias_ids = tl.load(bias_id_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
-        bias_ok = (bias_ids >= 0) & (bias_ids < vocab)
-        bv = tl.load(bias_val_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
-        x = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG)
-        y32 = x.to(tl.float32) + bv
+        if MERGED:
+            masked = (bias_ids[:, None] == stops[None, :]) & stop_ok[None, :]
+            x32 = tl.where((tl.max(masked.to(tl.int32), axis=1) != 0) & do_mask, NEG, x.to(tl.float32))
+        else:
+            x32 = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG).to(tl.float32)
+        y32 = x32 + bv
         if IS_BF16:
             # Round to nearest even by hand: the interpreter's bf16 cast truncates,
             # and this must match torch bit for bit on every backend.
@@ -163,9 +285,10 @@ def _finish_row(row_ptr, infeasible_ptr, row, slot, count, exact, is_grammar, mi
             y = tl.where(y32 != y32, y32.to(tl.bfloat16), y)
         else:
             y = y32.to(row_ptr.dtype.element_ty)
+        # Same value as the stop store where both write (-inf), so the two need no ordering.
         tl.store(row_ptr + bias_ids, y, mask=bias_ok)
         count += tl.sum((bias_ok & (tl.abs(y.to(tl.float32)) < INF)).to(tl.int32), axis=0)
-        count -= tl.sum((bias_ok & (tl.abs(x.to(tl.float32)) < INF)).to(tl.int32), axis=0)
+        count -= tl.sum((bias_ok & (tl.abs(x32) < INF)).to(tl.int32), axis=0)
     tl.store(infeasible_ptr + row, count == 0)
 
 
@@ -213,6 +336,8 @@ def _constraints_kernel(
     DENSE_WORDS: tl.constexpr,
     SCAN_WORDS: tl.constexpr,
     IS_BF16: tl.constexpr,
+    PAIRS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -241,37 +366,58 @@ def _constraints_kernel(
             # Dense row: this program owns bitmask words [w_lo, w_hi).
             w_lo = chunk * chunk_words
             w_hi = tl.minimum(w_lo + chunk_words, num_words)
+            stops, policy, bias_ids, bv = _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr,
+                                                       N_STOP, N_BIAS)
             _sparse_bans(row_ptr, row64, slot, pos, w_lo * 32, tl.minimum(w_hi * 32, vocab), ban_ptr,
                          bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
                          draft_ptr, draft_stride, draft_width, N_BAN, N_BAD, N_PFX, HAS_DRAFT)
             tl.debug_barrier()
-            lane = tl.arange(0, 32)
-            w = tl.arange(0, DENSE_WORDS)
-            # Per-element counts, reduced once after the loop: a reduction per tile
-            # would add CTA barriers to every iteration.
-            acc = tl.zeros([DENSE_WORDS, 32], tl.int32)
-            for start in range(w_lo, w_hi, DENSE_WORDS):
-                widx = start + w
-                wok = widx < w_hi
-                tok_ids = widx[:, None] * 32 + lane[None, :]
-                inb = (tok_ids < vocab) & wok[:, None]
-                # The logits load goes first so it is in flight while the mask words
-                # are loaded and moved to the tile's layout (a barrier).
-                x = tl.load(row_ptr + tok_ids, mask=inb, other=NEG)
-                bits = tl.full([DENSE_WORDS], -1, tl.int32)
-                if HAS_BITMASK:
-                    bm_ok = tl.where(use_bitmask != 0, wok, False)
-                    bits = tl.load(bitmask_ptr + row64 * bitmask_stride + widx, mask=bm_ok, other=-1)
-                if HAS_ALLOWED:
-                    al_ok = tl.where(use_allowed != 0, wok, False)
-                    bits = bits & tl.load(allowed_ptr + slot * num_words + widx, mask=al_ok, other=-1)
-                keep = ((bits[:, None] >> lane[None, :]) & 1) != 0
-                # Rewrite the whole tile: 16-byte vector loads/stores beat masked
-                # scalar ones that would skip kept/masked elements (measured on H200).
-                x = tl.where(keep, x, NEG)
-                tl.store(row_ptr + tok_ids, x, mask=inb)
-                acc += (tl.abs(x.to(tl.float32)) < INF).to(tl.int32)
-            count = tl.sum(tl.sum(acc, axis=1), axis=0)
+            bm_row = bitmask_ptr + row64 * bitmask_stride
+            al_row = allowed_ptr + slot * num_words
+            # Per-thread counters, reduced once after the loop: a reduction per tile would put
+            # CTA barriers in every iteration.
+            if PAIRS:
+                # 16-bit logits as uint32 pairs: masking and counting are a few integer ops per
+                # pair instead of a float32 round trip per logit.
+                row32 = row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
+                half_vocab = vocab // 2
+                acc = tl.zeros([DENSE_WORDS, 4], tl.uint32)  # two 16-bit counters per (word, byte)
+                if PREFETCH:
+                    # The next tile's loads are in flight while this one is processed.
+                    v, bits = _pairs_tile(row32, bm_row, al_row, w_lo, w_hi, half_vocab, use_bitmask,
+                                          use_allowed, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, IS_BF16)
+                    for start in range(w_lo, w_hi, DENSE_WORDS):
+                        v_next, bits_next = _pairs_tile(row32, bm_row, al_row, start + DENSE_WORDS, w_hi,
+                                                        half_vocab, use_bitmask, use_allowed, DENSE_WORDS,
+                                                        HAS_BITMASK, HAS_ALLOWED, IS_BF16)
+                        acc = _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS, IS_BF16)
+                        v = v_next
+                        bits = bits_next
+                else:
+                    for start in range(w_lo, w_hi, DENSE_WORDS):
+                        v, bits = _pairs_tile(row32, bm_row, al_row, start, w_hi, half_vocab, use_bitmask,
+                                              use_allowed, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, IS_BF16)
+                        acc = _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS, IS_BF16)
+                count = (tl.sum(tl.sum(acc & 0xFFFF, axis=1), axis=0) +
+                         tl.sum(tl.sum(acc >> 16, axis=1), axis=0)).to(tl.int32)
+            else:
+                acc = tl.zeros([DENSE_WORDS, 8], tl.int32)
+                if PREFETCH:
+                    x, bits = _floats_tile(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed,
+                                           DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+                    for start in range(w_lo, w_hi, DENSE_WORDS):
+                        x_next, bits_next = _floats_tile(row_ptr, bm_row, al_row, start + DENSE_WORDS, w_hi, vocab,
+                                                         use_bitmask, use_allowed, DENSE_WORDS, HAS_BITMASK,
+                                                         HAS_ALLOWED)
+                        acc = _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS)
+                        x = x_next
+                        bits = bits_next
+                else:
+                    for start in range(w_lo, w_hi, DENSE_WORDS):
+                        x, bits = _floats_tile(row_ptr, bm_row, al_row, start, w_hi, vocab, use_bitmask, use_allowed,
+                                               DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+                        acc = _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS)
+                count = tl.sum(tl.sum(acc, axis=1), axis=0)
             last = count == count
             if SPLIT:
                 # Publish this chunk's stores and count; the last arrival gets the total.
@@ -284,21 +430,21 @@ def _constraints_kernel(
             if last:
                 if SPLIT:
                     tl.store(scratch_ptr + row, old * 0)  # ready for the next launch
-                _finish_row(row_ptr, infeasible_ptr, row, slot, count, last, is_grammar, min_active, vocab,
-                            stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP, N_BIAS, IS_BF16)
+                _finish_row(row_ptr, infeasible_ptr, row, count, last, is_grammar, min_active, vocab,
+                            stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
         elif chunk == 0:
             _sparse_bans(row_ptr, row64, slot, pos, 0, vocab, ban_ptr,
                          bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
                          draft_ptr, draft_stride, draft_width, N_BAN, N_BAD, N_PFX, HAS_DRAFT)
             tl.debug_barrier()
             # Entries steps 3-4 could still remove from the finite count.
+            stops, policy, bias_ids, bv = _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr,
+                                                       N_STOP, N_BIAS)
             n_masked_later = is_grammar * 0
             if N_STOP > 0:
-                stops = tl.load(stop_ptr + slot * N_STOP + tl.arange(0, N_STOP))
                 n_stop = tl.sum(((stops >= 0) & (stops < vocab)).to(tl.int32), axis=0)
                 n_masked_later += tl.where(min_active, n_stop, 0)
             if N_BIAS > 0:
-                bias_ids = tl.load(bias_id_ptr + slot * N_BIAS + tl.arange(0, N_BIAS))
                 n_masked_later += tl.sum(((bias_ids >= 0) & (bias_ids < vocab)).to(tl.int32), axis=0)
             # Early-exit count: stop once more finite logits are seen than steps
             # 3-4 could remove; the row then cannot end empty.
@@ -311,8 +457,8 @@ def _constraints_kernel(
                 count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
                 start += SCAN_WORDS * 32
             tl.debug_barrier()
-            _finish_row(row_ptr, infeasible_ptr, row, slot, count, start >= vocab, is_grammar, min_active, vocab,
-                        stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP, N_BIAS, IS_BF16)
+            _finish_row(row_ptr, infeasible_ptr, row, count, start >= vocab, is_grammar, min_active, vocab,
+                        stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
     elif chunk == 0:
         tl.store(infeasible_ptr + row, slot_ok == 0)
 
@@ -326,10 +472,20 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def split_words(rows: int, num_words: int, dense_words: int, progs_per_sm: int, sm_count: int) -> int:
-    """Bitmask words per chunk: enough chunks per row for ~progs_per_sm programs per SM, whole tiles each."""
+def split_words(rows: int, num_words: int, dense_words: int, progs_per_sm: int, sm_count: int,
+                wave_progs: int = 0) -> int:
+    """Bitmask words per chunk (whole tiles): one wave of programs when that gives every row
+    >= 2 chunks (no tail wave), else enough chunks for ~progs_per_sm programs per SM."""
     tiles = _cdiv(num_words, dense_words)
-    chunks = 1 if progs_per_sm <= 0 else max(1, min(tiles, _cdiv(progs_per_sm * sm_count, rows)))
+    one_wave = wave_progs * sm_count // rows
+    if progs_per_sm <= 0:
+        chunks = 1
+    elif one_wave >= 2:
+        chunks = min(tiles, one_wave)
+    else:
+        chunks = max(1, min(tiles, _cdiv(progs_per_sm * sm_count, rows)))
+    # A program's pair counters have 16 bits and count 4 pairs a tile: at most 16383 tiles a program.
+    chunks = max(chunks, _cdiv(tiles, 16383))
     return _cdiv(tiles, chunks) * dense_words
 
 
@@ -345,17 +501,27 @@ def _scratch(state, rows: int, device) -> torch.Tensor:
     return buf
 
 
+def _pairs_ok(logits: torch.Tensor) -> bool:
+    """16-bit logits can be processed as int32 pairs when every row starts 4-byte aligned and has even length."""
+    return (logits.element_size() == 2 and logits.shape[1] % 2 == 0 and
+            (logits.stride(0) % 2 == 0 or logits.shape[0] == 1) and logits.data_ptr() % 4 == 0)
+
+
 def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
-                 progs_per_sm: int | None = None, chunk_words: int | None = None):
+                 progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
+                 pairs: bool | None = None, wave_progs: int | None = None):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``."""
     R, V = logits.shape
     W = (V + 31) // 32
-    dw, sw, nw, pps = TILES[str(logits.dtype).removeprefix("torch.")]
+    cfg = TILES[str(logits.dtype).removeprefix("torch.")] + (0, 0)
+    dw, sw, nw, pps, wave = cfg[:5]
     dense_words = dense_words or dw
     scan_words = scan_words or sw
     num_warps = num_warps or nw
     progs_per_sm = pps if progs_per_sm is None else progs_per_sm
+    prefetch = cfg[5] if prefetch is None else prefetch
+    pairs = _pairs_ok(logits) if pairs is None else pairs and _pairs_ok(logits)
     infeasible = torch.empty(R, dtype=torch.bool, device=logits.device)
     st = state
     dummy = st.min_tokens  # any valid pointer for absent optional inputs
@@ -370,7 +536,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
             dev = logits.device
             sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) \
                 if dev.type == "cuda" else 1
-            chunk_words = split_words(R, W, dense_words, progs_per_sm, sms)
+            chunk_words = split_words(R, W, dense_words, progs_per_sm, sms, wave if wave_progs is None else wave_progs)
     n_chunks = _cdiv(W, chunk_words)
     split = n_chunks > 1
     _constraints_kernel[(R, n_chunks)](
@@ -416,6 +582,8 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         DENSE_WORDS=dense_words,
         SCAN_WORDS=scan_words,
         IS_BF16=logits.dtype == torch.bfloat16,
+        PAIRS=pairs,
+        PREFETCH=bool(prefetch),
         num_warps=num_warps,
     )
     return infeasible
