@@ -49,7 +49,7 @@ fn step_256(c: &mut Criterion) {
         })
         .collect();
     let fresh = || {
-        let mut b = FinishBatch::new(SLOTS);
+        let mut b = FinishBatch::new(SLOTS).unwrap();
         for &s in &slots {
             b.add(s, Arc::clone(&params)).unwrap();
         }
