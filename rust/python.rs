@@ -1412,7 +1412,15 @@ impl PyFinishBatch {
         // text deltas start as a private copy of that list, and the pieces
         // are read from the copy, which no other code can change.
         if let (None, Some(list)) = (&runs, texts.and_then(|t| t.cast_exact::<PyList>().ok())) {
-            let copy = list.get_slice(0, list.len());
+            // `PySequence_List` allocates the new list before it reads the
+            // old one; `PyList_GetSlice` reads first, and a garbage
+            // collection started by its allocation could shrink the list
+            // under it (a `__del__` may run any code).
+            // SAFETY: `list` is a live list; a null result is an error.
+            let copy = unsafe {
+                Bound::from_owned_ptr_or_err(py, pyo3::ffi::PySequence_List(list.as_ptr()))?
+                    .cast_into_unchecked::<PyList>()
+            };
             // SAFETY: the views borrow items of `copy`, which only this
             // call holds; `batch_step` replaces item k only after slot k's
             // step, the one step that reads piece k.
@@ -1431,8 +1439,12 @@ impl PyFinishBatch {
         // The pieces last (reading ints may call `__index__`, which could
         // change the list); see `with_pieces`.
         let inner = &mut self.inner;
+        // Created before `with_pieces` borrows the pieces: creating a list
+        // can start a garbage collection, which may run code that changes
+        // the caller's list.
+        let fresh = PyList::empty(py);
         with_pieces(texts, &owner("texts"), |pieces, objects| {
-            let deltas = Deltas::Fresh(objects, PyList::empty(py));
+            let deltas = Deltas::Fresh(objects, fresh);
             batch_step(
                 inner,
                 &slots_v,
@@ -1523,7 +1535,9 @@ fn batch_step<'py>(
 /// A plain list is read through the C API without taking a reference per
 /// item: the views borrow the list's items, which is sound because nothing in
 /// `f` runs Python code that could change the list (the core never calls
-/// back into Python) and `f` cannot keep the views. Anything else, or an
+/// back into Python, and `f` must not allocate a garbage-collected object,
+/// which can start a collection that runs arbitrary `__del__` code) and `f`
+/// cannot keep the views. Anything else, or an
 /// item that is not a valid `str`, goes through `extract_piece_objects`,
 /// whose errors name the element with `name(i)`.
 fn with_pieces<'py, R>(
@@ -1710,13 +1724,24 @@ fn buffer_i64s(obj: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
         return None;
     }
     let buf = PyUntypedBuffer::get(obj).ok()?;
-    let order = buf.format().to_bytes().first().copied();
+    let format = buf.format().to_bytes();
+    // 'c' items are one-byte `bytes` objects, not ints.
+    if format.last() == Some(&b'c') {
+        return None;
+    }
+    let order = format.first().copied();
     let native = matches!(order, Some(b'@' | b'=' | b'a'..=b'z' | b'A'..=b'Z'))
         || (cfg!(target_endian = "little") && order == Some(b'<'));
     if buf.dimensions() != 1 || !buf.is_c_contiguous() || !native {
         return None;
     }
     let (n, ptr) = (buf.item_count(), buf.buf_ptr());
+    // A buffer may start at any byte (`np.frombuffer(..., offset=1)`); the
+    // slices below need their items aligned, so such a buffer goes the
+    // general way. Every item size here is its type's alignment.
+    if (ptr as usize) % buf.item_size().max(1) != 0 {
+        return None;
+    }
     fn widen<E: Copy + Into<i64>>(ptr: *mut std::ffi::c_void, n: usize) -> Vec<i64> {
         // SAFETY: the exporter guarantees `n` contiguous, aligned items of
         // this type at `ptr` while the buffer is held (by the caller), and

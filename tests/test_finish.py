@@ -625,6 +625,8 @@ def test_token_ids_from_buffers_equal_lists(rust):
         np.array(ids, dtype=np.int64), np.array(ids, dtype=np.int32), np.array(ids, dtype=np.uint32),
         np.array(ids, dtype=np.uint8), np.array(ids, dtype=">i4"), np.repeat(np.array(ids, dtype=np.int64), 2)[::2],
         array.array("q", ids), array.array("H", ids), bytes(ids), memoryview(bytearray(ids)),
+        # Items not aligned to their size (the general path reads them).
+        np.frombuffer(b"\0" + np.array(ids, dtype=np.int64).tobytes(), dtype=np.int64, offset=1),
     ]
 
     def run(token_ids):
@@ -662,6 +664,70 @@ def test_bad_token_ids_in_arrays_are_named(rust, bad, error, message):
     with pytest.raises(error, match=message):
         b.step(range(2), np.array(bad), None, ["a", "b"])
     assert b.token_ids(0) == [] and b.token_ids(1) == []
+
+
+def test_char_buffers_are_not_token_ids(impl):
+    # Format 'c' items are one-byte bytes objects, not ints.
+    b = impl.FinishBatch(2)
+    b.add(0, impl.StopParams())
+    b.add(1, impl.StopParams())
+    with pytest.raises(TypeError, match=r"token_ids\[0\].* must be an int, got bytes"):
+        b.step([0, 1], memoryview(b"\x01\x02").cast("c"))
+
+
+_GC_MUTATES_TEXTS = """
+import gc
+from stopline import FinishBatch, StopParams
+
+N = 64
+for runs in (False, True):
+    for extra in range(8):
+        b = FinishBatch(N)
+        for s in range(N):
+            b.add(s, StopParams())
+        texts = ["piece-%d-" % i + "x" * 200 for i in range(N)]
+        want = ["piece-%d-" % i + "x" * 200 for i in range(N)]  # other objects: clear() frees the pieces
+        slots, ids, runs_arg = list(range(N)), list(range(N)), [1] * N if runs else None
+        junk = []
+
+        def cb(phase, info):
+            # The collection drops every piece and reuses its memory, as a
+            # __del__ run by the collector may.
+            if phase == "start" and texts:
+                texts.clear()
+                junk.extend(["Z" * 213 for _ in range(300)])
+
+        gc.callbacks.append(cb)
+        # Empty CPython's free list of list objects (new lists then come from
+        # the allocator, which counts them), then let the extra-th counted
+        # allocation from here start a collection.
+        hold = [[] for _ in range(100)]
+        gc.set_threshold(gc.get_count()[0] + extra)
+        try:
+            r = b.step(slots, ids, runs_arg, texts)
+        except ValueError:
+            r = None
+        finally:
+            gc.set_threshold(700)
+            gc.callbacks.remove(cb)
+        if r is None:
+            assert all(b.text(s) == "" for s in range(N)), (runs, extra)
+        else:
+            assert r.text_deltas == want, (runs, extra, r.text_deltas[0][:12])
+            assert [b.text(s) for s in range(N)] == want, (runs, extra)
+print("ok")
+"""
+
+
+def test_batch_step_survives_a_collection_that_changes_the_texts_list():
+    # A garbage collection started by an allocation inside the call can run
+    # code that empties the caller's list: the step must then see the list
+    # whole or fail cleanly, never read freed pieces (it once did).
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _GC_MUTATES_TEXTS], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
 
 
 def test_batch_text_deltas_survive_changes_to_the_input_list(impl):
