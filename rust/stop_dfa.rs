@@ -10,12 +10,12 @@
 //! for its bare NFA on 16 chat stops, against a few µs here. The tables built
 //! here hold exactly what the matcher needs and nothing else:
 //!
-//! * **Transitions**: one row of `stride` entries per state (stride = the
+//! * **Transitions**: one row of `stride` `u32` entries per state (stride = the
 //!   number of byte classes rounded up to a power of two; every byte that
 //!   occurs in some stop string is its own class, all others share class 0).
-//!   An entry is the next state's row offset. States that complete some stop
-//!   string are numbered after all others, so the scan loop tests for a
-//!   match with one compare of the offset it already loaded.
+//!   An entry is the next state's row offset with bit 0 set when that state
+//!   completes some stop string, so the scan loop tests for a match on the
+//!   entry it already loaded.
 //! * **Matches**: per state, the lowest list index among the stop strings
 //!   ending there (the state's own string and every suffix of it on the
 //!   failure chain), which is the tie rule of
@@ -39,8 +39,6 @@ pub(crate) const MAX_TABLE_ENTRIES: usize = 1 << 20;
 pub(crate) struct StopDfa {
     classes: [u8; 256],
     stride2: u32,
-    /// Row offset of the first state that completes a stop string.
-    match_min: u32,
     table: Table,
     /// Lowest index of a stop string ending at each state, or `NONE`.
     match_index: Vec<u32>,
@@ -117,7 +115,8 @@ impl StopDfa {
         }
         // Failure links, breadth first. A state's row starts as a copy of its
         // failure state's finished row (the transitions it inherits); then its
-        // own children go in.
+        // own children go in. An entry gets bit 0 when written if its target
+        // completes a stop string, so copied entries carry the bit along.
         let n_states = match_index.len();
         let mut holdback: Vec<u32> = vec![0; n_states];
         let mut fail: Vec<u32> = vec![0; n_states];
@@ -154,7 +153,11 @@ impl StopDfa {
                 let ti = (t >> stride2) as usize;
                 // The root's children fail to the root; others through the
                 // parent's failure state's (finished) row.
-                let tf = if s == 0 { 0 } else { trans[f + class as usize] };
+                let tf = if s == 0 {
+                    0
+                } else {
+                    trans[f + class as usize] & !1
+                };
                 let fi = (tf >> stride2) as usize;
                 fail[ti] = tf;
                 match_index[ti] = match_index[ti].min(match_index[fi]);
@@ -163,52 +166,25 @@ impl StopDfa {
                 } else {
                     holdback[fi]
                 };
-                trans[s + class as usize] = t;
+                trans[s + class as usize] = t | u32::from(match_index[ti] != NONE);
                 queue.push(t);
             }
         }
 
-        // Renumber: states completing a stop string after all others (the
-        // start state has no match, so it stays first). `new_row[i]` is the
-        // new row offset of old state i.
-        let mut new_row: Vec<u32> = vec![0; n_states];
-        let mut next_row = 0u32;
-        for wants_match in [false, true] {
-            for (i, &m) in match_index.iter().enumerate() {
-                if (m != NONE) == wants_match {
-                    new_row[i] = next_row;
-                    next_row += stride as u32;
-                }
-            }
-        }
-        let n_plain = match_index.iter().filter(|&&m| m == NONE).count();
-        let mut renumbered: Vec<u32> = vec![0; trans.len()];
-        let mut match_at: Vec<u32> = vec![NONE; n_states];
-        let mut hold_at: Vec<u32> = vec![0; n_states];
-        for i in 0..n_states {
-            let (old, new) = (i << stride2, new_row[i] as usize);
-            for c in 0..stride {
-                let target = trans[old + c] >> stride2;
-                renumbered[new + c] = new_row[target as usize];
-            }
-            match_at[new >> stride2] = match_index[i];
-            hold_at[new >> stride2] = holdback[i];
-        }
-        // Entries are row offsets: 16 bits suffice while the table has at
-        // most 2^16 entries, which halves the memory a compile writes for
-        // most stop lists.
-        let table = if renumbered.len() <= 1 << 16 {
-            Table::Narrow(renumbered.iter().map(|&e| e as u16).collect())
+        // Entries are row offsets (plus the flag bit): 16 bits suffice while
+        // the table has at most 2^16 entries, which halves the memory a
+        // compile writes for most stop lists.
+        let table = if trans.len() <= 1 << 16 {
+            Table::Narrow(trans.iter().map(|&e| e as u16).collect())
         } else {
-            Table::Wide(renumbered.into_boxed_slice())
+            Table::Wide(trans.into_boxed_slice())
         };
         Some(StopDfa {
             classes,
             stride2,
-            match_min: (n_plain << stride2) as u32,
             table,
-            match_index: match_at,
-            holdback: hold_at,
+            match_index,
+            holdback,
         })
     }
 
@@ -218,8 +194,8 @@ impl StopDfa {
     #[inline(always)]
     pub(crate) fn scan(&self, state: u32, bytes: &[u8]) -> (u32, Option<(usize, usize)>) {
         let (state, hit) = match &self.table {
-            Table::Narrow(t) => scan_in(t, &self.classes, self.match_min, state, bytes),
-            Table::Wide(t) => scan_in(t, &self.classes, self.match_min, state, bytes),
+            Table::Narrow(t) => scan_in(t, &self.classes, state, bytes),
+            Table::Wide(t) => scan_in(t, &self.classes, state, bytes),
         };
         let hit = hit.map(|(end, at)| {
             (
@@ -261,7 +237,8 @@ impl StopDfa {
     }
 }
 
-/// Transition entries: the next state's row offset.
+/// Transition entries: the next state's row offset, bit 0 set when that state
+/// completes a stop string.
 enum Table {
     Narrow(Box<[u16]>),
     Wide(Box<[u32]>),
@@ -286,44 +263,41 @@ impl Entry for u32 {
 }
 
 #[inline(always)]
-fn next<T: Entry>(trans: &[T], classes: &[u8; 256], state: usize, byte: u8) -> usize {
-    let at = state + classes[byte as usize] as usize;
+fn next<T: Entry>(trans: &[T], classes: &[u8; 256], state: u32, byte: u8) -> u32 {
+    let at = state as usize + classes[byte as usize] as usize;
     debug_assert!(at < trans.len());
     // SAFETY: every state a matcher holds is a row offset taken from this
     // table (or START), and a class is below the stride, so `at` is in
     // bounds. This is the innermost loop of every feed.
-    unsafe { trans.get_unchecked(at) }.get() as usize
+    unsafe { trans.get_unchecked(at) }.get()
 }
 
 /// The final state and, at the first completed stop string, the byte offset
-/// just past it and the state there. States are `usize` inside the loops so
-/// that no step re-extends a 32-bit offset.
+/// just past it and the state there.
 #[inline(always)]
 fn scan_in<T: Entry>(
     trans: &[T],
     classes: &[u8; 256],
-    match_min: u32,
-    state: u32,
+    mut state: u32,
     bytes: &[u8],
 ) -> (u32, Option<(usize, u32)>) {
-    let (mut s, match_min) = (state as usize, match_min as usize);
     for (i, &b) in bytes.iter().enumerate() {
-        s = next(trans, classes, s, b);
-        if s >= match_min {
-            let end = step_in(trans, classes, s as u32, &bytes[i + 1..]);
-            return (end, Some((i + 1, s as u32)));
+        let e = next(trans, classes, state, b);
+        state = e & !1;
+        if e & 1 != 0 {
+            let end = step_in(trans, classes, state, &bytes[i + 1..]);
+            return (end, Some((i + 1, state)));
         }
     }
-    (s as u32, None)
+    (state, None)
 }
 
 #[inline(always)]
-fn step_in<T: Entry>(trans: &[T], classes: &[u8; 256], state: u32, bytes: &[u8]) -> u32 {
-    let mut s = state as usize;
+fn step_in<T: Entry>(trans: &[T], classes: &[u8; 256], mut state: u32, bytes: &[u8]) -> u32 {
     for &b in bytes {
-        s = next(trans, classes, s, b);
+        state = next(trans, classes, state, b) & !1;
     }
-    s as u32
+    state
 }
 
 #[cfg(test)]
