@@ -138,13 +138,7 @@ impl FinishBatch {
             run_lengths,
             texts,
             grammar_terminated_at,
-            |k, _, step| {
-                out.push(SlotStep {
-                    slot: slots[k] as usize,
-                    run: step.run.clone(),
-                    step: step.step.clone(),
-                })
-            },
+            |_, _, step| out.push(step.clone()),
         )
     }
 
@@ -178,33 +172,29 @@ impl FinishBatch {
             let Some(tracker) = self.slots[slot as usize].as_mut() else {
                 unreachable!("checked above")
             };
-            let step = match run_lengths {
+            let (run, step) = match run_lengths {
                 // One token per slot, the usual decode step: a one-token
                 // slice lets the compiler drop the loop inside `update_checked`.
                 None => {
                     let ids = std::slice::from_ref(&token_ids[k]);
                     let one = texts.map(|t| std::slice::from_ref(&t[k]));
-                    SlotStep {
-                        slot: slot as usize,
-                        run: k..k + 1,
-                        step: tracker.update_checked(ids, one, grammar(k)),
-                    }
+                    (k..k + 1, tracker.update_checked(ids, one, grammar(k)))
                 }
                 Some(r) => {
-                    let end = start + r[k];
+                    let run = start..start + r[k];
+                    start = run.end;
                     let step = tracker.update_checked(
-                        &token_ids[start..end],
-                        texts.map(|t| &t[start..end]),
+                        &token_ids[run.clone()],
+                        texts.map(|t| &t[run.clone()]),
                         grammar(k),
                     );
-                    let run = start..end;
-                    start = end;
-                    SlotStep {
-                        slot: slot as usize,
-                        run,
-                        step,
-                    }
+                    (run, step)
                 }
+            };
+            let step = SlotStep {
+                slot: slot as usize,
+                run,
+                step,
             };
             emit(k, tracker, &step);
         }

@@ -309,15 +309,11 @@ fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_char
 /// The finish state of one sequence.
 #[derive(Clone)]
 pub struct FinishTracker {
-    finish: Option<Finish>,
-    kept: Kept,
-    emitted_bytes: usize,
-    emitted_chars: usize,
-    emitted_tokens: usize,
-    /// `length_cap` when `plain_token` may take a step (no stop regexes, no
-    /// repetition rule), else 0, which sends every step to the general loop.
-    plain_cap: u64,
+    params: Arc<StopParams>,
     matcher: Option<StopMatcher>,
+    regex: Option<StopRegexMatcher>,
+    /// The text a stop regex matched, once one finished the sequence.
+    regex_matched: String,
     /// Smallest and largest EOS / stop token id: most tokens fall outside and
     /// skip both lookups.
     special_ids: (u32, u32),
@@ -325,11 +321,15 @@ pub struct FinishTracker {
     vocab_limit: u64,
     /// The first `n` at which the sequence finishes with `length`.
     length_cap: u64,
+    /// `length_cap` when `plain_token` may take a step (no stop regexes, no
+    /// repetition rule), else 0, which sends every step to the general loop.
+    plain_cap: u64,
+    kept: Kept,
     pending: Pending,
-    params: Arc<StopParams>,
-    regex: Option<StopRegexMatcher>,
-    /// The text a stop regex matched, once one finished the sequence.
-    regex_matched: String,
+    emitted_bytes: usize,
+    emitted_chars: usize,
+    emitted_tokens: usize,
+    finish: Option<Finish>,
 }
 
 impl FinishTracker {
@@ -475,7 +475,7 @@ impl FinishTracker {
         for (i, &id) in token_ids.iter().enumerate() {
             let n = self.kept.tokens.len() as u64 + 1;
             let piece = texts.map_or("", |t| t[i].as_ref());
-            if p.vocab_size.is_some_and(|v| id >= v) {
+            if u64::from(id) >= self.vocab_limit {
                 whole = false;
                 self.finish = Some(Finish {
                     reason: FinishReason::Error,
@@ -608,28 +608,22 @@ impl FinishTracker {
         let tokens_before = self.emitted_tokens;
         let text_before = self.emitted_bytes;
         let whole = text_before == self.kept.text.len();
-        if whole && self.matcher.as_ref().map_or(0, StopMatcher::holdback) == 0 {
-            // Nothing held back before or after: `release` would release
-            // everything, and no token end needs to be queued for it.
-            let k = &mut self.kept;
-            k.push(id, piece, piece_chars);
-            self.emitted_bytes = k.text.len();
-            self.emitted_chars = k.text_chars;
-            self.emitted_tokens = k.tokens.len();
-            return Some(Step {
-                text_delta: text_before..self.emitted_bytes,
-                token_ids_delta: tokens_before..self.emitted_tokens,
-                whole_run: true,
-            });
-        }
-        keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
-        self.release();
+        let whole_run = if whole && self.matcher.as_ref().map_or(0, StopMatcher::holdback) == 0 {
+            // Nothing held back before or after: no token end needs queueing.
+            self.kept.push(id, piece, piece_chars);
+            self.emit_all();
+            true
+        } else {
+            keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
+            self.release();
+            whole
+                && self.emitted_bytes == self.kept.text.len()
+                && self.emitted_tokens == tokens_before + 1
+        };
         Some(Step {
             text_delta: text_before..self.emitted_bytes,
             token_ids_delta: tokens_before..self.emitted_tokens,
-            whole_run: whole
-                && self.emitted_bytes == self.kept.text.len()
-                && self.emitted_tokens == tokens_before + 1,
+            whole_run,
         })
     }
 
@@ -666,9 +660,7 @@ impl FinishTracker {
             }
         }
         if hold == 0 {
-            self.emitted_bytes = self.kept.text.len();
-            self.emitted_chars = self.kept.text_chars;
-            self.emitted_tokens = self.kept.tokens.len();
+            self.emit_all();
             self.pending.ends.clear();
             self.pending.head = 0;
             return;
@@ -679,6 +671,14 @@ impl FinishTracker {
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
         self.pending.head += released;
         self.emitted_tokens += released;
+    }
+
+    /// Marks everything kept as emitted (the release queue is the caller's).
+    #[inline(always)]
+    fn emit_all(&mut self) {
+        self.emitted_bytes = self.kept.text.len();
+        self.emitted_chars = self.kept.text_chars;
+        self.emitted_tokens = self.kept.tokens.len();
     }
 
     pub fn params(&self) -> &Arc<StopParams> {

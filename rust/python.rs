@@ -1537,9 +1537,9 @@ fn batch_step<'py>(
 /// `f` runs Python code that could change the list (the core never calls
 /// back into Python, and `f` must not allocate a garbage-collected object,
 /// which can start a collection that runs arbitrary `__del__` code) and `f`
-/// cannot keep the views. Anything else, or an
-/// item that is not a valid `str`, goes through `extract_piece_objects`,
-/// whose errors name the element with `name(i)`.
+/// cannot keep the views. Anything else, or an item that is not a valid
+/// `str`, goes through `extract_piece_objects`, whose errors name the element
+/// with `name(i)`.
 fn with_pieces<'py, R>(
     texts: Option<&Bound<'py, PyAny>>,
     name: &dyn Fn(usize) -> String,
