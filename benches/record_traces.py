@@ -5,7 +5,7 @@ Two kinds of input, both real (format: ``docs/traces.md``):
 
 * ``smollm2_chat.jsonl``: SmolLM2-135M-Instruct decoding real chat prompts
   (greedy and seeded sampling; some under an xgrammar JSON schema) through
-  ``stopline.generate.decode_tokens``, text pieces from ``DecodeStream``.
+  ``stopline.tools.generate.decode_tokens``, text pieces from ``DecodeStream``.
 * ``text_<tokenizer>.jsonl``: passages of ``pydoc_data.topics`` (stdlib) and
   of the Jargon File (Debian ``jargon-text``, when installed) tokenized by
   SmolLM2's tokenizer, cl100k_base and o200k_base (tiktoken rank files from
@@ -286,7 +286,7 @@ GEN_MAX = 96
 
 
 def model_requests(lm, rng, log):
-    from stopline.generate import compile_json_schema, decode_tokens
+    from stopline.tools.generate import compile_json_schema, decode_tokens
 
     reqs = []
     runs = []  # (label, prompt, system, sampling, schema, min_tokens)
@@ -376,7 +376,7 @@ def main(argv=None):
 
     import torch
 
-    from stopline.models import load_smollm2
+    from stopline.tools.models import load_smollm2
 
     torch.manual_seed(a.seed)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("rich")
 pytest.importorskip("matplotlib")
 
-from stopline.bench import data, peers
+from stopline.tools.bench import data, peers
 from stopline.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

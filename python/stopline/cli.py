@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one JSON object with the result instead of the stream")
     g.add_argument("--quiet", action="store_true", help="do not stream the text, print only the result")
 
-    from stopline import bench
+    from stopline.tools import bench
 
     bench.add_arguments(sub.add_parser(
         "bench",
@@ -121,11 +121,11 @@ def _run(args: argparse.Namespace) -> int:
         return replay.run(args.traces, as_json=args.json, stream=args.stream, check=args.check,
                           max_slots=args.max_slots)
     if args.command == "generate":
-        from stopline import generate
+        from stopline.tools import generate
 
         return generate.main(args)
     if args.command == "bench":
-        from stopline import bench
+        from stopline.tools import bench
 
         return bench.run(args)
     build_parser().print_help(sys.stderr)

@@ -124,7 +124,7 @@ def decode_tokens(
     seed: int | None = None,
     max_steps: int = 1 << 30,
 ) -> Iterator[Token]:
-    """Sample tokens from ``lm`` (a :class:`stopline.models.SmolLM2`)
+    """Sample tokens from ``lm`` (a :class:`stopline.tools.models.SmolLM2`)
     one at a time; stop iterating to stop decoding.
 
     ``min_tokens`` masks every id of ``stop_token_ids`` plus the model's EOS
@@ -284,7 +284,7 @@ def main(args: Any) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from stopline import models
+    from stopline.tools import models
 
     hf_logging.disable_progress_bar()  # keep the terminal for the streamed text
     if args.device.startswith("cuda") and not torch.cuda.is_available():

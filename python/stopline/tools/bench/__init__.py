@@ -6,7 +6,7 @@ Suites (``--suite``, repeatable; all by default):
 - ``stop``: stop-string matching per sequence-step for K stop strings, one
   token piece or a 4-8 token accept run per step: stopline's matcher, the
   pure-Python baseline, ``ahocorasick-rs`` and ``pyahocorasick`` (see
-  :mod:`stopline.bench.peers` for how each is driven).
+  :mod:`stopline.tools.bench.peers` for how each is driven).
 - ``finish``: the full finish check per sequence-step for a batch of B:
   ``FinishBatch.step``, one ``FinishTracker.update`` per sequence, and the
   pure-Python ``baseline.FinishBatch``.
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     import stopline
-    from stopline.bench import data, peers, report, suites
+    from stopline.tools.bench import data, peers, report, suites
 
     console = Console()
     chosen = args.suite or list(SUITES)
@@ -203,6 +203,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m stopline.bench`` and the scripts in ``benches/``."""
+    """``python -m stopline.tools.bench`` and the scripts in ``benches/``."""
     p = argparse.ArgumentParser(prog="stopline bench", description=__doc__.splitlines()[0])
     return run(add_arguments(p).parse_args(argv))

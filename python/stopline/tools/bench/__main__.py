@@ -1,5 +1,5 @@
 import sys
 
-from stopline.bench import main
+from stopline.tools.bench import main
 
 sys.exit(main())

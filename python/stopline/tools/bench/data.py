@@ -41,7 +41,7 @@ def _smollm2_tokenizer():
     try:
         from tokenizers import Tokenizer
 
-        from stopline.models import load_smollm2_tokenizer, smollm2_tokenizer_dir
+        from stopline.tools.models import load_smollm2_tokenizer, smollm2_tokenizer_dir
 
         saved = smollm2_tokenizer_dir() / "tokenizer.json"
         if saved.is_file():  # fast path: no transformers import

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stopline.bench import peers, suites
-from stopline.bench.suites import Row
+from stopline.tools.bench import peers, suites
+from stopline.tools.bench.suites import Row
 
 PEER_SHORT = {peers.BASELINE: "baseline", peers.AC_RS: "ac-rs", peers.PYAC: "pyac"}
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import stopline
 from stopline import baseline
-from stopline.bench import data, peers
-from stopline.bench.timing import Timing, time_side_by_side
+from stopline.tools.bench import data, peers
+from stopline.tools.bench.timing import Timing, time_side_by_side
 
 SINGLE = "single token"
 RUNS = "4-8 token runs"
