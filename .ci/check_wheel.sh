@@ -22,7 +22,7 @@ echo "check_wheel: built $(basename "$WHEEL")"
 python3 - "$WHEEL" <<'PY'
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-need = ["stopline/_core.abi3.so", "stopline/_core.pyi", "stopline/py.typed", "stopline/traces/smollm2_chat.jsonl"]
+need = ["stopline/_core.abi3.so", "stopline/_core.pyi", "stopline/py.typed", "stopline/traces/smollm2_chat.jsonl.gz"]
 missing = [n for n in need if n not in names]
 assert not missing, f"wheel lacks {missing}"
 PY

@@ -38,8 +38,9 @@ def test_bundled_traces_ship_with_the_package():
     files = replay.bundled_traces()
     names = {Path(f).name for f in files}
     assert {"smollm2_chat.jsonl", "text_smollm2.jsonl", "text_cl100k.jsonl",
-            "text_o200k.jsonl", "text_deepseek_v3.jsonl"} <= names
-    assert sum(os.path.getsize(f) for f in files) < 2_000_000
+            "text_o200k.jsonl", "text_deepseek_v3.jsonl"} <= {n.removesuffix(".gz") for n in names}
+    assert all(f.endswith(".jsonl.gz") for f in files)  # compressed: the wheel stays small
+    assert sum(os.path.getsize(f) for f in files) < 300_000
 
 
 def test_bundled_check_agrees_with_reference(bundled_json):
