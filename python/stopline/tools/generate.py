@@ -144,7 +144,9 @@ def decode_tokens(
     constraints = LogitsConstraints(1, vocab, device)
     stops = sorted(set(lm.eos_token_ids) | set(stop_token_ids))
     constraints.set(0, min_tokens=min_tokens, stop_token_ids=stops, restore="structured")
-    matcher = bitmask_host = bitmask = None
+    matcher: Any = None
+    bitmask_host: Any = None
+    bitmask: Any = None
     if compiled_grammar is not None:
         import xgrammar as xgr
 
@@ -286,7 +288,7 @@ def main(args: Any) -> int:
 
     from stopline.tools import models
 
-    hf_logging.disable_progress_bar()  # keep the terminal for the streamed text
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # keep the terminal for the streamed text
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(f"stopline generate: --device {args.device} but torch sees no CUDA device", file=sys.stderr)
         return 2

@@ -134,7 +134,7 @@ def smollm2_tokenizer_dir() -> Path:
     return model_cache_dir() / _TOKENIZER_DIRNAME
 
 
-def load_smollm2_tokenizer(download: bool = True):
+def load_smollm2_tokenizer(download: bool = True) -> Any:
     """The SmolLM2-135M-Instruct tokenizer (``transformers`` fast tokenizer).
 
     Loads the cached copy in :func:`smollm2_tokenizer_dir` when present (about
@@ -220,7 +220,8 @@ class SmolLM2:
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": prompt})
         text = self.hf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return ids
 
 
 def _convert_gguf(gguf: Path, dest: Path) -> None:
@@ -271,7 +272,8 @@ def load_smollm2(path: str | os.PathLike[str] | None = None, device: str = "cpu"
     conv = model_cache_dir() / "converted" / f"{gguf.name}-{gguf.stat().st_size}"
     if not (conv / "model.safetensors").is_file():
         _convert_gguf(gguf, conv)
-    model = AutoModelForCausalLM.from_pretrained(conv, dtype=torch.float32).to(device).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(conv, dtype=torch.float32)
+    model = model.to(device).eval()
     tok = AutoTokenizer.from_pretrained(conv)
     gen_eos = getattr(model.generation_config, "eos_token_id", None)
     gen_eos = gen_eos if isinstance(gen_eos, list) else [] if gen_eos is None else [gen_eos]
