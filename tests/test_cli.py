@@ -213,3 +213,13 @@ def test_generate_quiet_prints_the_text_only():
     assert [o["type"] for o in lines] == ["result"]  # nothing streamed
     # Greedy: the same text both times, and it is all stdout holds.
     assert lines[0]["text"] and quiet.stdout == lines[0]["text"] + "\n"
+
+
+def test_import_stopline_loads_the_library_only():
+    # The package boundary: the command line, replay and stopline.tools (demo,
+    # model download, benchmarks) load only when a command needs them.
+    code = ("import sys, stopline; "
+            "print(sorted(m for m in sys.modules if m.startswith('stopline') or m in ('rich', 'argparse', 'torch')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.replace("'", '"')) == ["stopline", "stopline._core"]
