@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bundled with the package are replayed. Exit status: 0 ok, 1 malformed lines or --check "
         "differences, 2 unreadable trace file.",
     )
-    r.add_argument("traces", nargs="*", metavar="TRACE", help="JSONL trace files")
+    r.add_argument("traces", nargs="*", metavar="TRACE", help="JSONL trace files (gzip-compressed when named .gz)")
     r.add_argument("--json", action="store_true",
                    help="print JSON lines instead of tables: (with --stream) each delta, each request, "
                         "each file, then a summary")
