@@ -1,21 +1,21 @@
 """Shared pieces of the benchmark scripts, kept for scripts that import them;
-the implementation lives in the package (``stopline.bench``) so that
+the implementation lives in the package (``stopline.tools.bench``) so that
 ``stopline bench`` works from an installed wheel."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stopline.bench import data
-from stopline.bench.data import stop_list
-from stopline.bench.timing import median_ns_per_op, time_side_by_side
+from stopline.tools.bench import data
+from stopline.tools.bench.data import stop_list
+from stopline.tools.bench.timing import median_ns_per_op, time_side_by_side
 
 __all__ = ["median_ns_per_op", "print_table", "stop_list", "text_pieces", "time_side_by_side"]
 
 
 def text_pieces(limit: int = 200_000) -> tuple[list[str], str]:
     """Real text as one piece per token, and the splitter's name
-    (see :func:`stopline.bench.data.text_pieces`)."""
+    (see :func:`stopline.tools.bench.data.text_pieces`)."""
     pieces, splitter = data.text_pieces(limit)
     return list(pieces), splitter
 

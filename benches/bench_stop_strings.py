@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from stopline.bench import main
+from stopline.tools.bench import main
 
 if __name__ == "__main__":
     sys.exit(main(["--suite", "stop", "--no-plot", *sys.argv[1:]]))

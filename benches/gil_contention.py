@@ -14,6 +14,7 @@ Used for the GIL decision in docs/reliability.md: run it against two builds
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import threading
 import time
@@ -28,8 +29,8 @@ def pieces() -> tuple[list[int], list[str], list[str]]:
     stops: list[str] = []
     root = resources.files("stopline") / "traces"
     for entry in sorted(root.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".jsonl"):
-            for line in entry.read_text(encoding="utf-8").splitlines():
+        if entry.name.endswith(".jsonl.gz"):
+            for line in gzip.decompress(entry.read_bytes()).decode("utf-8").splitlines():
                 if line.strip():
                     req = json.loads(line)
                     stops = stops or req.get("params", {}).get("stop", [])

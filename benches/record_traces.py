@@ -5,7 +5,7 @@ Two kinds of input, both real (format: ``docs/traces.md``):
 
 * ``smollm2_chat.jsonl``: SmolLM2-135M-Instruct decoding real chat prompts
   (greedy and seeded sampling; some under an xgrammar JSON schema) through
-  ``stopline.generate.decode_tokens``, text pieces from ``DecodeStream``.
+  ``stopline.tools.generate.decode_tokens``, text pieces from ``DecodeStream``.
 * ``text_<tokenizer>.jsonl``: passages of ``pydoc_data.topics`` (stdlib) and
   of the Jargon File (Debian ``jargon-text``, when installed) tokenized by
   SmolLM2's tokenizer, cl100k_base and o200k_base (tiktoken rank files from
@@ -286,7 +286,7 @@ GEN_MAX = 96
 
 
 def model_requests(lm, rng, log):
-    from stopline.generate import compile_json_schema, decode_tokens
+    from stopline.tools.generate import compile_json_schema, decode_tokens
 
     reqs = []
     runs = []  # (label, prompt, system, sampling, schema, min_tokens)
@@ -360,9 +360,10 @@ def model_requests(lm, rng, log):
 
 
 def write(path, reqs):
-    with open(path, "w", encoding="utf-8") as f:
-        for r in reqs:
-            f.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
+    """gzip-compressed JSONL; mtime 0 so that the same traces give the same bytes."""
+    text = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in reqs)
+    with open(path, "wb") as f:
+        f.write(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
 
 
 def main(argv=None):
@@ -376,7 +377,7 @@ def main(argv=None):
 
     import torch
 
-    from stopline.models import load_smollm2
+    from stopline.tools.models import load_smollm2
 
     torch.manual_seed(a.seed)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -385,10 +386,10 @@ def main(argv=None):
     files = {}
     passages = text_passages()
     for tok in load_text_tokenizers(lm, a.litellm):
-        files[f"text_{tok.name}.jsonl"] = text_requests(tok, passages, random.Random(f"{a.seed}-{tok.name}"))
+        files[f"text_{tok.name}.jsonl.gz"] = text_requests(tok, passages, random.Random(f"{a.seed}-{tok.name}"))
     if not a.skip_model:
         log("decoding with SmolLM2 ...")
-        files["smollm2_chat.jsonl"] = model_requests(lm, random.Random(a.seed), log)
+        files["smollm2_chat.jsonl.gz"] = model_requests(lm, random.Random(a.seed), log)
     for name, reqs in files.items():
         write(os.path.join(a.out, name), reqs)
         counts = Counter(r["source"]["kind_of_params"] for r in reqs)

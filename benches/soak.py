@@ -5,7 +5,7 @@ fixed pool of slots, each sequence added when a slot frees up, stepped once
 per engine step (single tokens and speculative accept runs), finished by a
 stop string, EOS, a stop token id, the length cap or an abort, then removed.
 The text pieces are real: token pieces from the decode traces bundled with
-stopline (``stopline/traces/*.jsonl``, four tokenizers), each sequence reading
+stopline (``stopline/traces/*.jsonl.gz``, four tokenizers), each sequence reading
 them from its own random offset, with the stop lists of those traces.
 
 Resident memory (VmRSS) is sampled after warm-up and at regular intervals; a
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import gzip
 import json
 import random
 import sys
@@ -54,9 +55,9 @@ def load_traces() -> tuple[list[int], list[str], list[list[str]], list[int]]:
     eos: set[int] = set()
     root = resources.files("stopline") / "traces"
     for entry in sorted(root.iterdir(), key=lambda p: p.name):
-        if not entry.name.endswith(".jsonl"):
+        if not entry.name.endswith(".jsonl.gz"):
             continue
-        for line in entry.read_text(encoding="utf-8").splitlines():
+        for line in gzip.decompress(entry.read_bytes()).decode("utf-8").splitlines():
             if not line.strip():
                 continue
             req = json.loads(line)

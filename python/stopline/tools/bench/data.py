@@ -4,7 +4,9 @@ emits, stop lists of any size, and speculative accept runs."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 # Chat-template and prompt-format stops that engines really receive.
 REAL_STOPS = (
@@ -35,13 +37,13 @@ def _text() -> str:
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
-def _smollm2_tokenizer():
+def _smollm2_tokenizer() -> Any:
     """The SmolLM2 tokenizer as a ``tokenizers.Tokenizer``, from stopline's
     model cache (never downloads); None when unavailable."""
     try:
         from tokenizers import Tokenizer
 
-        from stopline.models import load_smollm2_tokenizer, smollm2_tokenizer_dir
+        from stopline.tools.models import load_smollm2_tokenizer, smollm2_tokenizer_dir
 
         saved = smollm2_tokenizer_dir() / "tokenizer.json"
         if saved.is_file():  # fast path: no transformers import
@@ -75,7 +77,7 @@ def text_pieces(limit: int = 200_000) -> tuple[tuple[str, ...], str]:
     return pieces, "regex word pieces (install stopline[demo] for real tokenizer pieces)"
 
 
-def accept_runs(pieces: tuple[str, ...] | list[str], count: int, lo: int = 4, hi: int = 8) -> list[str]:
+def accept_runs(pieces: Sequence[str], count: int, lo: int = 4, hi: int = 8) -> list[str]:
     """``count`` speculative accept runs: consecutive pieces joined in runs of
     ``lo``..``hi`` tokens (cycling through the lengths), wrapping around the
     pieces if needed."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import stopline
 from stopline import baseline
-from stopline.bench import data, peers
-from stopline.bench.timing import Timing, time_side_by_side
+from stopline.tools.bench import data, peers
+from stopline.tools.bench.timing import Timing, time_side_by_side
 
 SINGLE = "single token"
 RUNS = "4-8 token runs"
@@ -34,7 +35,7 @@ class Row:
     impl: str
     timing: Timing
     unit: str
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ns(self) -> float:
@@ -94,7 +95,7 @@ def stop_strings_agreement(
 # -------------------------------------------------------------- finish check
 
 
-def finish_params(text_pieces: Sequence[str]) -> dict:
+def finish_params(text_pieces: Sequence[str]) -> dict[str, Any]:
     """4 stop strings that never occur in the text (a finished sequence would
     reject the next step), an EOS id and 2 stop token ids."""
     text = "".join(text_pieces)
@@ -131,12 +132,14 @@ def finish(
     return rows
 
 
-def _finish_fns(batch: int, steps: int, per_step: list, params: dict) -> dict[str, Callable[[], int]]:
+def _finish_fns(
+    batch: int, steps: int, per_step: list[tuple[list[int], list[str]]], params: dict[str, Any]
+) -> dict[str, Callable[[], int]]:
     """The three timed runs of one batch size; each reads every finished
     flag and text delta, as an engine does."""
     slots = list(range(batch))
 
-    def rust_batch(rows: Sequence[int], inputs: list = per_step) -> Callable[[], int]:
+    def rust_batch(rows: Sequence[int], inputs: Sequence[Any] = per_step) -> Callable[[], int]:
         def run() -> int:
             b = stopline.FinishBatch(batch)
             p = stopline.StopParams(**params)
@@ -204,7 +207,7 @@ def setup(
     compile_fns = {name: impl.compile for name, impl in impls.items()}
     compile_fns[peers.BASELINE] = baseline.StopMatcher
 
-    def miss(fn: Callable) -> Callable[[], int]:
+    def miss(fn: Callable[[list[str]], object]) -> Callable[[], int]:
         def run() -> int:
             nonlocal taken
             lists = fresh[taken:taken + count]

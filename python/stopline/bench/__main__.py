@@ -1,5 +1,0 @@
-import sys
-
-from stopline.bench import main
-
-sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from stopline.tools.bench import main
+
+sys.exit(main())
