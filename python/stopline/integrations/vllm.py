@@ -1,0 +1,209 @@
+"""stopline behind vLLM's V1 logits-processor interface.
+
+:class:`StoplineLogitsProcessor` is a ``vllm.v1.sample.logits_processor.LogitsProcessor``
+that applies, for every request of the persistent batch, the masks of
+:class:`stopline.logits.LogitsConstraints` in one pass: ``allowed_token_ids``,
+``bad_words``, ``min_tokens`` over the stop ids with vLLM's restore rule for
+structured-output requests, and ``logit_bias``; one kernel launch on CUDA (the
+torch reference elsewhere).
+
+Two classes, differing only in where a request's constraints come from:
+
+- :class:`StoplineLogitsProcessor` reads ``SamplingParams.extra_args["stopline"]``,
+  a mapping of :meth:`LogitsConstraints.set` arguments (the way vLLM passes
+  arguments to custom processors). Requests without it are untouched, so it is
+  safe to load everywhere: the ``vllm.logits_processors`` entry point installed
+  with stopline names it.
+- :class:`StoplineBuiltinsProcessor` reads the ordinary fields
+  (``min_tokens``/``all_stop_token_ids``, ``allowed_token_ids``,
+  ``bad_words_token_ids``, ``logit_bias``): what vLLM's built-in
+  ``MinTokens``/``LogitBias`` processors and its sampler's allowed-ids and
+  bad-words steps do, in one pass. vLLM still runs its built-ins on those
+  fields, so use it where they are taken out (it is not registered by default:
+  a ``logit_bias`` would otherwise be added twice).
+
+Pass either as ``LLM(..., logits_processors=[cls])``.
+
+Batch rows move as vLLM condenses its persistent batch; the processor keeps a
+row -> slot map (a move or swap rewrites two map entries, never device state)
+and feeds each slot's new output tokens from the request's live
+``output_tok_ids`` list once per step (O(new tokens)).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+try:
+    import torch
+    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
+
+from ..logits import LogitsConstraints
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+
+__all__ = ["StoplineLogitsProcessor", "StoplineBuiltinsProcessor", "constraints_from_params"]
+
+EXTRA_ARGS_KEY = "stopline"
+
+
+def constraints_from_extra_args(params: SamplingParams) -> dict[str, Any] | None:
+    """``extra_args["stopline"]`` as :meth:`LogitsConstraints.set` arguments, or None."""
+    extra = params.extra_args or {}
+    if EXTRA_ARGS_KEY not in extra:
+        return None
+    kw = extra[EXTRA_ARGS_KEY]
+    if not isinstance(kw, dict):
+        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be a dict of LogitsConstraints.set arguments, got {type(kw).__name__}")
+    allowed = {"min_tokens", "stop_token_ids", "allowed_token_ids", "bad_words", "logit_bias", "restore"}
+    unknown = sorted(set(kw) - allowed)
+    if unknown:
+        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] has unknown keys {unknown}; expected some of {sorted(allowed)}")
+    return dict(kw) or None
+
+
+def constraints_from_params(params: SamplingParams) -> dict[str, Any] | None:
+    """The :meth:`LogitsConstraints.set` arguments for a vLLM request, or None if it has none.
+
+    ``min_tokens`` masks ``all_stop_token_ids`` (EOS included, as vLLM's
+    ``MinTokensLogitsProcessor``); masked stop tokens come back only on
+    structured-output requests whose row is otherwise empty (``restore="always"``
+    for them, ``"never"`` otherwise, which is vLLM's rule). ``bad_words`` are
+    the tokenized ``bad_words_token_ids`` (vLLM fills them in the frontend).
+    """
+    kw: dict[str, Any] = {}
+    if params.min_tokens:
+        kw["min_tokens"] = int(params.min_tokens)
+        kw["stop_token_ids"] = sorted(params.all_stop_token_ids)
+        kw["restore"] = "always" if params.structured_outputs is not None else "never"
+    if params.allowed_token_ids:
+        kw["allowed_token_ids"] = list(params.allowed_token_ids)
+    if params.bad_words_token_ids:
+        kw["bad_words"] = [list(w) for w in params.bad_words_token_ids]
+    if params.logit_bias:
+        kw["logit_bias"] = {int(t): float(b) for t, b in params.logit_bias.items()}
+    return kw or None
+
+
+class StoplineLogitsProcessor(LogitsProcessor):
+    """vLLM V1 logits processor over :class:`stopline.logits.LogitsConstraints`,
+    for requests that carry ``extra_args["stopline"]``.
+
+    Args (vLLM's constructor):
+        vllm_config: reads ``scheduler_config.max_num_seqs`` (slots) and
+            ``model_config.get_vocab_size()`` (logits width).
+        device: the logits' device.
+        is_pin_memory: unused (the constraints keep their own host staging).
+
+    Raises:
+        ValueError: from :meth:`update_state` for a request whose constraints
+            are invalid for this model (an id outside the vocabulary, ...),
+            naming the field; :meth:`validate_params` catches the
+            model-independent ones at admission.
+    """
+
+    #: Where a request's constraints come from (None: the request has none).
+    constraints_for = staticmethod(constraints_from_extra_args)
+
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool):
+        max_slots = int(vllm_config.scheduler_config.max_num_seqs)
+        vocab_size = int(vllm_config.model_config.get_vocab_size())
+        # One extra slot that is never set: rows without constraints point at it.
+        self._blank = max_slots
+        self.constraints = LogitsConstraints(max_slots + 1, vocab_size, device)
+        self._free = list(range(max_slots - 1, -1, -1))
+        self._row_slot: dict[int, int] = {}
+        self._outputs: dict[int, list[int]] = {}  # slot -> the request's live output list
+        self._fed: dict[int, int] = {}  # slot -> output tokens appended to the constraints
+        self._batch_size = 0
+        self._rows: list[int] = []
+        self._positions: list[int] = []
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """Refuse, at admission, constraints no model could take (vLLM calls this in the frontend)."""
+        kw = cls.constraints_for(sampling_params) or {}
+        bias = kw.get("logit_bias") or {}
+        if not isinstance(bias, dict):
+            raise ValueError(f"logit_bias must be a dict of token id -> bias, got {type(bias).__name__}")
+        for token, value in bias.items():
+            if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(f"logit_bias[{token!r}] must be a finite number, got {value!r}")
+        if "allowed_token_ids" in kw and kw["allowed_token_ids"] is not None and not kw["allowed_token_ids"]:
+            raise ValueError("allowed_token_ids must not be empty")
+
+    def is_argmax_invariant(self) -> bool:
+        """Masks and biases change the argmax."""
+        return False
+
+    def _release(self, slot: int) -> None:
+        self.constraints.clear(slot)
+        self._outputs.pop(slot, None)
+        self._fed.pop(slot, None)
+        self._free.append(slot)
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        """Apply vLLM's removed, added, moved lists (in that order), then feed new output tokens."""
+        if batch_update is not None:
+            for index in batch_update.removed:
+                slot = self._row_slot.pop(index, None)
+                if slot is not None:
+                    self._release(slot)
+            for index, params, _prompt, output_ids in batch_update.added:
+                old = self._row_slot.pop(index, None)
+                if old is not None:
+                    self._release(old)
+                kw = self.constraints_for(params)
+                if kw is None:
+                    continue
+                slot = self._free.pop()
+                try:
+                    self.constraints.set(slot, **kw)
+                except (TypeError, ValueError):
+                    self._free.append(slot)
+                    raise
+                self._row_slot[index] = slot
+                self._outputs[slot] = output_ids
+                self._fed[slot] = 0
+            for a, b, direction in batch_update.moved:
+                slot_a = self._row_slot.pop(a, None)
+                slot_b = self._row_slot.pop(b, None)
+                if slot_a is not None:
+                    self._row_slot[b] = slot_a
+                if slot_b is not None:
+                    if direction == MoveDirectionality.SWAP:
+                        self._row_slot[a] = slot_b
+                    else:  # b was overwritten by a
+                        self._release(slot_b)
+            self._batch_size = batch_update.batch_size
+        for slot, output_ids in self._outputs.items():
+            n, fed = len(output_ids), self._fed[slot]
+            if n > fed:
+                self.constraints.append_tokens(slot, output_ids[fed:n])
+                self._fed[slot] = n
+        rows = [self._blank] * self._batch_size
+        positions = [0] * self._batch_size
+        for index, slot in self._row_slot.items():
+            if index < self._batch_size:
+                rows[index] = slot
+                positions[index] = self._fed[slot]
+        self._rows, self._positions = rows, positions
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mask ``logits[:batch_size]`` (``[rows, vocab]`` float) in place and return ``logits``."""
+        if not self._row_slot:
+            return logits
+        n = len(self._rows)
+        self.constraints.apply(logits[:n], row_slots=self._rows, row_positions=self._positions)
+        return logits
+
+
+class StoplineBuiltinsProcessor(StoplineLogitsProcessor):
+    """The same processor over the ordinary ``SamplingParams`` fields
+    (:func:`constraints_from_params`): vLLM's built-in min-tokens, logit-bias,
+    allowed-ids and bad-words steps in one pass."""
+
+    constraints_for = staticmethod(constraints_from_params)
