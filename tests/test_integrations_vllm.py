@@ -171,3 +171,99 @@ def test_out_of_vocabulary_id_is_refused_before_any_launch():
     # The slot went back to the pool: a valid request still fits every slot.
     added = [(i, SamplingParams(min_tokens=1, stop_token_ids=[1]), [1], []) for i in range(MAX_SEQS)]
     ours.update_state(BatchUpdate(batch_size=MAX_SEQS, removed=[], added=added, moved=[]))
+
+
+# --- RequestStop against vLLM's check_stop ---------------------------------
+
+from vllm.v1.core.sched.utils import check_stop  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+
+from stopline.integrations.vllm import RequestStop  # noqa: E402
+
+
+def vllm_request(rng, prompt_len):
+    max_tokens = rng.randint(1, 25)
+    kw = dict(max_tokens=max_tokens, min_tokens=rng.randint(0, min(6, max_tokens)))
+    if rng.random() < 0.6:
+        kw["stop_token_ids"] = rng.sample(range(V), rng.randint(1, 2))
+    sp = SamplingParams(**kw)
+    if rng.random() < 0.8:
+        sp.update_from_generation_config({}, eos_token_id=rng.randrange(V))
+    return lambda: Request("r", list(range(prompt_len)), sp.clone(), None)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_request_stop_matches_check_stop(seed):
+    """Token by token and as accept runs: RequestStop stops where vLLM 0.33's
+    check_stop stops (its scheduler trims a run at the first stop), with the
+    same status and stop_reason."""
+    rng = random.Random(seed)
+    prompt_len = rng.randint(1, 8)
+    make = vllm_request(rng, prompt_len)
+    max_model_len = prompt_len + rng.randint(2, 30)
+    stream = [rng.choice(range(6)) if rng.random() < 0.5 else rng.randrange(V) for _ in range(40)]
+
+    theirs = make()
+    status = stop_reason = None
+    for tok in stream:
+        theirs.append_output_token_ids(tok)
+        if check_stop(theirs, max_model_len):
+            status, stop_reason = theirs.status.name, theirs.stop_reason
+            break
+    kept = theirs.num_output_tokens
+
+    ours, ours_req = None, make()
+    ours = RequestStop(ours_req, max_model_len)
+    pos = 0
+    res = None
+    while pos < len(stream):
+        k = rng.randint(1, 4)
+        ours_req.append_output_token_ids(stream[pos:pos + k])
+        pos += k
+        res = ours.check_stop(ours_req)
+        if res.stopped:
+            break
+    assert res is not None
+    assert (res.status, res.stop_reason) == (status, stop_reason)
+    if status is not None:
+        assert res.num_output_tokens == kept
+
+
+# --- DetokenizerStop against vLLM's incremental detokenizer ----------------
+
+from vllm.v1.engine.detokenizer import BaseIncrementalDetokenizer  # noqa: E402
+
+from stopline.integrations.vllm import DetokenizerStop  # noqa: E402
+
+PIECES = ["a", "b", "ab", "ba", " ", "stop", "st", "op", "x", "", "é", "end", "\n"]
+
+
+class TableDetokenizer(BaseIncrementalDetokenizer):
+    """vLLM's own update/stop-string logic over a fixed id -> text table."""
+
+    def decode_next(self, next_token_id):
+        return PIECES[next_token_id]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_detokenizer_stop_matches_vllm(seed):
+    """Random stop lists, runs of 1-4 tokens and min_tokens: the same stop
+    string, the same cut text and the same kept token count as vLLM 0.33's
+    BaseIncrementalDetokenizer.update, including a final stop-terminated run."""
+    rng = random.Random(seed)
+    stops = rng.sample(["ab", "ba", "stop", "b a", "x", "end\n", "aa", "é"], rng.randint(1, 3))
+    sp = SamplingParams(
+        stop=stops, min_tokens=rng.randint(0, 4), include_stop_str_in_output=rng.random() < 0.4, max_tokens=100
+    )
+    theirs = TableDetokenizer(SimpleNamespace(sampling_params=sp))
+    ours = DetokenizerStop(sp)
+    for step in range(12):
+        run = [rng.randrange(len(PIECES)) for _ in range(rng.randint(1, 4))]
+        terminated = step == 11 and rng.random() < 0.5
+        expect = theirs.update(run, terminated)
+        got = ours.update([PIECES[t] for t in run], terminated)
+        assert got == expect
+        assert ours.output_text == theirs.output_text
+        assert ours.num_output_tokens == len(theirs.token_ids)
+        if expect is not None:
+            break

@@ -207,3 +207,163 @@ class StoplineBuiltinsProcessor(StoplineLogitsProcessor):
     allowed-ids and bad-words steps in one pass."""
 
     constraints_for = staticmethod(constraints_from_params)
+
+
+class RequestStop:
+    """Per-request replacement for vLLM V1's ``check_stop(request, max_model_len)``.
+
+    One instance lives with one ``vllm.v1.request.Request``; each call feeds
+    only the output tokens appended since the previous call to a
+    :class:`stopline.FinishTracker`, so a step costs O(new tokens) whatever
+    the length of the request (``stopline.compat.vllm_check_stop_request``
+    replays the whole history instead).
+
+    Read once, at construction: ``request.num_prompt_tokens``,
+    ``request.max_tokens``, and from ``request.sampling_params``:
+    ``eos_token_id`` (vLLM leaves it None under ``ignore_eos``),
+    ``stop_token_ids`` (vLLM adds the generation config's extra EOS ids there),
+    ``min_tokens`` and ``repetition_detection``.
+
+    The decision is vLLM 0.33's order (docs/semantics.md section 3): EOS, then a
+    stop token id (``stop_reason`` = the id), both even below ``min_tokens``;
+    then the length caps (``num_tokens >= max_model_len`` or
+    ``num_output_tokens >= max_tokens``); then repetition from ``min_tokens`` on.
+
+    Raises:
+        ValueError: a pooling request or one without sampling params (at
+            construction); ``num_new_tokens`` larger than what was appended.
+        RuntimeError: a call after the request finished
+            (``stopline.SequenceFinishedError`` where the core has it).
+    """
+
+    def __init__(self, request: Any, max_model_len: int):
+        from .. import FinishTracker, StopParams
+        from ..compat import _repetition
+
+        if getattr(request, "pooling_params", None):
+            raise ValueError("this is a pooling request; stopline decides generation finishes only")
+        sp = getattr(request, "sampling_params", None)
+        if sp is None:
+            raise ValueError("request.sampling_params is None; nothing to decide")
+        max_tokens = getattr(request, "max_tokens", None) or sp.max_tokens
+        min_tokens = sp.min_tokens or 0
+        if max_tokens is not None:
+            min_tokens = min(min_tokens, max_tokens)  # vLLM clamps max_tokens after validating
+        eos = sp.eos_token_id
+        self._tracker = FinishTracker(
+            StopParams(
+                max_tokens=max_tokens,
+                min_tokens=min_tokens,
+                prompt_len=request.num_prompt_tokens,
+                max_model_len=max_model_len,
+                eos_token_ids=() if eos is None else (eos,),
+                stop_token_ids=sp.stop_token_ids or (),
+                repetition=_repetition(getattr(sp, "repetition_detection", None)),
+            )
+        )
+        self._seen = 0
+
+    @property
+    def tracker(self) -> Any:
+        """The underlying :class:`stopline.FinishTracker` (finish_reason, stop_reason, num_tokens)."""
+        return self._tracker
+
+    def check_stop(self, request: Any) -> Any:
+        """Feed the tokens appended to ``request.output_token_ids`` since the last call.
+
+        Returns a :class:`stopline.compat.VllmStopResult`: ``stopped``,
+        ``status`` (vLLM's ``RequestStatus`` name), ``stop_reason``,
+        ``num_output_tokens`` (after vLLM's trim of an accept run at the first
+        stop) and ``new_token_ids`` (the kept part of the new tokens). Nothing
+        on the request is changed.
+        """
+        from ..compat import VllmStopResult, to_vllm_status
+
+        ids = request.output_token_ids
+        new = ids[self._seen:]
+        before = self._tracker.num_tokens
+        r = self._tracker.update(new)
+        self._seen = len(ids)
+        kept = r.num_tokens - before
+        return VllmStopResult(
+            stopped=r.finished,
+            status=to_vllm_status(r.finish_reason),
+            finish_reason=r.finish_reason,
+            stop_reason=r.stop_reason,
+            num_output_tokens=r.num_tokens,
+            new_token_ids=tuple(new[:kept]),
+            decided_before_new=False,
+        )
+
+
+class DetokenizerStop:
+    """Per-request replacement for the stop-string step of vLLM V1's incremental detokenizer.
+
+    vLLM's ``BaseIncrementalDetokenizer.update`` appends each new token's text,
+    then searches the new characters for the request's stop strings with
+    ``check_stop_strings`` and cuts the text and the token ids. This class
+    takes the same per-token texts and decides with stopline's incremental
+    matcher: O(new characters) per call whatever the number of stop strings.
+
+    Args:
+        sampling_params: reads ``stop`` (a string or a list), ``min_tokens``
+            and ``include_stop_str_in_output``.
+
+    Rules (vLLM 0.33 agrees on each; docs/semantics.md sections 2 and 3): the
+    stop string that ends first wins, ties by list order; a stop string counts
+    only if it ends in the text of output token ``n > min_tokens``; tokens
+    after the one completing it are dropped; with ``stop_terminated`` (the
+    scheduler finished the request on EOS or a stop token id) that token's
+    text is left out unless ``include_stop_str_in_output``.
+
+    Streaming differs on purpose: :meth:`get_next_output_text` holds back only
+    the suffix that can still become a stop string (vLLM holds back
+    ``max(len(stop)) - 1`` characters).
+    """
+
+    def __init__(self, sampling_params: Any):
+        from .. import FinishTracker, StopParams
+
+        stop = sampling_params.stop
+        stops = [stop] if isinstance(stop, str) else list(stop or ())
+        self._include = bool(sampling_params.include_stop_str_in_output)
+        self._tracker = FinishTracker(
+            StopParams(
+                stop=stops or None,
+                min_tokens=sampling_params.min_tokens or 0,
+                include_stop_str_in_output=self._include,
+            )
+        )
+        self._released: list[str] = []
+
+    def update(self, new_texts: list[str], stop_terminated: bool = False) -> str | None:
+        """Append the text of each new output token; return the stop string that finished, or None.
+
+        ``new_texts[i]`` is the decoded text of the i-th new token (``""``
+        while a character is incomplete), as vLLM's ``decode_next`` returns it.
+        """
+        if not new_texts or self._tracker.finished:
+            return None
+        texts = list(new_texts)
+        if stop_terminated and not self._include:
+            texts[-1] = ""
+        r = self._tracker.update([0] * len(texts), texts)
+        if r.text_delta:
+            self._released.append(r.text_delta)
+        return r.stop_reason if isinstance(r.stop_reason, str) else None
+
+    @property
+    def output_text(self) -> str:
+        """The output text so far, cut at the stop string (code points)."""
+        return self._tracker.text
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Output tokens kept (vLLM's ``len(token_ids)`` after its trim)."""
+        return self._tracker.num_tokens
+
+    def get_next_output_text(self) -> str:
+        """The text released since the last call (exact hold-back)."""
+        out = "".join(self._released)
+        self._released.clear()
+        return out
