@@ -194,3 +194,15 @@ def test_custom_logit_processor_through_sglang():
         assert torch.equal(logits, expect)
         for req in reqs:
             req.output_ids.append(rng.choice([5, 6, 8, 9]))
+
+
+def test_docs_example_runs():
+    """The SGLang example in docs/integrations.md runs as written."""
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S) if "integrations.sglang" in b]
+    assert blocks
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), {})

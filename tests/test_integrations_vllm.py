@@ -220,8 +220,12 @@ def test_request_stop_matches_check_stop(seed):
         k = rng.randint(1, 4)
         ours_req.append_output_token_ids(stream[pos:pos + k])
         pos += k
-        res = ours.check_stop(ours_req)
-        if res.stopped:
+        stopped = ours.check_stop(ours_req)
+        res = ours.result()
+        assert stopped == res.stopped
+        if stopped:
+            # Set on the request as vLLM's check_stop sets them.
+            assert (ours_req.status.name, ours_req.stop_reason) == (status, stop_reason)
             break
     assert res is not None
     assert (res.status, res.stop_reason) == (status, stop_reason)
@@ -267,3 +271,15 @@ def test_detokenizer_stop_matches_vllm(seed):
         assert ours.num_output_tokens == len(theirs.token_ids)
         if expect is not None:
             break
+
+
+def test_docs_example_runs():
+    """The vLLM example in docs/integrations.md runs as written."""
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S) if "integrations.vllm" in b]
+    assert blocks
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), {})

@@ -54,3 +54,15 @@ def test_release_more_than_held_names_the_slot():
         assert "slot 1" in str(e) and "only 1" in str(e)
     else:
         raise AssertionError("no error")
+
+
+def test_docs_integrations_examples_without_engines():
+    """The engine-free example of docs/integrations.md (HeldPayloads) runs as written."""
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S) if "HeldPayloads" in b]
+    assert blocks
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), {})

@@ -35,6 +35,9 @@ def _as_list(value: Any) -> list[Any]:
     return list(value)
 
 
+_RUNNING = SglangFinishResult(finished=False, finished_reason=None, finished_len=None, decided_before_new=False)
+
+
 class ReqFinish:
     """Per-request finish state in SGLang's terms, decided by stopline.
 
@@ -121,7 +124,9 @@ class ReqFinish:
                 texts = [self._piece(i) for i in ids]
         decided_before = self._tracker.finished
         if not decided_before:
-            self._tracker.update(ids, texts)
+            r = self._tracker.update(ids, texts)
+            if not r.finished:
+                return _RUNNING
         t = self._tracker
         reason = to_sglang_finish_reason(
             t.finish_reason,

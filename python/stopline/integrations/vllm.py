@@ -40,6 +40,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
+from .. import FinishTracker, StopParams
+from ..compat import _VLLM_STATUS, VllmStopResult, _repetition, to_vllm_status
 from ..logits import LogitsConstraints
 
 if TYPE_CHECKING:
@@ -231,15 +233,10 @@ class RequestStop:
 
     Raises:
         ValueError: a pooling request or one without sampling params (at
-            construction); ``num_new_tokens`` larger than what was appended.
-        RuntimeError: a call after the request finished
-            (``stopline.SequenceFinishedError`` where the core has it).
+            construction).
     """
 
     def __init__(self, request: Any, max_model_len: int):
-        from .. import FinishTracker, StopParams
-        from ..compat import _repetition
-
         if getattr(request, "pooling_params", None):
             raise ValueError("this is a pooling request; stopline decides generation finishes only")
         sp = getattr(request, "sampling_params", None)
@@ -262,36 +259,59 @@ class RequestStop:
             )
         )
         self._seen = 0
+        self._fed_before = 0
+        self._done = False
 
     @property
-    def tracker(self) -> Any:
+    def tracker(self) -> FinishTracker:
         """The underlying :class:`stopline.FinishTracker` (finish_reason, stop_reason, num_tokens)."""
         return self._tracker
 
-    def check_stop(self, request: Any) -> Any:
-        """Feed the tokens appended to ``request.output_token_ids`` since the last call.
+    def check_stop(self, request: Any) -> bool:
+        """vLLM's ``check_stop`` contract: True when the request finished, and then
+        ``request.status`` and ``request.stop_reason`` are set as vLLM sets them.
 
-        Returns a :class:`stopline.compat.VllmStopResult`: ``stopped``,
-        ``status`` (vLLM's ``RequestStatus`` name), ``stop_reason``,
-        ``num_output_tokens`` (after vLLM's trim of an accept run at the first
-        stop) and ``new_token_ids`` (the kept part of the new tokens). Nothing
-        on the request is changed.
+        Feeds the tokens appended to ``request.output_token_ids`` since the
+        last call (one per call in plain decoding; a whole accept run when the
+        engine calls once per step). After a stop inside a run,
+        :meth:`result` gives ``num_output_tokens`` to trim the request to.
         """
-        from ..compat import VllmStopResult, to_vllm_status
-
         ids = request.output_token_ids
-        new = ids[self._seen:]
-        before = self._tracker.num_tokens
-        r = self._tracker.update(new)
-        self._seen = len(ids)
-        kept = r.num_tokens - before
+        n = len(ids)
+        seen = self._seen
+        if n == seen or self._done:
+            return self._done
+        self._seen = n
+        if n == seen + 1:  # plain decoding: one token, passed as an int
+            self._fed_before = seen
+            r = self._tracker.update(ids[seen])
+        else:
+            self._fed_before = self._tracker.num_tokens
+            r = self._tracker.update(list(ids[seen:n]))
+        if not r.finished:
+            return False
+        self._done = True
+        from vllm.v1.request import RequestStatus
+
+        request.status = RequestStatus[_VLLM_STATUS[r.finish_reason]]
+        if r.stop_reason is not None:
+            request.stop_reason = r.stop_reason
+        return True
+
+    def result(self) -> VllmStopResult:
+        """The last decision in full (:class:`stopline.compat.VllmStopResult`):
+        ``status`` name, ``stop_reason``, ``num_output_tokens`` after vLLM's
+        trim of an accept run at its first stop, ``new_token_ids`` kept from the
+        last call's tokens."""
+        t = self._tracker
+        kept = t.token_ids[self._fed_before:]
         return VllmStopResult(
-            stopped=r.finished,
-            status=to_vllm_status(r.finish_reason),
-            finish_reason=r.finish_reason,
-            stop_reason=r.stop_reason,
-            num_output_tokens=r.num_tokens,
-            new_token_ids=tuple(new[:kept]),
+            stopped=t.finished,
+            status=to_vllm_status(t.finish_reason),
+            finish_reason=t.finish_reason,
+            stop_reason=t.stop_reason,
+            num_output_tokens=t.num_tokens,
+            new_token_ids=tuple(kept),
             decided_before_new=False,
         )
 
@@ -322,8 +342,6 @@ class DetokenizerStop:
     """
 
     def __init__(self, sampling_params: Any):
-        from .. import FinishTracker, StopParams
-
         stop = sampling_params.stop
         stops = [stop] if isinstance(stop, str) else list(stop or ())
         self._include = bool(sampling_params.include_stop_str_in_output)
