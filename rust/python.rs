@@ -1237,6 +1237,12 @@ impl PyBatchStepResult {
         let list = self.text_deltas.bind(py);
         list.get_slice(0, list.len())
     }
+    /// Per row, how many output tokens this step released (the length of
+    /// its `token_ids_deltas` row, without building the lists).
+    #[getter]
+    fn num_released(&self) -> Vec<usize> {
+        (0..self.rows.len()).map(|i| self.tokens_of(i).len()).collect()
+    }
     #[getter]
     fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
         (0..self.rows.len())

@@ -494,3 +494,18 @@ def test_to_openai_finish_reason_rejects_other_engines_names(bad):
     # TGI's FinishReason names are not stopline's.
     with pytest.raises(ValueError):
         stopline.to_openai_finish_reason(bad, False)
+
+
+def test_sglang_regex_finish_reports_the_pattern():
+    """SGLang 0.5.23 reports a stop regex as FINISHED_MATCHED_REGEX(matched=pattern)."""
+    r = sglang_check_finished(
+        [1, 2, 3], max_new_tokens=10, new_accepted_len=3,
+        stop_regex_strs=[r"\d+!"], output_texts=["a 4", "2", "! b"],
+    )
+    assert r.finished and r.finished_len == 3
+    assert (r.finished_reason.kind, r.finished_reason.to_json()) == (
+        "FINISHED_MATCHED_REGEX", {"type": "stop", "matched": r"\d+!"}
+    )
+    plain = to_sglang_finish_reason("stop", "42!", stop_reason=r"\d+!", stop_regex=[r"\d+!"])
+    assert plain.kind == "FINISHED_MATCHED_REGEX"
+    assert to_sglang_finish_reason("stop", "ab", stop_reason="ab").kind == "FINISH_MATCHED_STR"

@@ -446,6 +446,7 @@ def vllm_detokenizer_stop(
 _SGLANG_KINDS = {
     "FINISH_MATCHED_TOKEN",
     "FINISH_MATCHED_STR",
+    "FINISHED_MATCHED_REGEX",
     "FINISH_LENGTH",
     "FINISH_ABORT",
 }
@@ -456,7 +457,8 @@ class SglangFinishReason:
     """The content of one of SGLang's finish-reason objects.
 
     ``kind`` names SGLang's class (``FINISH_MATCHED_TOKEN``,
-    ``FINISH_MATCHED_STR``, ``FINISH_LENGTH``, ``FINISH_ABORT``); the other
+    ``FINISH_MATCHED_STR``, ``FINISHED_MATCHED_REGEX``, ``FINISH_LENGTH``,
+    ``FINISH_ABORT``); the other
     fields are that class's attributes, and :meth:`to_json` gives the dict its
     ``to_json()`` returns (``python/sglang/srt/managers/schedule_batch.py``).
     """
@@ -494,12 +496,19 @@ def to_sglang_finish_reason(
     max_new_tokens: Optional[int] = None,
     num_tokens: Optional[int] = None,
     message: Optional[str] = None,
+    stop_reason: Union[int, str, None] = None,
+    stop_regex: Iterable[str] = (),
 ) -> Optional[SglangFinishReason]:
     """SGLang's finish-reason object for a stopline finish.
 
     Pass ``finish_reason`` and ``matched`` of a ``StepResult`` /
     ``FinishTracker``. ``None`` (running) maps to ``None``.
 
+    * ``"stop"`` whose ``stop_reason`` is one of the request's ``stop_regex``
+      patterns -> ``FINISHED_MATCHED_REGEX(matched=pattern)``, as SGLang
+      reports a regex stop (the pattern, not the matched text). Pass the
+      ``stop_reason`` and the request's patterns to get it; a pattern that is
+      also a literal stop string of the request is reported as the regex.
     * ``"stop"`` with a ``str`` match -> ``FINISH_MATCHED_STR(matched=...)``;
       with an ``int`` match (EOS, stop token, grammar end) ->
       ``FINISH_MATCHED_TOKEN(matched=id)``.
@@ -523,6 +532,8 @@ def to_sglang_finish_reason(
     if finish_reason == "stop":
         if isinstance(matched, bool) or matched is None:
             raise ValueError("a 'stop' finish needs matched (a stop string or a token id)")
+        if isinstance(stop_reason, str) and stop_reason in set(stop_regex):
+            return SglangFinishReason(kind="FINISHED_MATCHED_REGEX", type="stop", matched=stop_reason)
         if isinstance(matched, str):
             return SglangFinishReason(kind="FINISH_MATCHED_STR", type="stop", matched=matched)
         return SglangFinishReason(kind="FINISH_MATCHED_TOKEN", type="stop", matched=int(matched))
@@ -579,6 +590,7 @@ def sglang_check_finished(
     max_new_tokens: int,
     new_accepted_len: int = 1,
     stop_strs: Union[str, Sequence[str], None] = None,
+    stop_regex_strs: Union[str, Sequence[str], None] = None,
     output_texts: Optional[Sequence[str]] = None,
     stop_token_ids: Optional[Iterable[int]] = None,
     eos_token_ids: Optional[Iterable[int]] = None,
@@ -629,8 +641,9 @@ def sglang_check_finished(
       ``FINISH_MATCHED_STR("NaN happened")``; stopline drops it and reports an
       error, rendered as ``FINISH_ABORT`` (status 500). A negative id (how
       SGLang marks NaN logits) is passed to the core as an out-of-range id.
-    * Stop regexes (``FINISHED_MATCHED_REGEX``) are not supported: the core
-      has no regex matcher yet.
+    * ``stop_regex_strs`` are matched with Rust regex syntax, incrementally
+      like stop strings (SGLang uses Python's ``re`` on a decoded tail); a
+      regex stop reports ``FINISHED_MATCHED_REGEX(matched=pattern)``.
     """
     ids = list(_ids(output_ids, "output_ids"))
     start = _split(len(ids), new_accepted_len, "new_accepted_len")
@@ -639,6 +652,7 @@ def sglang_check_finished(
         # ids >= 0, so send it as an id the vocabulary check rejects.
         ids = [vocab_size if i < 0 else i for i in ids]
     stops = _stops(stop_strs)
+    regexes = _stops(stop_regex_strs) or []
     texts = None if output_texts is None else list(output_texts)
     if texts is not None and len(texts) != len(ids):
         raise ValueError(
@@ -654,12 +668,18 @@ def sglang_check_finished(
         ignore_eos=ignore_eos,
         stop_token_ids=_ids(stop_token_ids, "stop_token_ids"),
         stop=stops or None,
+        stop_regex=regexes or None,
         include_stop_str_in_output=no_stop_trim,
         vocab_size=vocab_size,
     )
     r = _replay(params, ids, texts, start, grammar_at_end=grammar_terminated)
     reason = to_sglang_finish_reason(
-        r.finish_reason, r.matched, max_new_tokens=max_new_tokens, num_tokens=r.num_tokens
+        r.finish_reason,
+        r.matched,
+        max_new_tokens=max_new_tokens,
+        num_tokens=r.num_tokens,
+        stop_reason=r.stop_reason,
+        stop_regex=regexes,
     )
     return SglangFinishResult(
         finished=r.finished,

@@ -1,0 +1,262 @@
+"""stopline.integrations.hf against transformers' own generation pieces.
+
+Differential: on random rows, ``ConstraintsProcessor`` masks exactly as
+transformers' ``MinNewTokensLengthLogitsProcessor`` + ``NoBadWordsLogitsProcessor``
++ ``SequenceBiasLogitsProcessor`` do, and ``FinishCriteria`` ends each row at
+the step transformers' ``EosTokenCriteria`` + ``MaxLengthCriteria`` +
+``StopStringCriteria`` end it. End to end: ``generate`` on the real
+SmolLM2-135M-Instruct with the adapters gives the tokens ``generate`` gives
+with its own ``stop_strings``/``min_new_tokens``. The deliberate differences
+(docs/integrations.md) are tested as such.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from transformers.generation import logits_process as hf_lp  # noqa: E402
+from transformers.generation import stopping_criteria as hf_sc  # noqa: E402
+
+import stopline  # noqa: E402
+from stopline.integrations.hf import ConstraintsProcessor, FinishCriteria  # noqa: E402
+
+V = 48
+
+
+def hf_processors(prompt_len, min_new, eos, bad_words, bias):
+    procs = []
+    if min_new:
+        procs.append(hf_lp.MinNewTokensLengthLogitsProcessor(prompt_len, min_new, eos))
+    if bad_words:
+        procs.append(hf_lp.NoBadWordsLogitsProcessor(bad_words))
+    if bias:
+        procs.append(hf_lp.SequenceBiasLogitsProcessor([[[t], b] for t, b in bias.items()]))
+    return procs
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_processor_masks_like_transformers(seed):
+    """min_new_tokens, bad words (one and several tokens) and single-token bias:
+    identical scores to transformers' processors at every step (transformers 5.x).
+    Prompt ids come from [V-8, V) and bad-word prefixes from [0, V-8): a word
+    never straddles the prompt (transformers matches into the prompt, stopline
+    only the output: see test_bad_word_does_not_match_into_the_prompt)."""
+    rng = random.Random(seed)
+    rows = rng.randint(1, 4)
+    prompt_len = rng.randint(1, 6)
+    eos = [rng.randrange(V - 8)]
+    min_new = rng.randint(0, 5)
+    bad_words = [[rng.randrange(V - 8) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(1, 4))]
+    bad_words = [w for w in bad_words if w != eos] or [[V - 9]]
+    bias = {rng.randrange(V): rng.uniform(-3, 3) for _ in range(rng.randint(0, 4))}
+    ours = ConstraintsProcessor(
+        {"min_tokens": min_new, "stop_token_ids": eos, "bad_words": bad_words, "logit_bias": bias, "restore": "never"}
+    )
+    theirs = hf_processors(prompt_len, min_new, eos, bad_words, bias)
+    ids = torch.randint(V - 8, V, (rows, prompt_len))
+    for _ in range(10):
+        scores = torch.randn(rows, V)
+        expect = scores.clone()
+        for p in theirs:
+            expect = p(ids, expect)
+        got = ours(ids, scores.clone())
+        assert torch.equal(got, expect)
+        assert not ours.infeasible.any()
+        # Prefer bad-word prefixes so multi-token words get exercised.
+        nxt = [rng.choice([w[0] for w in bad_words] + [rng.randrange(V - 8)]) for _ in range(rows)]
+        ids = torch.cat([ids, torch.tensor(nxt)[:, None]], dim=1)
+
+
+def test_bad_word_does_not_match_into_the_prompt():
+    """Deliberate difference: a bad word's prefix is matched against output
+    tokens only (as vLLM's bad_words), while transformers also matches the
+    prompt's tail."""
+    ours = ConstraintsProcessor({"bad_words": [[5, 6]]})
+    hf = hf_lp.NoBadWordsLogitsProcessor([[5, 6]])
+    ids = torch.tensor([[1, 5]])  # the prompt ends with the word's prefix
+    scores = torch.zeros(1, V)
+    assert hf(ids, scores.clone())[0, 6] == float("-inf")
+    assert ours(ids, scores.clone())[0, 6] == 0
+    ids = torch.tensor([[1, 5, 5]])  # now the output ends with it
+    assert ours(ids, scores.clone())[0, 6] == float("-inf")
+
+
+def test_min_tokens_restore_keeps_a_row_sampleable():
+    """Deliberate difference: transformers' min_new_tokens masks EOS even when
+    nothing else is allowed (the row becomes all -inf); restore="always" puts it back."""
+    allowed = [3]
+    ours = ConstraintsProcessor({"min_tokens": 4, "stop_token_ids": [3], "allowed_token_ids": allowed, "restore": "always"})
+    scores = torch.zeros(1, V)
+    out = ours(torch.tensor([[0, 1]]), scores)
+    assert not ours.infeasible[0] and int(out.argmax()) == 3
+    hf = hf_lp.MinNewTokensLengthLogitsProcessor(2, 4, [3])
+    masked = hf(torch.tensor([[0, 1]]), torch.full((1, V), float("-inf")).index_fill_(1, torch.tensor(allowed), 0.0))
+    assert torch.isinf(masked).all()
+
+
+def test_processor_refuses_reordered_rows():
+    ours = ConstraintsProcessor({"min_tokens": 1, "stop_token_ids": [0]})
+    ours(torch.tensor([[1, 2], [3, 4]]), torch.zeros(2, V))
+    with pytest.raises(ValueError, match="reordered"):
+        ours(torch.tensor([[3, 4, 7], [1, 2, 7]]), torch.zeros(2, V))
+    with pytest.raises(ValueError, match="rows"):
+        ours(torch.tensor([[3, 4, 7]]), torch.zeros(1, V))
+
+
+def test_processor_bad_constraints_name_the_field():
+    with pytest.raises(ValueError, match="bad_words|vocab"):
+        ConstraintsProcessor({"bad_words": [[V + 5]]})(torch.tensor([[1]]), torch.zeros(1, V))
+    with pytest.raises(ValueError, match="constraints has 1 entries but the batch has 2 rows"):
+        ConstraintsProcessor([{}])(torch.tensor([[1], [2]]), torch.zeros(2, V))
+    with pytest.raises(TypeError, match="constraints"):
+        ConstraintsProcessor("min_tokens=3")
+
+
+# --- FinishCriteria -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tok():
+    from stopline.tools.models import load_smollm2_tokenizer
+
+    return load_smollm2_tokenizer()
+
+
+WORDS = ["the", " cat", " sat", ".", " on", " a", " mat", "\n", " END", " Stop", "!", " stop", "ping", " it"]
+
+
+def hf_stop_step(tok, prompt, rows_ids, eos, max_new, stops):
+    """The 0-based output position at which transformers' criteria end each row (None: never)."""
+    crit = hf_sc.StoppingCriteriaList(
+        [hf_sc.EosTokenCriteria(eos), hf_sc.MaxLengthCriteria(len(prompt) + max_new)]
+        + ([hf_sc.StopStringCriteria(tok, stops)] if stops else [])
+    )
+    ends = [None] * len(rows_ids)
+    for n in range(1, len(rows_ids[0]) + 1):
+        ids = torch.tensor([prompt + r[:n] for r in rows_ids])
+        done = crit(ids, None)
+        for i, d in enumerate(done.tolist()):
+            if d and ends[i] is None:
+                ends[i] = n - 1
+    return ends
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_criteria_end_rows_where_transformers_does(tok, seed):
+    """Each row ends at the step where transformers' EOS, max-length and stop-string
+    criteria end it (transformers 5.x; ASCII text, one token per step)."""
+    rng = random.Random(seed)
+    stops = rng.sample([".", " mat", "Stop!", "ping it", "\n END", "cat sat"], rng.randint(0, 3))
+    eos = 2
+    max_new = rng.randint(3, 30)
+    prompt = tok.encode("A prompt: ")
+    rows_ids = []
+    for _ in range(rng.randint(1, 3)):
+        text = "".join(rng.choice(WORDS) for _ in range(40))
+        ids = tok.encode(text)[:30]
+        if rng.random() < 0.3:
+            ids[rng.randrange(len(ids))] = eos
+        rows_ids.append(ids)
+    width = min(len(r) for r in rows_ids)
+    rows_ids = [r[:width] for r in rows_ids]
+    expect = hf_stop_step(tok, prompt, rows_ids, eos, max_new, stops)
+
+    crit = FinishCriteria(tok, stopline.StopParams(max_tokens=max_new, eos_token_ids=[eos], stop=stops))
+    got = [None] * len(rows_ids)
+    for n in range(1, width + 1):
+        done = crit(torch.tensor([prompt + r[:n] for r in rows_ids]), None)
+        for i, d in enumerate(done.tolist()):
+            if d and got[i] is None:
+                got[i] = n - 1
+    assert got == expect
+    for i, res in enumerate(crit.results()):
+        assert res.finished == (got[i] is not None)
+        if res.finish_reason == "stop" and isinstance(res.stop_reason, str):
+            decoded = tok.decode(rows_ids[i][: got[i] + 1])
+            assert crit.texts()[i] == decoded[: decoded.index(res.stop_reason)]
+
+
+def test_criteria_refuses_reordered_rows(tok):
+    crit = FinishCriteria(tok, stopline.StopParams(max_tokens=10))
+    crit(torch.tensor([[5, 6, 7], [5, 6, 8]]), None)
+    with pytest.raises(ValueError, match="reordered"):
+        crit(torch.tensor([[5, 6, 8, 1], [5, 6, 7, 1]]), None)
+
+
+def test_criteria_bad_arguments(tok):
+    with pytest.raises(TypeError, match="tokenizer"):
+        FinishCriteria(object(), stopline.StopParams())
+    with pytest.raises(ValueError, match="params has 1 entries but the batch has 2 rows"):
+        FinishCriteria(tok, [stopline.StopParams()])(torch.tensor([[1, 2], [3, 4]]), None)
+    with pytest.raises(ValueError, match="prompt_len"):
+        FinishCriteria(tok, stopline.StopParams(), prompt_len=-1)
+
+
+# --- generate end to end ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lm():
+    from stopline.tools import models
+
+    torch.manual_seed(0)
+    return models.load_smollm2(device="cpu")
+
+
+def test_generate_with_adapters_equals_generate_with_its_own(lm):
+    """Greedy generate on SmolLM2 (transformers 5.x): stopline's criteria and
+    processor give the tokens that generate's own stop_strings and
+    min_new_tokens give, and report the stop string with the text cut before it.
+    Deliberate difference: a stop string that completes below min_tokens does
+    not stop the row (as vLLM's check_stop), while transformers' StopStringCriteria
+    ignores min_new_tokens."""
+    hf_tok = lm.hf_tokenizer
+    prompts = [lm.chat_prompt("What is the capital of France?"), lm.chat_prompt("Name three colors.")]
+    width = max(map(len, prompts))
+    pad = hf_tok.pad_token_id if hf_tok.pad_token_id is not None else lm.eos_token_ids[0]
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    common = dict(attention_mask=mask, max_new_tokens=30, do_sample=False, pad_token_id=pad)
+    free = lm.model.generate(ids, **common)
+    first = [hf_tok.decode(t) for t in free[0, width:].tolist()]
+    stop_at = 3  # the fourth output token's text, stripped, is the stop string
+    stops = [first[stop_at].strip()]
+    assert stops[0] and stops[0] not in "".join(first[:stop_at]), first
+    eos = lm.eos_token_ids
+
+    def run(min_new):
+        theirs = lm.model.generate(ids, stop_strings=stops, tokenizer=hf_tok, min_new_tokens=min_new, **common)
+        crit = FinishCriteria(hf_tok, stopline.StopParams(eos_token_ids=eos, stop=stops, min_tokens=min_new, max_tokens=30))
+        proc = ConstraintsProcessor({"min_tokens": min_new, "stop_token_ids": eos})
+        ours = lm.model.generate(
+            ids,
+            stopping_criteria=transformers.StoppingCriteriaList([crit]),
+            logits_processor=transformers.LogitsProcessorList([proc]),
+            **common,
+        )
+        return theirs, ours, crit
+
+    theirs, ours, crit = run(min_new=2)
+    assert torch.equal(ours, theirs)
+    res = crit.results()[0]
+    assert (res.finish_reason, res.stop_reason, res.num_tokens) == ("stop", stops[0], stop_at + 1)
+    text = hf_tok.decode(ours[0, width:], skip_special_tokens=True)
+    assert crit.texts()[0] == text[: text.index(stops[0])]
+
+    theirs, ours, crit = run(min_new=stop_at + 2)
+    assert crit.results()[0].num_tokens > stop_at + 1
+    assert (ours[0, width + stop_at + 1:] != pad).any() and (theirs[0, width + stop_at + 1:] == pad).all()
+
+
+def test_docs_example_runs():
+    """The HF example in docs/integrations.md runs as written."""
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S) if "integrations.hf" in b]
+    assert blocks
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), {})
