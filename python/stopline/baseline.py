@@ -644,9 +644,13 @@ class FinishTracker:
             if vocab is not None and t >= vocab:
                 self._finish("error", None, None)
                 break
-            # 2. stop string or regex completing in this piece (the matchers
-            # see every piece); earliest end, a string before a regex
-            if piece and (matcher is not None or rx_matcher is not None):
+            ending = t in self._eos or t in self._stop_ids
+            # 2. stop string or regex completing in this piece; earliest end,
+            # a string before a regex. An ending token's text that is not kept
+            # is not fed (semantics.md 3, check 4; vLLM's detokenizer agrees).
+            if piece and (matcher is not None or rx_matcher is not None) and (
+                not ending or self._include
+            ):
                 m = matcher.feed(piece) if matcher is not None else None
                 mr = rx_matcher.feed(piece) if rx_matcher is not None else None
                 if mr is not None and (m is None or mr.end < m.end):
@@ -664,7 +668,7 @@ class FinishTracker:
                     self._finish("stop", m.stop, matched)
                     break
             # 3./4. EOS and stop token ids: token kept, text only if included
-            if t in self._eos or t in self._stop_ids:
+            if ending:
                 tokens.append(t)
                 if self._include:
                     self._pending += piece
@@ -679,13 +683,13 @@ class FinishTracker:
                 self._pending += piece
                 self._text_len += len(piece)
             ends.append(self._text_len)
-            # 5. length
-            if limit is not None and n >= limit:
-                self._finish("length", None, None)
-                break
-            # 6. grammar termination
+            # 5. grammar termination (before length: SGLang's order)
             if g == i:
                 self._finish("stop", None, t)
+                break
+            # 6. length
+            if limit is not None and n >= limit:
+                self._finish("length", None, None)
                 break
             # 7. repetition
             rep = self._rep
