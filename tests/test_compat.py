@@ -4,7 +4,8 @@ Each test feeds a helper the inputs of an engine test (named in the test's
 comment) and checks the decision that test expects. Where stopline decides
 differently on purpose, the test asserts stopline's documented answer and its
 name ends in ``_semantics_6_N``: the entry of docs/semantics.md, section 6,
-that explains the difference.
+that explains the difference. Each test's comment names the engine version
+whose behaviour it checks (vLLM 0.33, SGLang 0.5.23 unless it says otherwise).
 """
 
 from __future__ import annotations
@@ -78,9 +79,9 @@ def test_vllm_min_tokens_regular_tokens_keep_running(entry):
 
 
 @ENTRIES
-def test_vllm_min_tokens_sampled_eos_finishes_semantics_6_4(entry):
-    # The PR #26317 revision of this test expected False; stopline follows the
-    # later revision (and SPEC 3): a sampled EOS finishes below min_tokens.
+def test_vllm_min_tokens_sampled_eos_finishes(entry):
+    # vLLM 0.33 agrees (the revision after PR #26317, which expected False;
+    # docs/semantics.md 6.4): a sampled EOS finishes below min_tokens.
     r = check(entry, [10, 11, VLLM_EOS], 100, prompt_len=3, max_tokens=20, min_tokens=5)
     assert (r.stopped, r.status, r.finish_reason, r.stop_reason) == (
         True, "FINISHED_STOPPED", "stop", None)
@@ -158,17 +159,18 @@ def test_vllm_stop_via_update_from_output(entry, sampled, kw, stopped, status, s
     assert r.num_output_tokens == len(kept)
 
 
-def test_vllm_eos_on_last_budgeted_token_reports_stop_semantics_6_3():
-    # vllm-project/vllm#27555 (issue #27390): EOS is checked before the length
-    # cap, so an EOS that is also the max_tokens-th token reports "stop".
+def test_vllm_eos_on_last_budgeted_token_reports_stop():
+    # vLLM 0.33 agrees (vllm-project/vllm#27555, issue #27390): EOS is checked
+    # before the length cap, so an EOS that is the max_tokens-th token is "stop".
     r = vllm_check_stop([10, 11, VLLM_EOS], num_prompt_tokens=3, max_model_len=100,
                         max_tokens=3, eos_token_id=VLLM_EOS)
     assert (r.status, r.finish_reason) == ("FINISHED_STOPPED", "stop")
 
 
-def test_vllm_history_with_ignored_eos_is_reported_as_decided_semantics_6_4():
-    # Under vLLM's PR #26317 rule an EOS below min_tokens was ignored and decoding
-    # went on. Replayed through stopline, that history had already finished.
+def test_vllm_history_with_ignored_eos_is_reported_as_decided():
+    # Under the PR #26317 rule (vLLM 0.11-era; gone in 0.33) an EOS below
+    # min_tokens was ignored and decoding went on. Replayed through stopline,
+    # that history had already finished.
     r = vllm_check_stop([10, VLLM_EOS, 12, 13, 14, 15], num_prompt_tokens=3,
                         max_model_len=100, max_tokens=20, min_tokens=5, eos_token_id=VLLM_EOS)
     assert r.stopped and r.decided_before_new
@@ -316,9 +318,9 @@ def test_vllm_detokenizer_min_tokens_with_stop(min_tokens, stop, truth):
 
 
 @pytest.mark.parametrize("stop", [["a", "is"], ["is", "a"]])
-def test_vllm_stop_string_earliest_end_not_list_order_semantics_6_1(stop):
-    # vLLM's list-order loop returns "a" for ["a", "is"] here; stopline takes the
-    # string that ends first whatever the order (shared check_stop_strings vectors).
+def test_vllm_stop_string_earliest_end_not_list_order(stop):
+    # vLLM 0.33 agrees (PR #49391, whose example this is; before it vLLM's
+    # list-order loop returned "a" for ["a", "is"]): the earliest end wins.
     r = vllm_detokenizer_stop([" The user", " is a"], stop=stop)
     assert (r.stop_string, r.output_text, r.num_output_tokens) == ("is", " The user ", 2)
     assert stopline.check_stop_strings(" The user is a", 5, stop, False) == ("is", 10)
@@ -329,8 +331,8 @@ def test_vllm_detokenizer_include_stop_str_in_output():
     assert (r.stop_string, r.output_text) == (".", "hello world.")
 
 
-def test_vllm_stop_string_in_accept_run_drops_later_tokens_semantics_6_10():
-    # vLLM cuts the text but keeps the ids after the stop (PR #47616, open).
+def test_vllm_stop_string_in_accept_run_drops_later_tokens():
+    # vLLM 0.33 agrees (PR #47616): the ids after the completing token go too.
     r = vllm_detokenizer_stop(["a", "b", "STOP", "c", "d"], stop=["STOP"], num_new_tokens=3)
     assert (r.stop_string, r.output_text, r.num_output_tokens) == ("STOP", "ab", 3)
 
@@ -339,7 +341,7 @@ def test_vllm_stop_string_in_accept_run_drops_later_tokens_semantics_6_10():
 # Req.update_finish_state in python/sglang/srt/managers/schedule_batch.py.
 
 def test_sglang_stop_string_wins_over_eos_in_same_step():
-    # sgl-project/sglang#28802 (test_stop_str_wins_over_eos_in_same_step): one
+    # SGLang 0.5.23 agrees: sgl-project/sglang#28802 (test_stop_str_wins_over_eos_in_same_step): one
     # step accepts "STOP" and EOS; the string finishes, finished_len past it.
     r = sglang_check_finished([10, 20, 2], new_accepted_len=2, max_new_tokens=16,
                               stop_strs=["STOP"], output_texts=["a", "STOP", ""],
@@ -376,20 +378,57 @@ def test_sglang_grammar_terminated_matches_last_id():
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 11}
 
 
+def test_sglang_grammar_end_on_last_budgeted_id_is_stop():
+    # SGLang 0.5.23 agrees: the grammar finish is checked before max_new_tokens
+    # (docs/semantics.md section 3, checks 5 and 6).
+    r = sglang_check_finished([10, 11], new_accepted_len=2, max_new_tokens=2,
+                              grammar_terminated=True)
+    assert r.finished_reason.to_json() == {"type": "stop", "matched": 11}
+    assert r.finished_len == 2
+
+
+def test_sglang_grammar_end_past_the_budget_is_length():
+    # SGLang 0.5.23 agrees (PR #33758 caps a finish past the budget to length).
+    r = sglang_check_finished([10, 11, 12], new_accepted_len=3, max_new_tokens=2,
+                              grammar_terminated=True)
+    assert r.finished_reason.to_json() == {"type": "length", "length": 2}
+    assert r.finished_len == 2
+
+
+def test_sglang_stop_past_the_budget_is_length_at_the_cap():
+    # SGLang 0.5.23 agrees (PR #33758, _cap_finished_len_at_max_new_tokens).
+    r = sglang_check_finished([10, 11, 12, 2], new_accepted_len=4, max_new_tokens=3,
+                              eos_token_ids={2})
+    assert r.finished_reason.to_json() == {"type": "length", "length": 3}
+    assert r.finished_len == 3
+
+
+@pytest.mark.parametrize("ids, new", [([], 0), ([7], 1), ([2, 9], 2)],
+                         ids=["no-id", "prefill-token", "eos-and-more"])
+def test_sglang_max_new_tokens_zero_finishes_with_length_and_no_ids(ids, new):
+    # SGLang 0.5.23's prefill-only requests (max_new_tokens=0): FINISH_LENGTH,
+    # length 0, nothing kept, even when the sampled id is EOS.
+    r = sglang_check_finished(ids, new_accepted_len=new, max_new_tokens=0, eos_token_ids={2})
+    assert r.finished and r.finished_len == 0 and not r.decided_before_new
+    assert r.finished_reason.to_json() == {"type": "length", "length": 0}
+    later = sglang_check_finished([7, 8], new_accepted_len=1, max_new_tokens=0)
+    assert later.decided_before_new and later.finished_len == 0
+
+
 def test_sglang_running_has_no_reason():
     r = sglang_check_finished([10, 11], max_new_tokens=16, eos_token_ids={2},
                               stop_strs="zz", output_texts=["a", "b"])
     assert (r.finished, r.finished_reason, r.finished_len) == (False, None, None)
 
 
-def test_sglang_eos_on_last_budgeted_id_is_stop_semantics_6_3():
-    # SGLang checks max_new_tokens first and would report FINISH_LENGTH here.
+def test_sglang_eos_on_last_budgeted_id_is_stop():
+    # SGLang 0.5.23 agrees (PR #33758 moved the stops before max_new_tokens).
     r = sglang_check_finished([10, 11, 2], max_new_tokens=3, eos_token_ids={2})
     assert r.finished_reason.kind == "FINISH_MATCHED_TOKEN" and r.finished_len == 3
 
 
-def test_sglang_eos_inside_run_crossing_budget_semantics_6_3():
-    # Upstream SGLang: FINISH_LENGTH with finished_len 5, keeping ids past the EOS.
+def test_sglang_eos_inside_run_crossing_budget():
+    # SGLang 0.5.23 agrees (PR #33758; before it: FINISH_LENGTH, finished_len 5).
     r = sglang_check_finished([10, 11, 2, 12, 13, 14, 15], new_accepted_len=7,
                               max_new_tokens=5, eos_token_ids={2})
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 2}
@@ -397,7 +436,7 @@ def test_sglang_eos_inside_run_crossing_budget_semantics_6_3():
 
 
 def test_sglang_ignore_eos_keeps_stop_token_ids_semantics_6_6():
-    # SGLang's _check_token_based_finish returns early on ignore_eos.
+    # SGLang 0.5.23's _check_token_based_finish returns early on ignore_eos.
     r = sglang_check_finished([10, 42], max_new_tokens=16, stop_token_ids=[42],
                               eos_token_ids={2}, ignore_eos=True)
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 42}
@@ -406,7 +445,7 @@ def test_sglang_ignore_eos_keeps_stop_token_ids_semantics_6_6():
 
 
 def test_sglang_stop_strings_earliest_end_semantics_6_1():
-    # SGLang's list-order loop would match "cd" first; stopline ends at "ab".
+    # SGLang 0.5.23's list-order loop matches "cd" first; stopline ends at "ab".
     r = sglang_check_finished([10, 11, 12, 13], new_accepted_len=4, max_new_tokens=16,
                               stop_strs=["cd", "ab"], output_texts=["a", "b", "c", "d"])
     assert r.finished_reason.to_json() == {"type": "stop", "matched": "ab"}
@@ -414,6 +453,7 @@ def test_sglang_stop_strings_earliest_end_semantics_6_1():
 
 
 def test_sglang_min_new_tokens_gates_stop_strings_semantics_6_5():
+    # SGLang 0.5.23 does not gate stop strings by min_new_tokens; vLLM 0.33 does.
     texts = ["a", "b", "c", "b"]
     gated = sglang_check_finished([1, 2, 3, 2], new_accepted_len=4, max_new_tokens=16,
                                   stop_strs=["b"], output_texts=texts, min_new_tokens=3)
@@ -426,7 +466,7 @@ def test_sglang_min_new_tokens_gates_stop_strings_semantics_6_5():
 
 @pytest.mark.parametrize("bad_id", [1000, -1])
 def test_sglang_invalid_token_is_an_error_semantics_6_12(bad_id):
-    # SGLang: FINISH_MATCHED_STR("NaN happened"); stopline: error, id not kept.
+    # SGLang 0.5.23: FINISH_MATCHED_STR("NaN happened"); stopline: error, id not kept.
     r = sglang_check_finished([10, bad_id], max_new_tokens=16, eos_token_ids={2},
                               vocab_size=1000)
     assert r.finished_reason.kind == "FINISH_ABORT" and r.finished_reason.is_error
@@ -447,6 +487,12 @@ def test_sglang_helper_rejects_bad_inputs():
         sglang_check_finished([1, 2], max_new_tokens=8, stop_strs=["x"], output_texts=["a"])
     with pytest.raises(ValueError, match="new_accepted_len"):
         sglang_check_finished([1], max_new_tokens=8, new_accepted_len=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        sglang_check_finished([1], max_new_tokens=-1)
+    with pytest.raises(ValueError, match="new_accepted_len"):
+        sglang_check_finished([1], max_new_tokens=0, new_accepted_len=2)
+    with pytest.raises(ValueError, match="output_texts"):
+        sglang_check_finished([1], max_new_tokens=0, stop_strs=["x"])
 
 
 def test_to_sglang_finish_reason_from_a_live_tracker():

@@ -18,7 +18,7 @@ one call:
   result of a long-lived ``FinishTracker`` or ``FinishBatch`` (the hot path)
   into the same shapes.
 
-The decision is always stopline's (SPEC sections 2 and 3). Where an engine
+The decision is always stopline's (docs/semantics.md sections 2 and 3). Where an engine
 decides differently the helper does *not* imitate it; every such case is
 listed in ``docs/semantics.md`` and named in the docstring below.
 
@@ -239,7 +239,7 @@ def vllm_check_stop(
     per appended token and trims the run at the first stop
     (``Scheduler._update_request_with_output``); this helper takes the whole
     run at once and reports the same trim, because stopline examines a run
-    token by token (SPEC 3).
+    token by token (docs/semantics.md section 3).
 
     Rules and where they come from:
 
@@ -249,16 +249,16 @@ def vllm_check_stop(
       as vLLM's ``check_stop`` (``vllm/v1/core/sched/utils.py``).
     * EOS and stop tokens are checked before the length caps, so a stop
       token on the last budgeted token reports ``FINISHED_STOPPED``
-      (vLLM PR #27555 moved vLLM v1 to this order).
+      (vLLM PR #27555 moved vLLM v1 to this order; vLLM 0.33 agrees).
     * ``num_prompt_tokens + n >= max_model_len`` or ``n >= max_tokens`` ->
       ``FINISHED_LENGTH_CAPPED``, also below ``min_tokens``.
     * A sampled EOS or stop token finishes the request even below
-      ``min_tokens`` (stopline SPEC 3: ``min_tokens`` is enforced by masking
-      the logits). vLLM's ``check_stop`` has changed here more than once: PR
-      #26317 made it ignore every stop below ``min_tokens``; the later
-      revision of its ``test_check_stop_min_tokens`` expects a sampled EOS or
-      stop token to finish, as stopline does. See docs/semantics.md,
-      "EOS below min_tokens".
+      ``min_tokens`` (docs/semantics.md section 3, check 3: ``min_tokens`` is
+      enforced by masking the logits). vLLM's ``check_stop`` changed here
+      twice: PR #26317 made it ignore every stop below ``min_tokens``; the
+      later revision of its ``test_check_stop_min_tokens`` (vLLM 0.33)
+      expects a sampled EOS or stop token to finish, as stopline does. See
+      docs/semantics.md 6.4.
     * ``repetition_detection`` (vLLM's ``RepetitionDetectionParams`` or a
       mapping with ``max_pattern_size``, ``min_pattern_size``,
       ``min_count``) -> ``FINISHED_REPETITION`` with ``stop_reason``
@@ -379,8 +379,8 @@ class VllmStopStringResult:
             running).
         num_output_tokens: output tokens kept: the token in whose text the
             stop string completes is the last one. vLLM keeps the token ids
-            of the whole step even when its text is cut (vLLM PR #47616,
-            open); see docs/semantics.md, "Speculative accept runs".
+            after it too (vLLM 0.33 drops them as well, since PR #47616);
+            see docs/semantics.md 6.10.
     """
 
     stop_string: Optional[str]
@@ -409,17 +409,13 @@ def vllm_detokenizer_stop(
       #22014 (its ``tests/detokenizer/test_min_tokens.py``).
     * The text is cut before the stop string, or after it with
       ``include_stop_str_in_output``; same as vLLM's ``check_stop_strings``.
-    * **Difference**: when several stop strings complete in the same new
-      text, stopline takes the one that *ends first* (ties: list order).
-      vLLM's ``check_stop_strings`` (``vllm/v1/engine/detokenizer.py``) loops
-      over the list in order and returns the first string ``str.find`` finds
-      anywhere in the searched tail, so the list order decides, not the
-      position: for ``" The user is a"`` with the last 5 characters new and
-      ``stop=["a", "is"]`` vLLM picks ``"a"`` and stopline ``"is"``. The
-      earliest end is what one-token-at-a-time decoding would have produced.
-      See docs/semantics.md, "Which stop string wins".
+    * When several stop strings complete in the same new text, the one
+      that *ends first* wins, ties by list order: for ``" The user is a"``
+      with the last 5 characters new and ``stop=["a", "is"]`` it is ``"is"``.
+      vLLM 0.33's ``check_stop_strings`` agrees (vLLM PR #49391; before it,
+      list order decided). See docs/semantics.md 6.1.
     * Tokens after the one that completes the stop string are dropped
-      (``num_output_tokens``).
+      (``num_output_tokens``), as in vLLM 0.33 (PR #47616).
 
     Streaming hold-back is not reported here: vLLM holds back
     ``max(len(stop)) - 1`` characters, stopline exactly the live prefix
@@ -573,6 +569,28 @@ class SglangFinishResult:
     decided_before_new: bool
 
 
+def _sglang_prefill_only(
+    ids: Sequence[int], output_texts: Optional[Sequence[str]], start: int, has_stops: bool
+) -> SglangFinishResult:
+    """``max_new_tokens=0``: SGLang finishes a prefill-only request with
+    ``FINISH_LENGTH(length=0)`` and keeps no output id, whatever was sampled
+    (``StopParams`` needs ``max_tokens >= 1``, so the core is not asked). The
+    arguments are checked as on the general path."""
+    if has_stops and output_texts is None:
+        raise ValueError("output_texts is required: stop_strs are matched on text")
+    if output_texts is not None and len(output_texts) != len(ids):
+        raise ValueError(
+            f"output_texts has {len(output_texts)} pieces for {len(ids)} output ids; "
+            "pass one piece per id"
+        )
+    return SglangFinishResult(
+        finished=True,
+        finished_reason=SglangFinishReason(kind="FINISH_LENGTH", type="length", length=0),
+        finished_len=0,
+        decided_before_new=start > 0,
+    )
+
+
 def sglang_check_finished(
     output_ids: Sequence[int],
     *,
@@ -594,31 +612,31 @@ def sglang_check_finished(
     accepted in this step last (more than one under speculative decoding).
     ``output_texts`` holds one text piece per output id and is required when
     ``stop_strs`` is set (SGLang decodes a tail window instead; stopline
-    matches on per-token text, SPEC 3). ``eos_token_ids`` should include the
+    matches on per-token text, docs/semantics.md section 3). ``eos_token_ids`` should include the
     tokenizer's EOS and additional stop ids, which SGLang also checks.
     ``no_stop_trim`` is SGLang's name for keeping the stop string / token in
     the output (stopline's ``include_stop_str_in_output``); it only changes
     the text, which SGLang trims in its detokenizer.
     ``grammar_terminated`` says the grammar reached its end after this step's
-    last id.
+    last id. ``max_new_tokens=0`` (SGLang's prefill-only requests) finishes
+    with ``FINISH_LENGTH(length=0)`` and ``finished_len=0`` whatever the ids.
 
-    Rules and where they come from (SGLang: ``update_finish_state`` in
+    Rules and where they come from (SGLang 0.5.23: ``update_finish_state`` in
     ``python/sglang/srt/managers/schedule_batch.py``):
 
     * Stop strings, then EOS / stop token ids, token by token through the
       accepted ids: the first id at which one fires decides and
-      ``finished_len`` ends at it. SGLang checks a stop string before the
-      token ids of the same step too (SGLang PR #28802).
+      ``finished_len`` ends at it. A stop string beats a token id of the same
+      step (SGLang PR #28802), and a stop inside the budget beats the
+      ``max_new_tokens`` cap even when the accept run crosses it (PR #33758).
       -> ``FINISH_MATCHED_STR`` / ``FINISH_MATCHED_TOKEN``.
-    * ``len(output) >= max_new_tokens`` -> ``FINISH_LENGTH(max_new_tokens)``.
-    * ``grammar_terminated`` -> ``FINISH_MATCHED_TOKEN(matched=last id)``.
+    * ``grammar_terminated`` -> ``FINISH_MATCHED_TOKEN(matched=last id)``,
+      also on the last budgeted id.
+    * ``len(output) >= max_new_tokens`` -> ``FINISH_LENGTH(max_new_tokens)``;
+      a stop or grammar end past the budget is a length finish at the cap.
 
-    **Differences** (each in docs/semantics.md):
+    **Differences** (each in docs/semantics.md section 6):
 
-    * Length vs stop: SGLang checks ``max_new_tokens`` first, so an EOS or
-      stop string on the last budgeted id, or earlier inside an accept run
-      that crosses the budget, reports ``FINISH_LENGTH`` (and keeps ids past
-      the EOS). stopline reports the stop at the first id where it fires.
     * ``ignore_eos``: SGLang skips stop token ids too; stopline keeps them.
     * Several stop strings: SGLang takes the first in list order that
       appears in the decoded tail; stopline the one that ends first.
@@ -629,11 +647,19 @@ def sglang_check_finished(
       ``FINISH_MATCHED_STR("NaN happened")``; stopline drops it and reports an
       error, rendered as ``FINISH_ABORT`` (status 500). A negative id (how
       SGLang marks NaN logits) is passed to the core as an out-of-range id.
-    * Stop regexes (``FINISHED_MATCHED_REGEX``) are not supported: the core
-      has no regex matcher yet.
+    * Stop regexes (``FINISHED_MATCHED_REGEX``) are not taken by this
+      helper; a ``FinishTracker`` with ``stop_regex`` decides them.
+
+    Raises:
+        ValueError: ``max_new_tokens`` negative, ``new_accepted_len`` out of
+            range, ``output_texts`` missing or of the wrong length.
     """
     ids = list(_ids(output_ids, "output_ids"))
     start = _split(len(ids), new_accepted_len, "new_accepted_len")
+    if isinstance(max_new_tokens, int) and max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if max_new_tokens == 0 and not isinstance(max_new_tokens, bool):
+        return _sglang_prefill_only(ids, output_texts, start, bool(_stops(stop_strs)))
     if vocab_size is not None:
         # SGLang marks a NaN row with a negative id; the core accepts only
         # ids >= 0, so send it as an id the vocabulary check rejects.
