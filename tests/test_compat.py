@@ -129,7 +129,7 @@ def test_vllm_max_tokens_clamped_below_min_tokens(entry):
 # _update_request_with_output, which trims after the token that stops. The
 # prompt length and model length only need to be out of the way.
 
-SPEC_PROMPT, SPEC_MODEL_LEN = 10, 1024
+RUN_PROMPT, RUN_MODEL_LEN = 10, 1024
 
 
 @pytest.mark.parametrize(
@@ -152,8 +152,8 @@ SPEC_PROMPT, SPEC_MODEL_LEN = 10, 1024
 )
 @ENTRIES
 def test_vllm_stop_via_update_from_output(entry, sampled, kw, stopped, status, stop_reason, kept):
-    r = check(entry, sampled, SPEC_MODEL_LEN, num_new_tokens=len(sampled),
-              prompt_len=SPEC_PROMPT, **kw)
+    r = check(entry, sampled, RUN_MODEL_LEN, num_new_tokens=len(sampled),
+              prompt_len=RUN_PROMPT, **kw)
     assert (r.stopped, r.status, r.stop_reason) == (stopped, status, stop_reason)
     assert list(r.new_token_ids) == kept
     assert r.num_output_tokens == len(kept)
