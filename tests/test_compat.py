@@ -427,6 +427,17 @@ def test_sglang_eos_on_last_budgeted_id_is_stop():
     assert r.finished_reason.kind == "FINISH_MATCHED_TOKEN" and r.finished_len == 3
 
 
+def test_sglang_eos_before_a_stop_string_in_one_run_semantics_6_10():
+    # SGLang 0.5.23 checks stop strings over the whole run before the ids
+    # (PR #28802), so "STOP" after the EOS wins there; the first position
+    # decides here, as in vLLM 0.33 (its scheduler trims the run at the EOS).
+    r = sglang_check_finished([10, 2, 20], new_accepted_len=3, max_new_tokens=16,
+                              stop_strs=["STOP"], output_texts=["a", "", "STOP"],
+                              eos_token_ids={2})
+    assert r.finished_reason.to_json() == {"type": "stop", "matched": 2}
+    assert r.finished_len == 2
+
+
 def test_sglang_eos_inside_run_crossing_budget():
     # SGLang 0.5.23 agrees (PR #33758; before it: FINISH_LENGTH, finished_len 5).
     r = sglang_check_finished([10, 11, 2, 12, 13, 14, 15], new_accepted_len=7,
