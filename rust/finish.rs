@@ -24,7 +24,8 @@
 //!    `include_stop_str_in_output`; without it the text is not fed to the
 //!    stop-string and stop-regex matchers either, so it cannot decide 2;
 //! 5. the grammar terminated at this position -> `stop` (so a grammar end on
-//!    the last budgeted token is a stop, as in SGLang);
+//!    the last budgeted token is a stop; SGLang 0.5.23 reports length there,
+//!    docs/semantics.md 6.3);
 //! 6. `n >= max_tokens` or `prompt_len + n >= max_model_len` -> `length`;
 //! 7. repetition (only when `n >= min_tokens`; vLLM's tail rule) -> `repetition`.
 //!
@@ -826,7 +827,7 @@ mod tests {
         assert_eq!(t.token_ids().len(), 4);
     }
 
-    // docs/semantics.md 3, check 4 (vLLM 0.33's detokenizer agrees).
+    // docs/semantics.md 3, check 4 (vLLM 0.33.0's detokenizer agrees).
     #[test]
     fn stop_token_text_never_reaches_the_matcher_unless_kept() {
         let p = |include| {
@@ -849,7 +850,8 @@ mod tests {
         assert_eq!((t.text(), t.token_ids()), ("xa<", &[1u32, 7][..]));
     }
 
-    // docs/semantics.md 3, checks 5 and 6 (SGLang 0.5.23 agrees).
+    // docs/semantics.md 3, checks 5 and 6; SGLang 0.5.23 tests its cap first and
+    // reports length here (6.3).
     #[test]
     fn grammar_end_on_the_last_budgeted_token_is_a_stop() {
         let p = params(|p| p.max_tokens = Some(2));

@@ -5,7 +5,9 @@ comment) and checks the decision that test expects. Where stopline decides
 differently on purpose, the test asserts stopline's documented answer and its
 name ends in ``_semantics_6_N``: the entry of docs/semantics.md, section 6,
 that explains the difference. Each test's comment names the engine version
-whose behaviour it checks (vLLM 0.33, SGLang 0.5.23 unless it says otherwise).
+whose behaviour it checks (vLLM 0.33.0, SGLang 0.5.23 unless it says otherwise;
+``tests/test_engine_parity.py`` runs the engines' own functions on many of these
+inputs when they are installed).
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ def test_vllm_min_tokens_regular_tokens_keep_running(entry):
 
 @ENTRIES
 def test_vllm_min_tokens_sampled_eos_finishes(entry):
-    # vLLM 0.33 agrees (the revision after PR #26317, which expected False;
-    # docs/semantics.md 6.4): a sampled EOS finishes below min_tokens.
+    # vLLM 0.33.0's check_stop agrees: it tests EOS before its min_tokens gate
+    # (PR #26317 once ignored it; docs/semantics.md 6.4).
     r = check(entry, [10, 11, VLLM_EOS], 100, prompt_len=3, max_tokens=20, min_tokens=5)
     assert (r.stopped, r.status, r.finish_reason, r.stop_reason) == (
         True, "FINISHED_STOPPED", "stop", None)
@@ -160,15 +162,15 @@ def test_vllm_stop_via_update_from_output(entry, sampled, kw, stopped, status, s
 
 
 def test_vllm_eos_on_last_budgeted_token_reports_stop():
-    # vLLM 0.33 agrees (vllm-project/vllm#27555, issue #27390): EOS is checked
-    # before the length cap, so an EOS that is the max_tokens-th token is "stop".
+    # vLLM 0.33.0's check_stop agrees (order from vllm-project/vllm#27555): EOS
+    # is checked before the length cap, so an EOS as max_tokens-th token is "stop".
     r = vllm_check_stop([10, 11, VLLM_EOS], num_prompt_tokens=3, max_model_len=100,
                         max_tokens=3, eos_token_id=VLLM_EOS)
     assert (r.status, r.finish_reason) == ("FINISHED_STOPPED", "stop")
 
 
 def test_vllm_history_with_ignored_eos_is_reported_as_decided():
-    # Under the PR #26317 rule (vLLM 0.11-era; gone in 0.33) an EOS below
+    # Under the PR #26317 rule (gone by vLLM 0.33.0) an EOS below
     # min_tokens was ignored and decoding went on. Replayed through stopline,
     # that history had already finished.
     r = vllm_check_stop([10, VLLM_EOS, 12, 13, 14, 15], num_prompt_tokens=3,
@@ -319,8 +321,8 @@ def test_vllm_detokenizer_min_tokens_with_stop(min_tokens, stop, truth):
 
 @pytest.mark.parametrize("stop", [["a", "is"], ["is", "a"]])
 def test_vllm_stop_string_earliest_end_not_list_order(stop):
-    # vLLM 0.33 agrees (PR #49391, whose example this is; before it vLLM's
-    # list-order loop returned "a" for ["a", "is"]): the earliest end wins.
+    # vLLM 0.33.0's check_stop_strings agrees (PR #49391, whose example this is;
+    # before it the list-order loop returned "a" for ["a", "is"]).
     r = vllm_detokenizer_stop([" The user", " is a"], stop=stop)
     assert (r.stop_string, r.output_text, r.num_output_tokens) == ("is", " The user ", 2)
     assert stopline.check_stop_strings(" The user is a", 5, stop, False) == ("is", 10)
@@ -332,13 +334,15 @@ def test_vllm_detokenizer_include_stop_str_in_output():
 
 
 def test_vllm_stop_string_in_accept_run_drops_later_tokens():
-    # vLLM 0.33 agrees (PR #47616): the ids after the completing token go too.
+    # vLLM 0.33.0 agrees (BaseIncrementalDetokenizer.update, PR #47616): the ids
+    # after the completing token go too.
     r = vllm_detokenizer_stop(["a", "b", "STOP", "c", "d"], stop=["STOP"], num_new_tokens=3)
     assert (r.stop_string, r.output_text, r.num_output_tokens) == ("STOP", "ab", 3)
 
 
 # --------------------------------------------------------------- SGLang ------
-# Req.update_finish_state in python/sglang/srt/managers/schedule_batch.py.
+# Req.update_finish_state in python/sglang/srt/managers/schedule_batch.py
+# (SGLang 0.5.23).
 
 def test_sglang_stop_string_wins_over_eos_in_same_step():
     # SGLang 0.5.23 agrees: sgl-project/sglang#28802 (test_stop_str_wins_over_eos_in_same_step): one
@@ -378,9 +382,10 @@ def test_sglang_grammar_terminated_matches_last_id():
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 11}
 
 
-def test_sglang_grammar_end_on_last_budgeted_id_is_stop():
-    # SGLang 0.5.23 agrees: the grammar finish is checked before max_new_tokens
-    # (docs/semantics.md section 3, checks 5 and 6).
+def test_sglang_grammar_end_on_last_budgeted_id_is_stop_semantics_6_3():
+    # SGLang 0.5.23 differs: update_finish_state tests max_new_tokens before
+    # grammar.is_terminated() and reports FINISH_LENGTH(length=2). stopline
+    # reports the grammar finish (section 3, checks 5 and 6).
     r = sglang_check_finished([10, 11], new_accepted_len=2, max_new_tokens=2,
                               grammar_terminated=True)
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 11}
@@ -388,7 +393,7 @@ def test_sglang_grammar_end_on_last_budgeted_id_is_stop():
 
 
 def test_sglang_grammar_end_past_the_budget_is_length():
-    # SGLang 0.5.23 agrees (PR #33758 caps a finish past the budget to length).
+    # SGLang 0.5.23 agrees: its max_new_tokens check comes before the grammar's.
     r = sglang_check_finished([10, 11, 12], new_accepted_len=3, max_new_tokens=2,
                               grammar_terminated=True)
     assert r.finished_reason.to_json() == {"type": "length", "length": 2}
@@ -429,8 +434,9 @@ def test_sglang_eos_on_last_budgeted_id_is_stop():
 
 def test_sglang_eos_before_a_stop_string_in_one_run_semantics_6_10():
     # SGLang 0.5.23 checks stop strings over the whole run before the ids
-    # (PR #28802), so "STOP" after the EOS wins there; the first position
-    # decides here, as in vLLM 0.33 (its scheduler trims the run at the EOS).
+    # (PR #28802), so "STOP" after the EOS wins there (FINISH_MATCHED_STR,
+    # finished_len 3); the first position decides here, as in vLLM 0.33.0
+    # (_update_request_with_output trims the run at the EOS).
     r = sglang_check_finished([10, 2, 20], new_accepted_len=3, max_new_tokens=16,
                               stop_strs=["STOP"], output_texts=["a", "", "STOP"],
                               eos_token_ids={2})
@@ -511,7 +517,8 @@ def test_to_sglang_finish_reason_from_a_live_tracker():
     tracker.update([5])
     aborted = tracker.abort()
     reason = to_sglang_finish_reason(aborted.finish_reason, aborted.matched)
-    # SGLang's FINISH_ABORT: default message "Aborted", is_error set.
+    # SGLang 0.5.23's FINISH_ABORT: default message "Aborted" (is_error is
+    # stopline's flag; 0.5.23's finish classes have none).
     assert reason.to_json() == {"type": "abort", "message": "Aborted", "status_code": None,
                                 "err_type": None}
     assert reason.is_error
@@ -524,8 +531,9 @@ def test_to_sglang_finish_reason_from_a_live_tracker():
 
 
 # ----------------------------------------------- OpenAI finish_reason --------
-# vLLM's chat server turns the finish reason into "tool_calls" when tools were
-# called (vllm/entrypoints/openai/serving_chat.py).
+# vLLM 0.33.0's resolve_finish_reason (vllm/entrypoints/serve/utils/
+# tool_calls_utils.py) gives the same answers, except that it reports "stop" for
+# a finished output without a reason and for a forced named tool.
 
 @pytest.mark.parametrize("reason, tools, expected", [
     ("stop", True, "tool_calls"),
@@ -542,7 +550,8 @@ def test_to_openai_finish_reason(reason, tools, expected):
 
 
 def test_to_openai_finish_reason_length_with_tools_semantics_6_13():
-    # vLLM reports "tool_calls" here; a cut-off tool call keeps "length".
+    # A cut-off tool call keeps "length"; vLLM 0.33.0 agrees (older vLLM chat
+    # servers reported "tool_calls" here).
     assert stopline.to_openai_finish_reason("length", True) == "length"
 
 

@@ -210,7 +210,7 @@ def test_eos_text_and_stop_string_in_eos_piece(impl):
 
 
 # Section 3, check 4: an ending token's text that is not kept is not fed to
-# the matchers. vLLM 0.33 agrees (BaseIncrementalDetokenizer.update leaves a
+# the matchers. vLLM 0.33.0 agrees (BaseIncrementalDetokenizer.update leaves a
 # stop-terminated token out before check_stop_strings); SGLang 0.5.23 decodes
 # the tail with the stop id in it, so there "a<" would finish first.
 @pytest.mark.parametrize("ending", [
@@ -241,14 +241,18 @@ def test_ignored_eos_text_is_matched(impl):
 
 def test_stop_string_earlier_in_the_run_still_beats_the_stop_token(impl):
     # Spec-decode run: the string completes in token 2, the stop token is token 3.
-    # The first position decides; vLLM 0.33 reports the string too (PR #23938).
+    # The first position decides; vLLM 0.33.0 reports the string too (its
+    # detokenizer matches the text before the stop token). SGLang 0.5.23 too:
+    # stop strings are checked over the run before the ids.
     tr = impl.FinishTracker(impl.StopParams(stop=["ab"], stop_token_ids=[7]))
     tr.update([1, 2, 7], ["a", "b", "<|end|>"])
     assert (tr.stop_reason, tr.text, tr.token_ids) == ("ab", "", [1, 2])
 
 
-# Section 3, checks 5 and 6: SGLang 0.5.23 agrees (grammar finish before the
-# max_new_tokens cap; a finish past the budget is a length finish at the cap).
+# Section 3, checks 5 and 6. SGLang 0.5.23 agrees inside the budget and past it
+# (length at the cap) but tests max_new_tokens before grammar.is_terminated(), so
+# it reports length for "on-last-budgeted"; stopline's stop there is deliberate
+# (docs/semantics.md 6.3).
 @pytest.mark.parametrize("run, grammar_at, reason, kept", [
     ([10, 11], 1, "stop", [10, 11]),
     ([10, 11, 12], 2, "length", [10, 11]),

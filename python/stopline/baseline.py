@@ -30,8 +30,8 @@ Sources of the rules (engine versions as in docs/semantics.md section 6):
   ``[max(min_pattern_size, 1), max_pattern_size]``).
   The order of checks and the per-position evaluation of speculative runs
   follow semantics.md section 3; EOS below min_tokens is honoured (check 3),
-  as in vLLM 0.33; a grammar end is checked before the length cap (SGLang
-  0.5.23's order).
+  as in vLLM 0.33.0; a grammar end is checked before the length cap
+  (stopline's order; SGLang 0.5.23 tests the cap first, semantics.md 6.3).
 
 - Stop regexes: as SGLang's ``Req._check_str_based_finish``
   (``python/sglang/srt/managers/schedule_batch.py``), which runs
@@ -686,7 +686,7 @@ class FinishTracker:
                 self._pending += piece
                 self._text_len += len(piece)
             ends.append(self._text_len)
-            # 5. grammar termination (before length: SGLang's order)
+            # 5. grammar termination (before length; SGLang 0.5.23 differs, 6.3)
             if g == i:
                 self._finish("stop", None, t)
                 break
