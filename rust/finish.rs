@@ -21,10 +21,15 @@
 //!    the sampler produced anyway is honoured;
 //! 4. a stop token id -> `stop`, `stop_reason` = the id (not disabled by
 //!    `ignore_eos`). For 3 and 4 the token is kept, its text only with
-//!    `include_stop_str_in_output`;
-//! 5. `n >= max_tokens` or `prompt_len + n >= max_model_len` -> `length`;
-//! 6. the grammar terminated at this position -> `stop`;
+//!    `include_stop_str_in_output`; without it the text is not fed to the
+//!    stop-string and stop-regex matchers either, so it cannot decide 2;
+//! 5. the grammar terminated at this position -> `stop` (so a grammar end on
+//!    the last budgeted token is a stop; SGLang 0.5.23 reports length there,
+//!    docs/semantics.md 6.3);
+//! 6. `n >= max_tokens` or `prompt_len + n >= max_model_len` -> `length`;
 //! 7. repetition (only when `n >= min_tokens`; vLLM's tail rule) -> `repetition`.
+//!
+//! docs/semantics.md section 3 is the contract these follow.
 //!
 //! Tokens after the deciding one are dropped. After a finish, `update` is an
 //! error and `abort` a no-op.
@@ -485,13 +490,21 @@ impl FinishTracker {
                 break;
             }
             let piece_chars = char_len(piece);
+            let (lo, hi) = self.special_ids;
+            let is_special = lo <= id && id <= hi;
+            let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
+            let ends = is_eos || (is_special && p.stop_token_ids.contains(&id));
+            // A stop token's text that will not be kept is not output text, so
+            // it can neither complete nor cut a stop string (as vLLM's
+            // detokenizer, which leaves it out before matching).
+            let matched_text = !piece.is_empty() && (!ends || p.include_stop_str_in_output);
             let mut hit: Option<StopMatch> = None;
-            if let Some(m) = self.matcher.as_mut().filter(|_| !piece.is_empty()) {
+            if let Some(m) = self.matcher.as_mut().filter(|_| matched_text) {
                 hit = m.feed_counted(piece, piece_chars);
             }
             // Requests without stop regexes pay this one branch.
             let mut by_regex = false;
-            if let Some(r) = self.regex.as_mut().filter(|_| !piece.is_empty()) {
+            if let Some(r) = self.regex.as_mut().filter(|_| matched_text) {
                 if let Some(rh) = r.feed_counted(piece, piece_chars) {
                     // A string wins a tie at the same end.
                     if hit.map_or(true, |h| rh.end < h.end) {
@@ -523,10 +536,7 @@ impl FinishTracker {
                 });
                 break;
             }
-            let (lo, hi) = self.special_ids;
-            let is_special = lo <= id && id <= hi;
-            let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
-            if is_eos || (is_special && p.stop_token_ids.contains(&id)) {
+            if ends {
                 if p.include_stop_str_in_output {
                     keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
                 } else {
@@ -545,19 +555,19 @@ impl FinishTracker {
                 break;
             }
             keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
-            if n >= self.length_cap {
-                self.finish = Some(Finish {
-                    reason: FinishReason::Length,
-                    stop_reason: None,
-                    matched: None,
-                });
-                break;
-            }
             if grammar_terminated_at == Some(i) {
                 self.finish = Some(Finish {
                     reason: FinishReason::Stop,
                     stop_reason: None,
                     matched: Some(Matched::TokenId(id)),
+                });
+                break;
+            }
+            if n >= self.length_cap {
+                self.finish = Some(Finish {
+                    reason: FinishReason::Length,
+                    stop_reason: None,
+                    matched: None,
                 });
                 break;
             }
@@ -815,6 +825,47 @@ mod tests {
         .unwrap();
         assert_eq!(t.text(), "cd");
         assert_eq!(t.token_ids().len(), 4);
+    }
+
+    // docs/semantics.md 3, check 4 (vLLM 0.33.0's detokenizer agrees).
+    #[test]
+    fn stop_token_text_never_reaches_the_matcher_unless_kept() {
+        let p = |include| {
+            params(move |p| {
+                p.stop = stops(&["a<", "<|e"]);
+                p.stop_token_ids = vec![7];
+                p.include_stop_str_in_output = include;
+            })
+        };
+        let mut t = FinishTracker::new(p(false)).unwrap();
+        t.update(&[1, 7], Some(&["xa", "<|end|>"]), None).unwrap();
+        let f = t.finish().unwrap();
+        assert_eq!(f.stop_reason, Some(StopReason::TokenId(7)));
+        assert_eq!((t.text(), t.token_ids()), ("xa", &[1u32, 7][..]));
+        // Kept text is matched: the string completes inside the stop token.
+        let mut t = FinishTracker::new(p(true)).unwrap();
+        t.update(&[1, 7], Some(&["xa", "<|end|>"]), None).unwrap();
+        let f = t.finish().unwrap();
+        assert_eq!(f.stop_reason, Some(StopReason::StopString(0)));
+        assert_eq!((t.text(), t.token_ids()), ("xa<", &[1u32, 7][..]));
+    }
+
+    // docs/semantics.md 3, checks 5 and 6; SGLang 0.5.23 tests its cap first and
+    // reports length here (6.3).
+    #[test]
+    fn grammar_end_on_the_last_budgeted_token_is_a_stop() {
+        let p = params(|p| p.max_tokens = Some(2));
+        let mut t = FinishTracker::new(Arc::clone(&p)).unwrap();
+        t.update::<&str>(&[10, 11], None, Some(1)).unwrap();
+        let f = t.finish().unwrap();
+        assert_eq!(
+            (f.reason, f.matched),
+            (FinishReason::Stop, Some(Matched::TokenId(11)))
+        );
+        let mut t = FinishTracker::new(p).unwrap();
+        t.update::<&str>(&[10, 11, 12], None, Some(2)).unwrap();
+        assert_eq!(t.finish().unwrap().reason, FinishReason::Length);
+        assert_eq!(t.token_ids(), &[10, 11]);
     }
 
     #[test]

@@ -4,7 +4,10 @@ Each test feeds a helper the inputs of an engine test (named in the test's
 comment) and checks the decision that test expects. Where stopline decides
 differently on purpose, the test asserts stopline's documented answer and its
 name ends in ``_semantics_6_N``: the entry of docs/semantics.md, section 6,
-that explains the difference.
+that explains the difference. Each test's comment names the engine version
+whose behaviour it checks (vLLM 0.33.0, SGLang 0.5.23 unless it says otherwise;
+``tests/test_engine_parity.py`` runs the engines' own functions on many of these
+inputs when they are installed).
 """
 
 from __future__ import annotations
@@ -78,9 +81,9 @@ def test_vllm_min_tokens_regular_tokens_keep_running(entry):
 
 
 @ENTRIES
-def test_vllm_min_tokens_sampled_eos_finishes_semantics_6_4(entry):
-    # The PR #26317 revision of this test expected False; stopline follows the
-    # later revision (and SPEC 3): a sampled EOS finishes below min_tokens.
+def test_vllm_min_tokens_sampled_eos_finishes(entry):
+    # vLLM 0.33.0's check_stop agrees: it tests EOS before its min_tokens gate
+    # (PR #26317 once ignored it; docs/semantics.md 6.4).
     r = check(entry, [10, 11, VLLM_EOS], 100, prompt_len=3, max_tokens=20, min_tokens=5)
     assert (r.stopped, r.status, r.finish_reason, r.stop_reason) == (
         True, "FINISHED_STOPPED", "stop", None)
@@ -128,7 +131,7 @@ def test_vllm_max_tokens_clamped_below_min_tokens(entry):
 # _update_request_with_output, which trims after the token that stops. The
 # prompt length and model length only need to be out of the way.
 
-SPEC_PROMPT, SPEC_MODEL_LEN = 10, 1024
+RUN_PROMPT, RUN_MODEL_LEN = 10, 1024
 
 
 @pytest.mark.parametrize(
@@ -151,24 +154,25 @@ SPEC_PROMPT, SPEC_MODEL_LEN = 10, 1024
 )
 @ENTRIES
 def test_vllm_stop_via_update_from_output(entry, sampled, kw, stopped, status, stop_reason, kept):
-    r = check(entry, sampled, SPEC_MODEL_LEN, num_new_tokens=len(sampled),
-              prompt_len=SPEC_PROMPT, **kw)
+    r = check(entry, sampled, RUN_MODEL_LEN, num_new_tokens=len(sampled),
+              prompt_len=RUN_PROMPT, **kw)
     assert (r.stopped, r.status, r.stop_reason) == (stopped, status, stop_reason)
     assert list(r.new_token_ids) == kept
     assert r.num_output_tokens == len(kept)
 
 
-def test_vllm_eos_on_last_budgeted_token_reports_stop_semantics_6_3():
-    # vllm-project/vllm#27555 (issue #27390): EOS is checked before the length
-    # cap, so an EOS that is also the max_tokens-th token reports "stop".
+def test_vllm_eos_on_last_budgeted_token_reports_stop():
+    # vLLM 0.33.0's check_stop agrees (order from vllm-project/vllm#27555): EOS
+    # is checked before the length cap, so an EOS as max_tokens-th token is "stop".
     r = vllm_check_stop([10, 11, VLLM_EOS], num_prompt_tokens=3, max_model_len=100,
                         max_tokens=3, eos_token_id=VLLM_EOS)
     assert (r.status, r.finish_reason) == ("FINISHED_STOPPED", "stop")
 
 
-def test_vllm_history_with_ignored_eos_is_reported_as_decided_semantics_6_4():
-    # Under vLLM's PR #26317 rule an EOS below min_tokens was ignored and decoding
-    # went on. Replayed through stopline, that history had already finished.
+def test_vllm_history_with_ignored_eos_is_reported_as_decided():
+    # Under the PR #26317 rule (gone by vLLM 0.33.0) an EOS below
+    # min_tokens was ignored and decoding went on. Replayed through stopline,
+    # that history had already finished.
     r = vllm_check_stop([10, VLLM_EOS, 12, 13, 14, 15], num_prompt_tokens=3,
                         max_model_len=100, max_tokens=20, min_tokens=5, eos_token_id=VLLM_EOS)
     assert r.stopped and r.decided_before_new
@@ -316,9 +320,9 @@ def test_vllm_detokenizer_min_tokens_with_stop(min_tokens, stop, truth):
 
 
 @pytest.mark.parametrize("stop", [["a", "is"], ["is", "a"]])
-def test_vllm_stop_string_earliest_end_not_list_order_semantics_6_1(stop):
-    # vLLM's list-order loop returns "a" for ["a", "is"] here; stopline takes the
-    # string that ends first whatever the order (shared check_stop_strings vectors).
+def test_vllm_stop_string_earliest_end_not_list_order(stop):
+    # vLLM 0.33.0's check_stop_strings agrees (PR #49391, whose example this is;
+    # before it the list-order loop returned "a" for ["a", "is"]).
     r = vllm_detokenizer_stop([" The user", " is a"], stop=stop)
     assert (r.stop_string, r.output_text, r.num_output_tokens) == ("is", " The user ", 2)
     assert stopline.check_stop_strings(" The user is a", 5, stop, False) == ("is", 10)
@@ -329,17 +333,19 @@ def test_vllm_detokenizer_include_stop_str_in_output():
     assert (r.stop_string, r.output_text) == (".", "hello world.")
 
 
-def test_vllm_stop_string_in_accept_run_drops_later_tokens_semantics_6_10():
-    # vLLM cuts the text but keeps the ids after the stop (PR #47616, open).
+def test_vllm_stop_string_in_accept_run_drops_later_tokens():
+    # vLLM 0.33.0 agrees (BaseIncrementalDetokenizer.update, PR #47616): the ids
+    # after the completing token go too.
     r = vllm_detokenizer_stop(["a", "b", "STOP", "c", "d"], stop=["STOP"], num_new_tokens=3)
     assert (r.stop_string, r.output_text, r.num_output_tokens) == ("STOP", "ab", 3)
 
 
 # --------------------------------------------------------------- SGLang ------
-# Req.update_finish_state in python/sglang/srt/managers/schedule_batch.py.
+# Req.update_finish_state in python/sglang/srt/managers/schedule_batch.py
+# (SGLang 0.5.23).
 
 def test_sglang_stop_string_wins_over_eos_in_same_step():
-    # sgl-project/sglang#28802 (test_stop_str_wins_over_eos_in_same_step): one
+    # SGLang 0.5.23 agrees: sgl-project/sglang#28802 (test_stop_str_wins_over_eos_in_same_step): one
     # step accepts "STOP" and EOS; the string finishes, finished_len past it.
     r = sglang_check_finished([10, 20, 2], new_accepted_len=2, max_new_tokens=16,
                               stop_strs=["STOP"], output_texts=["a", "STOP", ""],
@@ -376,20 +382,70 @@ def test_sglang_grammar_terminated_matches_last_id():
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 11}
 
 
+def test_sglang_grammar_end_on_last_budgeted_id_is_stop_semantics_6_3():
+    # SGLang 0.5.23 differs: update_finish_state tests max_new_tokens before
+    # grammar.is_terminated() and reports FINISH_LENGTH(length=2). stopline
+    # reports the grammar finish (section 3, checks 5 and 6).
+    r = sglang_check_finished([10, 11], new_accepted_len=2, max_new_tokens=2,
+                              grammar_terminated=True)
+    assert r.finished_reason.to_json() == {"type": "stop", "matched": 11}
+    assert r.finished_len == 2
+
+
+def test_sglang_grammar_end_past_the_budget_is_length():
+    # SGLang 0.5.23 agrees: its max_new_tokens check comes before the grammar's.
+    r = sglang_check_finished([10, 11, 12], new_accepted_len=3, max_new_tokens=2,
+                              grammar_terminated=True)
+    assert r.finished_reason.to_json() == {"type": "length", "length": 2}
+    assert r.finished_len == 2
+
+
+def test_sglang_stop_past_the_budget_is_length_at_the_cap():
+    # SGLang 0.5.23 agrees (PR #33758, _cap_finished_len_at_max_new_tokens).
+    r = sglang_check_finished([10, 11, 12, 2], new_accepted_len=4, max_new_tokens=3,
+                              eos_token_ids={2})
+    assert r.finished_reason.to_json() == {"type": "length", "length": 3}
+    assert r.finished_len == 3
+
+
+@pytest.mark.parametrize("ids, new", [([], 0), ([7], 1), ([2, 9], 2)],
+                         ids=["no-id", "prefill-token", "eos-and-more"])
+def test_sglang_max_new_tokens_zero_finishes_with_length_and_no_ids(ids, new):
+    # SGLang 0.5.23's prefill-only requests (max_new_tokens=0): FINISH_LENGTH,
+    # length 0, nothing kept, even when the sampled id is EOS.
+    r = sglang_check_finished(ids, new_accepted_len=new, max_new_tokens=0, eos_token_ids={2})
+    assert r.finished and r.finished_len == 0 and not r.decided_before_new
+    assert r.finished_reason.to_json() == {"type": "length", "length": 0}
+    later = sglang_check_finished([7, 8], new_accepted_len=1, max_new_tokens=0)
+    assert later.decided_before_new and later.finished_len == 0
+
+
 def test_sglang_running_has_no_reason():
     r = sglang_check_finished([10, 11], max_new_tokens=16, eos_token_ids={2},
                               stop_strs="zz", output_texts=["a", "b"])
     assert (r.finished, r.finished_reason, r.finished_len) == (False, None, None)
 
 
-def test_sglang_eos_on_last_budgeted_id_is_stop_semantics_6_3():
-    # SGLang checks max_new_tokens first and would report FINISH_LENGTH here.
+def test_sglang_eos_on_last_budgeted_id_is_stop():
+    # SGLang 0.5.23 agrees (PR #33758 moved the stops before max_new_tokens).
     r = sglang_check_finished([10, 11, 2], max_new_tokens=3, eos_token_ids={2})
     assert r.finished_reason.kind == "FINISH_MATCHED_TOKEN" and r.finished_len == 3
 
 
-def test_sglang_eos_inside_run_crossing_budget_semantics_6_3():
-    # Upstream SGLang: FINISH_LENGTH with finished_len 5, keeping ids past the EOS.
+def test_sglang_eos_before_a_stop_string_in_one_run_semantics_6_10():
+    # SGLang 0.5.23 checks stop strings over the whole run before the ids
+    # (PR #28802), so "STOP" after the EOS wins there (FINISH_MATCHED_STR,
+    # finished_len 3); the first position decides here, as in vLLM 0.33.0
+    # (_update_request_with_output trims the run at the EOS).
+    r = sglang_check_finished([10, 2, 20], new_accepted_len=3, max_new_tokens=16,
+                              stop_strs=["STOP"], output_texts=["a", "", "STOP"],
+                              eos_token_ids={2})
+    assert r.finished_reason.to_json() == {"type": "stop", "matched": 2}
+    assert r.finished_len == 2
+
+
+def test_sglang_eos_inside_run_crossing_budget():
+    # SGLang 0.5.23 agrees (PR #33758; before it: FINISH_LENGTH, finished_len 5).
     r = sglang_check_finished([10, 11, 2, 12, 13, 14, 15], new_accepted_len=7,
                               max_new_tokens=5, eos_token_ids={2})
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 2}
@@ -397,7 +453,7 @@ def test_sglang_eos_inside_run_crossing_budget_semantics_6_3():
 
 
 def test_sglang_ignore_eos_keeps_stop_token_ids_semantics_6_6():
-    # SGLang's _check_token_based_finish returns early on ignore_eos.
+    # SGLang 0.5.23's _check_token_based_finish returns early on ignore_eos.
     r = sglang_check_finished([10, 42], max_new_tokens=16, stop_token_ids=[42],
                               eos_token_ids={2}, ignore_eos=True)
     assert r.finished_reason.to_json() == {"type": "stop", "matched": 42}
@@ -406,7 +462,7 @@ def test_sglang_ignore_eos_keeps_stop_token_ids_semantics_6_6():
 
 
 def test_sglang_stop_strings_earliest_end_semantics_6_1():
-    # SGLang's list-order loop would match "cd" first; stopline ends at "ab".
+    # SGLang 0.5.23's list-order loop matches "cd" first; stopline ends at "ab".
     r = sglang_check_finished([10, 11, 12, 13], new_accepted_len=4, max_new_tokens=16,
                               stop_strs=["cd", "ab"], output_texts=["a", "b", "c", "d"])
     assert r.finished_reason.to_json() == {"type": "stop", "matched": "ab"}
@@ -414,6 +470,7 @@ def test_sglang_stop_strings_earliest_end_semantics_6_1():
 
 
 def test_sglang_min_new_tokens_gates_stop_strings_semantics_6_5():
+    # SGLang 0.5.23 does not gate stop strings by min_new_tokens; vLLM 0.33 does.
     texts = ["a", "b", "c", "b"]
     gated = sglang_check_finished([1, 2, 3, 2], new_accepted_len=4, max_new_tokens=16,
                                   stop_strs=["b"], output_texts=texts, min_new_tokens=3)
@@ -426,7 +483,7 @@ def test_sglang_min_new_tokens_gates_stop_strings_semantics_6_5():
 
 @pytest.mark.parametrize("bad_id", [1000, -1])
 def test_sglang_invalid_token_is_an_error_semantics_6_12(bad_id):
-    # SGLang: FINISH_MATCHED_STR("NaN happened"); stopline: error, id not kept.
+    # SGLang 0.5.23: FINISH_MATCHED_STR("NaN happened"); stopline: error, id not kept.
     r = sglang_check_finished([10, bad_id], max_new_tokens=16, eos_token_ids={2},
                               vocab_size=1000)
     assert r.finished_reason.kind == "FINISH_ABORT" and r.finished_reason.is_error
@@ -447,6 +504,12 @@ def test_sglang_helper_rejects_bad_inputs():
         sglang_check_finished([1, 2], max_new_tokens=8, stop_strs=["x"], output_texts=["a"])
     with pytest.raises(ValueError, match="new_accepted_len"):
         sglang_check_finished([1], max_new_tokens=8, new_accepted_len=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        sglang_check_finished([1], max_new_tokens=-1)
+    with pytest.raises(ValueError, match="new_accepted_len"):
+        sglang_check_finished([1], max_new_tokens=0, new_accepted_len=2)
+    with pytest.raises(ValueError, match="output_texts"):
+        sglang_check_finished([1], max_new_tokens=0, stop_strs=["x"])
 
 
 def test_to_sglang_finish_reason_from_a_live_tracker():
@@ -454,7 +517,8 @@ def test_to_sglang_finish_reason_from_a_live_tracker():
     tracker.update([5])
     aborted = tracker.abort()
     reason = to_sglang_finish_reason(aborted.finish_reason, aborted.matched)
-    # SGLang's FINISH_ABORT: default message "Aborted", is_error set.
+    # SGLang 0.5.23's FINISH_ABORT: default message "Aborted" (is_error is
+    # stopline's flag; 0.5.23's finish classes have none).
     assert reason.to_json() == {"type": "abort", "message": "Aborted", "status_code": None,
                                 "err_type": None}
     assert reason.is_error
@@ -467,8 +531,9 @@ def test_to_sglang_finish_reason_from_a_live_tracker():
 
 
 # ----------------------------------------------- OpenAI finish_reason --------
-# vLLM's chat server turns the finish reason into "tool_calls" when tools were
-# called (vllm/entrypoints/openai/serving_chat.py).
+# vLLM 0.33.0's resolve_finish_reason (vllm/entrypoints/serve/utils/
+# tool_calls_utils.py) gives the same answers, except that it reports "stop" for
+# a finished output without a reason and for a forced named tool.
 
 @pytest.mark.parametrize("reason, tools, expected", [
     ("stop", True, "tool_calls"),
@@ -485,7 +550,8 @@ def test_to_openai_finish_reason(reason, tools, expected):
 
 
 def test_to_openai_finish_reason_length_with_tools_semantics_6_13():
-    # vLLM reports "tool_calls" here; a cut-off tool call keeps "length".
+    # A cut-off tool call keeps "length"; vLLM 0.33.0 agrees (older vLLM chat
+    # servers reported "tool_calls" here).
     assert stopline.to_openai_finish_reason("length", True) == "length"
 
 

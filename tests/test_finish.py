@@ -1,4 +1,4 @@
-"""Finish-state machine (SPEC 3): shared vectors, bad input, properties."""
+"""Finish-state machine (docs/semantics.md section 3): test vectors, bad input, properties."""
 
 from __future__ import annotations
 
@@ -199,13 +199,72 @@ def test_stop_string_match_spanning_min_tokens_boundary(impl):
 
 
 def test_eos_text_and_stop_string_in_eos_piece(impl):
-    tr = impl.FinishTracker(impl.StopParams(stop=["END"], eos_token_ids=[2]))
+    tr = impl.FinishTracker(impl.StopParams(stop=["END"], eos_token_ids=[2], include_stop_str_in_output=True))
     r = tr.update([1, 2], ["x", "END"])
-    # Check 2 (stop string) precedes check 3 (EOS) at one position.
-    assert (r.stop_reason, r.matched, tr.text) == ("END", "END", "x")
+    # Check 2 (stop string) precedes check 3 (EOS) at one position, when the
+    # EOS text is kept (otherwise it is not matched at all, check 4).
+    assert (r.stop_reason, r.matched, tr.text) == ("END", "END", "xEND")
     tr = impl.FinishTracker(impl.StopParams(eos_token_ids=[2], include_stop_str_in_output=True))
     tr.update([1, 2], ["x", "</s>"])
     assert (tr.stop_reason, tr.matched, tr.text, tr.token_ids) == (None, 2, "x</s>", [1, 2])
+
+
+# Section 3, check 4: an ending token's text that is not kept is not fed to
+# the matchers. vLLM 0.33.0 agrees (BaseIncrementalDetokenizer.update leaves a
+# stop-terminated token out before check_stop_strings); SGLang 0.5.23 decodes
+# the tail with the stop id in it, so there "a<" would finish first.
+@pytest.mark.parametrize("ending", [
+    {"stop_token_ids": [7]},
+    {"eos_token_ids": [7]},
+], ids=["stop-token", "eos"])
+def test_ending_token_text_is_not_matched_unless_kept(impl, ending):
+    kw = dict(stop=["a<", "<|e"], **ending)
+    stop_reason = 7 if "stop_token_ids" in ending else None
+    for runs in ([[1], [7]], [[1, 7]]):  # one token a step, or one accept run
+        tr = impl.FinishTracker(impl.StopParams(**kw))
+        results = [tr.update(run, [{1: "xa", 7: "<|end|>"}[t] for t in run]) for run in runs]
+        assert (tr.finish_reason, tr.stop_reason, tr.matched) == ("stop", stop_reason, 7)
+        assert (tr.text, tr.token_ids) == ("xa", [1, 7])
+        _check_stream(results, tr)
+    # Kept text is output text: the string completes inside the ending token.
+    tr = impl.FinishTracker(impl.StopParams(include_stop_str_in_output=True, **kw))
+    tr.update([1, 7], ["xa", "<|end|>"])
+    assert (tr.stop_reason, tr.matched, tr.text, tr.token_ids) == ("a<", "a<", "xa<", [1, 7])
+
+
+def test_ignored_eos_text_is_matched(impl):
+    # An EOS under ignore_eos does not end the sequence, so its text is output.
+    tr = impl.FinishTracker(impl.StopParams(stop=["a<"], eos_token_ids=[7], ignore_eos=True))
+    tr.update([1, 7], ["xa", "<|end|>"])
+    assert (tr.stop_reason, tr.text, tr.token_ids) == ("a<", "x", [1, 7])
+
+
+def test_stop_string_earlier_in_the_run_still_beats_the_stop_token(impl):
+    # Spec-decode run: the string completes in token 2, the stop token is token 3.
+    # The first position decides; vLLM 0.33.0 reports the string too (its
+    # detokenizer matches the text before the stop token). SGLang 0.5.23 too:
+    # stop strings are checked over the run before the ids.
+    tr = impl.FinishTracker(impl.StopParams(stop=["ab"], stop_token_ids=[7]))
+    tr.update([1, 2, 7], ["a", "b", "<|end|>"])
+    assert (tr.stop_reason, tr.text, tr.token_ids) == ("ab", "", [1, 2])
+
+
+# Section 3, checks 5 and 6. SGLang 0.5.23 agrees inside the budget and past it
+# (length at the cap) but tests max_new_tokens before grammar.is_terminated(), so
+# it reports length for "on-last-budgeted"; stopline's stop there is deliberate
+# (docs/semantics.md 6.3).
+@pytest.mark.parametrize("run, grammar_at, reason, kept", [
+    ([10, 11], 1, "stop", [10, 11]),
+    ([10, 11, 12], 2, "length", [10, 11]),
+    ([10, 11, 12], 0, "stop", [10]),
+], ids=["on-last-budgeted", "past-budget", "inside-budget"])
+def test_grammar_end_and_the_length_cap(impl, run, grammar_at, reason, kept):
+    tr = impl.FinishTracker(impl.StopParams(max_tokens=2))
+    r = tr.update(run, None, grammar_at)
+    assert (r.finish_reason, tr.token_ids) == (reason, kept)
+    assert r.matched == (kept[-1] if reason == "stop" else None)
+    model_cap = impl.FinishTracker(impl.StopParams(prompt_len=3, max_model_len=5))
+    assert model_cap.update([10, 11], None, 1).finish_reason == "stop"
 
 
 def test_prompt_len_and_max_model_len(impl):

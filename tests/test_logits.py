@@ -3,7 +3,7 @@
 On a machine without CUDA the kernel runs under Triton's interpreter
 (TRITON_INTERPRET=1, set below before the kernel module is decorated); with
 CUDA the same tests run the compiled kernel on the GPU. A slow per-row oracle
-written straight from SPEC section 4 checks the reference itself.
+written straight from docs/semantics.md section 8 checks the reference itself.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def run_both(cons, logits, slots, pos, **kw):
 
 # ---------------------------------------------------------------- oracle
 def oracle_row(row, V, cfg, seq, position, allowed_bits, is_grammar):
-    """SPEC section 4 for one row, written as plainly as possible.
+    """docs/semantics.md section 8 for one row, written as plainly as possible.
 
     cfg: the kwargs given to set() (None = no constraints); seq: the output
     tokens at positions 0..position-1 (None where unknown); allowed_bits: the
@@ -97,11 +97,14 @@ def oracle_row(row, V, cfg, seq, position, allowed_bits, is_grammar):
     if position < cfg.get("min_tokens", 0) and stops:
         for t in stops:
             row[t] = NEG
-        if not torch.isfinite(row).any():
+        # "All masked" means every logit is -inf: a NaN or +inf left keeps the row
+        # live, and only finite stop logits come back (vLLM 0.33's restore agrees).
+        if not (row != NEG).any():
             policy = cfg.get("restore", "structured")
             if policy == "always" or (policy == "structured" and is_grammar):
                 for t in stops:
-                    row[t] = after_semantic[t]
+                    if torch.isfinite(after_semantic[t]):
+                        row[t] = after_semantic[t]
     # 3. logit_bias
     for t, bias in (cfg.get("logit_bias") or {}).items():
         row[t] = (row[t].float() + torch.tensor(bias, dtype=torch.float32)).to(row.dtype)
@@ -459,6 +462,54 @@ def test_structured_policy_does_not_restore_non_grammar_rows():
     logits = torch.randn(1, V, device=DEVICE)
     out, infeasible = run_both(cons, logits, [0], [0])
     assert infeasible.tolist() == [False] and out[0, EOS] == logits[0, EOS]
+
+
+# docs/semantics.md 8.2: "all masked" means every logit -inf, and a restore puts
+# back only finite stop logits. vLLM 0.33's MinTokensLogitsProcessor restore
+# (PR #54218: isneginf(...).all() and finite values only) agrees.
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "+inf"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_nan_or_inf_outside_the_stops_keeps_the_row_live(bad, dtype):
+    V = 64
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[EOS], restore="always")
+    logits = torch.randn(2, V, device=DEVICE).to(dtype)
+    logits[0, 9] = bad                      # row 0: the grammar allows EOS and a broken 9
+    bitmask = pack([{EOS, 9}, {EOS}], V).to(DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 0], [1, 1], bitmask=bitmask)
+    assert out[0, EOS] == NEG                  # not restored: the row was not all -inf
+    assert_bit_identical(out[0, 9:10], logits[0, 9:10])  # left as it was
+    assert infeasible.tolist() == [True, False]  # nothing finite: the engine finishes it with "error"
+    assert out[1, EOS] == logits[1, EOS]         # the clean row is restored
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "+inf"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_restore_puts_back_only_finite_stop_logits(bad, dtype):
+    V = 64
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[EOS, 7], logit_bias={7: 1.0, EOS: 0.5})
+    logits = torch.randn(2, V, device=DEVICE).to(dtype)
+    logits[:, 7] = bad
+    bitmask = pack([{EOS, 7}, {7}], V).to(DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 0], [0, 0], bitmask=bitmask)
+    # Row 0: EOS comes back (plus its bias), the broken stop logit stays -inf.
+    want = (logits[0, EOS].float() + 0.5).to(dtype)
+    assert out[0, EOS] == want and out[0, 7] == NEG and int(out[0].argmax()) == EOS
+    # Row 1: the only allowed stop is not finite, so nothing comes back.
+    assert out[1, 7] == NEG and infeasible.tolist() == [False, True]
+
+
+def test_split_row_nan_in_another_chunk_blocks_the_restore(split):
+    split(1, 1)  # V=200: 7 chunks of 32 tokens; the NaN is in chunk 5, EOS in chunk 0
+    V = 200
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[EOS])
+    logits = torch.randn(2, V, device=DEVICE)
+    logits[0, 190] = float("nan")
+    out, infeasible = run_both(cons, logits, [0, 0], [0, 0], bitmask=pack([{EOS, 190}, {EOS, 191}], V).to(DEVICE))
+    assert out[0, EOS] == NEG and infeasible.tolist() == [True, False]
+    assert out[1, EOS] == NEG and out[1, 191] == logits[1, 191]
 
 
 def test_never_policy_reports_the_conflict():

@@ -1,4 +1,4 @@
-"""Stop regexes (SPEC 2, last bullet; docs/semantics.md 2.1): the matcher,
+"""Stop regexes (docs/semantics.md 2.1): the matcher,
 the finish machine and the batch, against the baseline and Python's ``re``."""
 
 from __future__ import annotations
@@ -109,9 +109,14 @@ def test_min_tokens_gates_regexes_like_strings(impl):
 
 
 def test_regex_before_eos_at_one_position(impl):
+    # The EOS text is output text only when kept (semantics.md 3, check 4).
+    tr = impl.FinishTracker(impl.StopParams(stop_regex=[r"!+"], eos_token_ids=[2],
+                                            include_stop_str_in_output=True))
+    r = tr.update([1, 2, 3], ["hi", "!", "x"])
+    assert (r.finish_reason, r.stop_reason, r.matched, r.num_tokens, tr.text) == ("stop", "!+", "!", 2, "hi!")
     tr = impl.FinishTracker(impl.StopParams(stop_regex=[r"!+"], eos_token_ids=[2]))
     r = tr.update([1, 2, 3], ["hi", "!", "x"])
-    assert (r.finish_reason, r.stop_reason, r.matched, r.num_tokens, tr.text) == ("stop", "!+", "!", 2, "hi")
+    assert (r.finish_reason, r.stop_reason, r.matched, r.num_tokens, tr.text) == ("stop", None, 2, 2, "hi")
 
 
 def test_accept_run_equals_single_tokens(impl):

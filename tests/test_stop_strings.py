@@ -1,4 +1,4 @@
-"""Stop strings (SPEC 2): shared vectors, bad input, differential properties."""
+"""Stop strings (docs/semantics.md section 2): test vectors, bad input, differential properties."""
 
 from __future__ import annotations
 

@@ -1,25 +1,26 @@
 """Plain-Python reference and baseline for stop strings and the finish machine.
 
-This module implements SPEC sections 2 and 3 the way inference engines write
-this logic today, independently of the Rust core, so that it can serve both
-as the oracle of the differential tests and as the baseline the benchmarks
-compare against. It is meant to be honest, not slow: windowed ``str.find``
-scans and per-token Python checks, as engines do.
+This module implements docs/semantics.md sections 2 and 3 the way inference
+engines write this logic today, independently of the Rust core, so that it can
+serve both as the oracle of the differential tests and as the baseline the
+benchmarks compare against. It is meant to be honest, not slow: windowed
+``str.find`` scans and per-token Python checks, as engines do.
 
-Sources of the rules:
+Sources of the rules (engine versions as in docs/semantics.md section 6):
 
-- Stop strings: as vLLM's ``check_stop_strings`` (``vllm/v1/engine/
+- Stop strings: as vLLM 0.33's ``check_stop_strings`` (``vllm/v1/engine/
   detokenizer.py``), which searches only a window of the growing text that
-  reaches ``len(stop) - 1`` characters back before the new characters, and
-  returns ``(stop, offset)`` with ``offset = -1`` when nothing is to be cut.
-  Unlike vLLM, which returns the first stop string *in list order* found in
-  the window, the earliest-ending match wins (SPEC 2, and the shared
-  vectors); ties at the same end go to the lowest list index.
+  reaches ``len(stop) - 1`` characters back before the new characters, returns
+  ``(stop, offset)`` with ``offset = -1`` when nothing is to be cut, and takes
+  the earliest-ending match, ties to the lowest list index (vLLM PR #49391;
+  semantics.md section 2).
 - Hold-back: exact, the longest suffix of the text that is a proper prefix of
   some stop string (vLLM holds back ``max(len(stop)) - 1`` characters).
 - min_tokens gates stop strings as the vLLM v1 detokenizer does (it only
   checks stop strings once ``num_output_tokens > min_tokens``), while the text
   of earlier tokens is still searched, so a match may start there.
+- An EOS or stop token that ends the sequence is left out of the text fed to
+  the matchers unless ``include_stop_str_in_output`` (vLLM 0.33's detokenizer).
 - EOS, stop_token_ids, length and repetition follow vLLM v1's ``check_stop``
   (``vllm/v1/core/sched/utils.py``): EOS reports no stop_reason, a stop token
   reports its id, length fires on ``num_output_tokens >= max_tokens`` or
@@ -28,7 +29,9 @@ Sources of the rules:
   one ``L``-token pattern repeated, for any ``L`` in
   ``[max(min_pattern_size, 1), max_pattern_size]``).
   The order of checks and the per-position evaluation of speculative runs
-  follow SPEC 3; EOS below min_tokens is honoured (SPEC 3.3), unlike vLLM.
+  follow semantics.md section 3; EOS below min_tokens is honoured (check 3),
+  as in vLLM 0.33.0; a grammar end is checked before the length cap
+  (stopline's order; SGLang 0.5.23 tests the cap first, semantics.md 6.3).
 
 - Stop regexes: as SGLang's ``Req._check_str_based_finish``
   (``python/sglang/srt/managers/schedule_batch.py``), which runs
@@ -39,7 +42,7 @@ Sources of the rules:
   (the whole text when unbounded), and each candidate end in the new text is
   tried in turn with ``(?:pattern)(?=rest\\Z)``, ``rest`` the text after that
   end, so the earliest end wins, ``search`` returns the leftmost start there
-  (SPEC 2), and ``$`` / ``\\b`` see the text that follows, as in the core.
+  (semantics.md 2.1), and ``$`` / ``\\b`` see the text that follows, as in the core.
   The hold-back for regexes is a safe bound, not exact: the last
   ``max width - 1`` code points, and everything from the first position a
   match could start at for an unbounded pattern (Python's ``re`` cannot tell
@@ -54,7 +57,7 @@ Python has look-around and back-references; Python's ``\\b`` is Unicode, the
 core accepts only the ASCII ``(?-u:\\b)``; case folding tables differ in
 corners.
 
-Choices where the SPEC is silent (the Rust core agrees unless noted in the
+Choices the contract leaves to the implementation (the Rust core agrees unless noted in the
 tests): a bare ``str`` as a stop list is a TypeError (not split into
 characters); the whole text, not just the window, must be encodable; an empty
 stop list never matches; an empty run is a no-op step; an ``"error"`` finish
@@ -503,7 +506,7 @@ def _repeats(tokens: list[int], lo: int, hi: int, count: int) -> bool:
 
 
 class FinishTracker:
-    """Finish-state machine for one sequence (SPEC 3)."""
+    """Finish-state machine for one sequence (docs/semantics.md section 3)."""
 
     __slots__ = (
         "_params", "_vocab", "_min_tokens", "_limit", "_eos", "_stop_ids", "_include",
@@ -644,9 +647,13 @@ class FinishTracker:
             if vocab is not None and t >= vocab:
                 self._finish("error", None, None)
                 break
-            # 2. stop string or regex completing in this piece (the matchers
-            # see every piece); earliest end, a string before a regex
-            if piece and (matcher is not None or rx_matcher is not None):
+            ending = t in self._eos or t in self._stop_ids
+            # 2. stop string or regex completing in this piece; earliest end,
+            # a string before a regex. An ending token's text that is not kept
+            # is not fed (semantics.md 3, check 4; vLLM's detokenizer agrees).
+            if piece and (matcher is not None or rx_matcher is not None) and (
+                not ending or self._include
+            ):
                 m = matcher.feed(piece) if matcher is not None else None
                 mr = rx_matcher.feed(piece) if rx_matcher is not None else None
                 if mr is not None and (m is None or mr.end < m.end):
@@ -664,7 +671,7 @@ class FinishTracker:
                     self._finish("stop", m.stop, matched)
                     break
             # 3./4. EOS and stop token ids: token kept, text only if included
-            if t in self._eos or t in self._stop_ids:
+            if ending:
                 tokens.append(t)
                 if self._include:
                     self._pending += piece
@@ -679,13 +686,13 @@ class FinishTracker:
                 self._pending += piece
                 self._text_len += len(piece)
             ends.append(self._text_len)
-            # 5. length
-            if limit is not None and n >= limit:
-                self._finish("length", None, None)
-                break
-            # 6. grammar termination
+            # 5. grammar termination (before length; SGLang 0.5.23 differs, 6.3)
             if g == i:
                 self._finish("stop", None, t)
+                break
+            # 6. length
+            if limit is not None and n >= limit:
+                self._finish("length", None, None)
                 break
             # 7. repetition
             rep = self._rep

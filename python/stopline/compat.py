@@ -12,13 +12,17 @@ one call:
 * vLLM v1, detokenizer side: :func:`vllm_detokenizer_stop`, the stop-string
   step of ``vllm/v1/engine/detokenizer.py``.
 * SGLang: :func:`sglang_check_finished`, in the shape of
-  ``Req.check_finished`` / ``Req.update_finish_state`` in
+  ``Req.update_finish_state`` in
   ``python/sglang/srt/managers/schedule_batch.py``.
+
+Engine versions named below are the releases whose source the statements
+were checked against: vLLM 0.33.0 and SGLang 0.5.23 (docs/semantics.md,
+"Engine versions").
 * :func:`to_vllm_status` and :func:`to_sglang_finish_reason` translate a
   result of a long-lived ``FinishTracker`` or ``FinishBatch`` (the hot path)
   into the same shapes.
 
-The decision is always stopline's (SPEC sections 2 and 3). Where an engine
+The decision is always stopline's (docs/semantics.md sections 2 and 3). Where an engine
 decides differently the helper does *not* imitate it; every such case is
 listed in ``docs/semantics.md`` and named in the docstring below.
 
@@ -239,7 +243,7 @@ def vllm_check_stop(
     per appended token and trims the run at the first stop
     (``Scheduler._update_request_with_output``); this helper takes the whole
     run at once and reports the same trim, because stopline examines a run
-    token by token (SPEC 3).
+    token by token (docs/semantics.md section 3).
 
     Rules and where they come from:
 
@@ -248,23 +252,22 @@ def vllm_check_stop(
       ``stop_reason`` = the id, and ``ignore_eos`` does not disable it. Same
       as vLLM's ``check_stop`` (``vllm/v1/core/sched/utils.py``).
     * EOS and stop tokens are checked before the length caps, so a stop
-      token on the last budgeted token reports ``FINISHED_STOPPED``
-      (vLLM PR #27555 moved vLLM v1 to this order).
+      token on the last budgeted token reports ``FINISHED_STOPPED``, as
+      vLLM 0.33.0's ``check_stop`` (PR #27555 brought this order to v1).
     * ``num_prompt_tokens + n >= max_model_len`` or ``n >= max_tokens`` ->
       ``FINISHED_LENGTH_CAPPED``, also below ``min_tokens``.
     * A sampled EOS or stop token finishes the request even below
-      ``min_tokens`` (stopline SPEC 3: ``min_tokens`` is enforced by masking
-      the logits). vLLM's ``check_stop`` has changed here more than once: PR
-      #26317 made it ignore every stop below ``min_tokens``; the later
-      revision of its ``test_check_stop_min_tokens`` expects a sampled EOS or
-      stop token to finish, as stopline does. See docs/semantics.md,
-      "EOS below min_tokens".
+      ``min_tokens`` (docs/semantics.md section 3, check 3: ``min_tokens`` is
+      enforced by masking the logits), as vLLM 0.33.0's ``check_stop``, which
+      tests the stops and the length caps before its ``min_tokens`` gate
+      (PR #26317 once made it ignore every stop below ``min_tokens``). See
+      docs/semantics.md 6.4.
     * ``repetition_detection`` (vLLM's ``RepetitionDetectionParams`` or a
       mapping with ``max_pattern_size``, ``min_pattern_size``,
       ``min_count``) -> ``FINISHED_REPETITION`` with ``stop_reason``
       ``"repetition_detected"``, only from ``n >= min_tokens`` on.
-    * ``max_tokens`` below ``min_tokens`` (vLLM clamps ``max_tokens`` to the
-      context after validating the params) is accepted: ``min_tokens`` is
+    * ``max_tokens`` below ``min_tokens`` (vLLM 0.33.0's ``check_stop`` reads
+      ``Request.max_tokens`` and accepts it) is accepted: ``min_tokens`` is
       lowered to ``max_tokens``, which changes no decision because the
       length cap fires first.
 
@@ -378,9 +381,9 @@ class VllmStopStringResult:
         output_text: the output text after the cut (the whole text while
             running).
         num_output_tokens: output tokens kept: the token in whose text the
-            stop string completes is the last one. vLLM keeps the token ids
-            of the whole step even when its text is cut (vLLM PR #47616,
-            open); see docs/semantics.md, "Speculative accept runs".
+            stop string completes is the last one. vLLM 0.33.0 drops the ids
+            after it too (``BaseIncrementalDetokenizer.update``, since PR
+            #47616); see docs/semantics.md 6.10.
     """
 
     stop_string: Optional[str]
@@ -405,23 +408,23 @@ def vllm_detokenizer_stop(
     Rules and where they come from:
 
     * A stop string counts only if it ends in the text of a token ``n`` with
-      ``n > min_tokens``; it may start in earlier text. Same as vLLM since PR
-      #22014 (its ``tests/detokenizer/test_min_tokens.py``).
+      ``n > min_tokens``; it may start in earlier text. Same as vLLM 0.33.0's
+      ``BaseIncrementalDetokenizer.update`` (since PR #22014).
     * The text is cut before the stop string, or after it with
       ``include_stop_str_in_output``; same as vLLM's ``check_stop_strings``.
-    * **Difference**: when several stop strings complete in the same new
-      text, stopline takes the one that *ends first* (ties: list order).
-      vLLM's ``check_stop_strings`` (``vllm/v1/engine/detokenizer.py``) loops
-      over the list in order and returns the first string ``str.find`` finds
-      anywhere in the searched tail, so the list order decides, not the
-      position: for ``" The user is a"`` with the last 5 characters new and
-      ``stop=["a", "is"]`` vLLM picks ``"a"`` and stopline ``"is"``. The
-      earliest end is what one-token-at-a-time decoding would have produced.
-      See docs/semantics.md, "Which stop string wins".
+    * When several stop strings complete in the same new text, the one
+      that *ends first* wins, ties by list order: for ``" The user is a"``
+      with the last 5 characters new and ``stop=["a", "is"]`` it is ``"is"``.
+      vLLM 0.33.0's ``check_stop_strings`` agrees (since PR #49391; before
+      it, list order decided). See docs/semantics.md 6.1.
     * Tokens after the one that completes the stop string are dropped
-      (``num_output_tokens``).
+      (``num_output_tokens``), as in vLLM 0.33.0 (PR #47616).
 
-    Streaming hold-back is not reported here: vLLM holds back
+    For an EOS or stop token that ends the step, pass an empty piece unless
+    ``include_stop_str_in_output``: vLLM 0.33.0 keeps its id but leaves its
+    text out before matching (docs/semantics.md section 3, check 4).
+
+    Streaming hold-back is not reported here: vLLM 0.33.0 holds back
     ``max(len(stop)) - 1`` characters, stopline exactly the live prefix
     (``StopMatcher.holdback``, ``StepResult.text_delta``).
     """
@@ -460,7 +463,10 @@ class SglangFinishReason:
     ``FINISH_MATCHED_STR``, ``FINISHED_MATCHED_REGEX``, ``FINISH_LENGTH``,
     ``FINISH_ABORT``); the other
     fields are that class's attributes, and :meth:`to_json` gives the dict its
-    ``to_json()`` returns (``python/sglang/srt/managers/schedule_batch.py``).
+    ``to_json()`` returns (``python/sglang/srt/managers/schedule_batch.py``,
+    SGLang 0.5.23). ``is_error`` is stopline's flag for an abort or error
+    finish; SGLang 0.5.23's finish classes have no such attribute (older
+    releases had one on ``BaseFinishReason``), and it is not in ``to_json``.
     """
 
     kind: str
@@ -513,14 +519,14 @@ def to_sglang_finish_reason(
       with an ``int`` match (EOS, stop token, grammar end) ->
       ``FINISH_MATCHED_TOKEN(matched=id)``.
     * ``"length"`` -> ``FINISH_LENGTH(length=max_new_tokens)``, as SGLang
-      fills it; ``num_tokens`` is used when ``max_new_tokens`` is not given
+      0.5.23 fills it; ``num_tokens`` is used when ``max_new_tokens`` is not given
       (a stopline length finish from ``max_model_len``).
-    * ``"abort"`` -> ``FINISH_ABORT(message="Aborted")``, SGLang's default
-      message, unless ``message`` is given.
+    * ``"abort"`` -> ``FINISH_ABORT(message="Aborted")``, SGLang 0.5.23's
+      default message, unless ``message`` is given.
     * ``"error"`` (a token id outside the vocabulary) -> ``FINISH_ABORT``
       with status 500 and ``err_type="InternalServerError"``. **Difference**:
-      SGLang reports ``FINISH_MATCHED_STR(matched="NaN happened")`` and keeps a
-      substituted token; see docs/semantics.md, "Invalid token ids".
+      SGLang 0.5.23 reports ``FINISH_MATCHED_STR(matched="NaN happened")`` and
+      keeps a substituted token; see docs/semantics.md 6.12.
 
     Raises:
         ValueError: for ``"repetition"`` (SGLang has no such finish reason)
@@ -565,7 +571,7 @@ def to_sglang_finish_reason(
 
 @dataclass(frozen=True)
 class SglangFinishResult:
-    """What SGLang's ``Req.check_finished`` leaves on the request.
+    """What SGLang's ``Req.update_finish_state`` leaves on the request.
 
     Attributes:
         finished: ``Req.finished()``.
@@ -584,6 +590,28 @@ class SglangFinishResult:
     decided_before_new: bool
 
 
+def _sglang_prefill_only(
+    ids: Sequence[int], output_texts: Optional[Sequence[str]], start: int, has_stops: bool
+) -> SglangFinishResult:
+    """``max_new_tokens=0``: SGLang finishes a prefill-only request with
+    ``FINISH_LENGTH(length=0)`` and keeps no output id, whatever was sampled
+    (``StopParams`` needs ``max_tokens >= 1``, so the core is not asked). The
+    arguments are checked as on the general path."""
+    if has_stops and output_texts is None:
+        raise ValueError("output_texts is required: stop_strs are matched on text")
+    if output_texts is not None and len(output_texts) != len(ids):
+        raise ValueError(
+            f"output_texts has {len(output_texts)} pieces for {len(ids)} output ids; "
+            "pass one piece per id"
+        )
+    return SglangFinishResult(
+        finished=True,
+        finished_reason=SglangFinishReason(kind="FINISH_LENGTH", type="length", length=0),
+        finished_len=0,
+        decided_before_new=start > 0,
+    )
+
+
 def sglang_check_finished(
     output_ids: Sequence[int],
     *,
@@ -600,53 +628,79 @@ def sglang_check_finished(
     no_stop_trim: bool = False,
     grammar_terminated: bool = False,
 ) -> SglangFinishResult:
-    """SGLang's ``Req.check_finished(new_accepted_len)``, decided by stopline.
+    """SGLang's ``Req.update_finish_state(new_accepted_len)``, decided by stopline.
 
     ``output_ids`` are all output ids so far, the ``new_accepted_len`` ids
     accepted in this step last (more than one under speculative decoding).
     ``output_texts`` holds one text piece per output id and is required when
     ``stop_strs`` is set (SGLang decodes a tail window instead; stopline
-    matches on per-token text, SPEC 3). ``eos_token_ids`` should include the
-    tokenizer's EOS and additional stop ids, which SGLang also checks.
+    matches on per-token text, docs/semantics.md section 3). ``eos_token_ids`` should include the
+    tokenizer's EOS and additional stop ids, which SGLang also checks
+    (``_check_token_based_finish``).
     ``no_stop_trim`` is SGLang's name for keeping the stop string / token in
     the output (stopline's ``include_stop_str_in_output``); it only changes
     the text, which SGLang trims in its detokenizer.
     ``grammar_terminated`` says the grammar reached its end after this step's
-    last id.
+    last id. ``max_new_tokens=0`` (SGLang's prefill-only requests) finishes
+    with ``FINISH_LENGTH(length=0)`` and ``finished_len=0`` whatever the ids,
+    as SGLang 0.5.23 (docs/semantics.md 6.16).
 
-    Rules and where they come from (SGLang: ``update_finish_state`` in
-    ``python/sglang/srt/managers/schedule_batch.py``):
+    Rules (stopline's, docs/semantics.md section 3) and where SGLang 0.5.23's
+    ``update_finish_state`` (``python/sglang/srt/managers/schedule_batch.py``)
+    agrees:
 
-    * Stop strings, then EOS / stop token ids, token by token through the
+    * Stop strings, EOS and stop token ids, token by token through the
       accepted ids: the first id at which one fires decides and
-      ``finished_len`` ends at it. SGLang checks a stop string before the
-      token ids of the same step too (SGLang PR #28802).
-      -> ``FINISH_MATCHED_STR`` / ``FINISH_MATCHED_TOKEN``.
-    * ``len(output) >= max_new_tokens`` -> ``FINISH_LENGTH(max_new_tokens)``.
-    * ``grammar_terminated`` -> ``FINISH_MATCHED_TOKEN(matched=last id)``.
+      ``finished_len`` ends at it -> ``FINISH_MATCHED_STR`` /
+      ``FINISH_MATCHED_TOKEN``. A stop inside the budget beats the
+      ``max_new_tokens`` cap even when the accept run crosses it, and a stop
+      past the budget is a length finish at the cap: SGLang 0.5.23 agrees
+      (``_cap_finished_len_at_max_new_tokens``, PR #33758).
+    * ``len(output) >= max_new_tokens`` -> ``FINISH_LENGTH(max_new_tokens)``;
+      a grammar end past the budget is a length finish at the cap, as in
+      SGLang 0.5.23.
+    * ``grammar_terminated`` -> ``FINISH_MATCHED_TOKEN(matched=last id)``
+      inside the budget, as SGLang 0.5.23, and also on the last budgeted id,
+      where SGLang differs (below).
 
-    **Differences** (each in docs/semantics.md):
+    **Differences** from SGLang 0.5.23 (each in docs/semantics.md section 6):
 
-    * Length vs stop: SGLang checks ``max_new_tokens`` first, so an EOS or
-      stop string on the last budgeted id, or earlier inside an accept run
-      that crosses the budget, reports ``FINISH_LENGTH`` (and keeps ids past
-      the EOS). stopline reports the stop at the first id where it fires.
-    * ``ignore_eos``: SGLang skips stop token ids too; stopline keeps them.
+    * A grammar end on the last budgeted id: SGLang tests
+      ``max_new_tokens`` before ``grammar.is_terminated()`` and reports
+      ``FINISH_LENGTH``; stopline reports the grammar finish (6.3).
+    * A stop string and a token id in one accept run: SGLang checks stop
+      strings over the whole run before any id, so a string *after* an EOS
+      in the run wins and the EOS stays in the output; stopline stops at the
+      EOS (6.10).
+    * ``ignore_eos``: SGLang skips stop token ids too; stopline keeps them
+      (6.6).
     * Several stop strings: SGLang takes the first in list order that
-      appears in the decoded tail; stopline the one that ends first.
+      appears in the decoded tail; stopline the one that ends first (6.1).
     * ``min_new_tokens``: SGLang enforces it only by masking stop ids; a
       stop string below it still finishes there. stopline does not finish on
-      a stop string while ``n <= min_new_tokens``.
+      a stop string while ``n <= min_new_tokens`` (6.5).
+    * A stop id's own text: SGLang decodes it into the text its stop strings
+      are matched on; stopline matches it only with ``no_stop_trim`` (6.7).
     * An id outside ``[0, vocab_size)``: SGLang replaces it and reports
       ``FINISH_MATCHED_STR("NaN happened")``; stopline drops it and reports an
       error, rendered as ``FINISH_ABORT`` (status 500). A negative id (how
-      SGLang marks NaN logits) is passed to the core as an out-of-range id.
+      SGLang marks NaN logits) is passed to the core as an out-of-range id
+      (6.12).
     * ``stop_regex_strs`` are matched with Rust regex syntax, incrementally
       like stop strings (SGLang uses Python's ``re`` on a decoded tail); a
-      regex stop reports ``FINISHED_MATCHED_REGEX(matched=pattern)``.
+      regex stop reports ``FINISHED_MATCHED_REGEX(matched=pattern)``, as
+      SGLang 0.5.23 does.
+
+    Raises:
+        ValueError: ``max_new_tokens`` negative, ``new_accepted_len`` out of
+            range, ``output_texts`` missing or of the wrong length.
     """
     ids = list(_ids(output_ids, "output_ids"))
     start = _split(len(ids), new_accepted_len, "new_accepted_len")
+    if isinstance(max_new_tokens, int) and max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if max_new_tokens == 0 and not isinstance(max_new_tokens, bool):
+        return _sglang_prefill_only(ids, output_texts, start, bool(_stops(stop_strs)))
     if vocab_size is not None:
         # SGLang marks a NaN row with a negative id; the core accepts only
         # ids >= 0, so send it as an id the vocabulary check rejects.

@@ -3,7 +3,7 @@
 ``LogitsConstraints`` holds per-slot constraint state on the logits' device (an
 engine keeps one per model runner, one slot per running request) and applies,
 once per engine step and in place on ``logits[rows, vocab]``, the pipeline of
-SPEC section 4:
+docs/semantics.md section 8:
 
 1. semantic masks: grammar bitmask (xgrammar layout), ``allowed_token_ids``,
    ``bad_words`` (single-token words: a static ban; multi-token words: ban the
@@ -11,9 +11,11 @@ SPEC section 4:
    bad-words processor does);
 2. ``min_tokens``: while the row's output position is below ``min_tokens`` every
    stop id (EOS included) is set to ``-inf``, as vLLM's
-   ``MinTokensLogitsProcessor`` does; if that leaves no finite logit and the
-   slot's restore policy allows it, the stop logits are put back exactly as they
-   were after step 1 (the grammar-only-allows-EOS conflict);
+   ``MinTokensLogitsProcessor`` does; if that leaves nothing but ``-inf`` in
+   the row (a NaN or ``+inf`` keeps it live) and the slot's restore policy
+   allows it, the stop logits that were finite after step 1 are put back as
+   they were (the grammar-only-allows-EOS conflict; vLLM 0.33 restores the
+   same way), the others stay ``-inf``;
 3. ``logit_bias``: ``logit = dtype(float32(logit) + float32(bias))``.
 
 A row with no finite logit afterwards is reported in the returned

@@ -1,4 +1,4 @@
-"""Plain torch reference of the logits-constraint pipeline (SPEC section 4).
+"""Plain torch reference of the logits-constraint pipeline (docs/semantics.md section 8).
 
 Written for clarity, with whole-row tensor ops on any device; the Triton kernel
 must give bit-identical logits and ``infeasible`` flags. Inputs are validated by
@@ -93,16 +93,19 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
         logits.masked_fill_(~keep, NEG_INF)
 
     # 2. min_tokens: mask every stop id below min_tokens, as vLLM's MinTokensLogitsProcessor;
-    #    restore them if that empties the row and the policy allows it.
+    #    if that leaves nothing but -inf (a NaN or +inf keeps the row live, as in vLLM) and the
+    #    policy allows it, put back the stop logits that are finite (docs/semantics.md 8.2).
     stops = state.stop_ids[s]
     active = ok & (pos < state.min_tokens[s].long())
     to_mask = active[:, None] & (stops >= 0) & (stops < V)
-    finite = torch.isfinite(logits)
-    _put(finite, rows, stops, to_mask, False)
+    live = ~torch.isneginf(logits)
+    _put(live, rows, stops, to_mask, False)
     policy = state.restore[s]
     may_restore = (policy == 2) | ((policy == 1) & is_grammar)
-    restore = active & ~finite.any(dim=1) & may_restore
-    _put(logits, rows, stops, to_mask & ~restore[:, None], NEG_INF)
+    restore = active & ~live.any(dim=1) & may_restore
+    stop_vals = logits.gather(1, stops.long().clamp(0, V - 1))
+    kept = restore[:, None] & torch.isfinite(stop_vals)
+    _put(logits, rows, stops, to_mask & ~kept, NEG_INF)
 
     # 3. logit_bias, added in float32 and rounded once to the logits dtype.
     if state.bias_ids.shape[1]:

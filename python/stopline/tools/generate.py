@@ -128,7 +128,7 @@ def decode_tokens(
     one at a time; stop iterating to stop decoding.
 
     ``min_tokens`` masks every id of ``stop_token_ids`` plus the model's EOS
-    ids while the output position is below it (SPEC 4 step 2);
+    ids while the output position is below it (docs/semantics.md section 8, step 2);
     ``compiled_grammar`` (an ``xgrammar.CompiledGrammar``) adds the bitmask,
     and a grammar row whose min_tokens masking would leave nothing is given
     its stop ids back (``restore="structured"``). Greedy when

@@ -1,0 +1,305 @@
+"""Opt-in: the engines' own functions on the examples of docs/semantics.md.
+
+Skipped unless ``STOPLINE_ENGINE_PARITY=1`` and the engine imports, so the
+README's test command never imports vLLM or SGLang. The statements checked
+here are about vLLM 0.33.0 and SGLang 0.5.23; another version is skipped.
+Run it from an environment that has the engine, with this checkout's package
+on the path::
+
+    STOPLINE_ENGINE_PARITY=1 PYTHONPATH=python <python with vllm> -m pytest \\
+        tests/test_engine_parity.py -k vllm -p no:cacheprovider
+    STOPLINE_ENGINE_PARITY=1 PYTHONPATH=python <python with sglang> -m pytest \\
+        tests/test_engine_parity.py -k sglang -p no:cacheprovider
+
+Each check says whether the engine agrees with stopline or differs on purpose
+(the entry of docs/semantics.md section 6). The engine code runs unchanged;
+only the objects it reads (a request, a tokenizer) are small stand-ins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from types import SimpleNamespace as NS
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import stopline
+from stopline.compat import sglang_check_finished
+from vectors import load_vectors
+
+if os.environ.get("STOPLINE_ENGINE_PARITY") != "1":
+    pytest.skip("engine parity checks run only with STOPLINE_ENGINE_PARITY=1", allow_module_level=True)
+
+
+def _engine(name, version):
+    mod = pytest.importorskip(name)
+    if mod.__version__ != version:
+        pytest.skip(f"{name} {mod.__version__} installed; these statements are about {version}")
+    return mod
+
+
+# ===================================================================== vLLM ==
+
+@pytest.fixture(scope="module")
+def vllm():
+    _engine("vllm", "0.33.0")
+    torch_utils = importlib.import_module("vllm.utils.torch_utils")
+    torch_utils.PIN_MEMORY = False  # lets the logits processor run on a CPU-only host
+    return NS(
+        utils=importlib.import_module("vllm.v1.core.sched.utils"),
+        scheduler=importlib.import_module("vllm.v1.core.sched.scheduler"),
+        detok=importlib.import_module("vllm.v1.engine.detokenizer"),
+        request=importlib.import_module("vllm.v1.request"),
+        builtin=importlib.import_module("vllm.v1.sample.logits_processor.builtin"),
+    )
+
+
+class _VllmRequest:
+    """What check_stop and _update_request_with_output read of a Request."""
+
+    def __init__(self, *, prompt_len, max_tokens, eos, stop_token_ids, min_tokens):
+        self.pooling_params = None
+        self.output_token_ids: list[int] = []
+        self.num_prompt_tokens = prompt_len
+        self.max_tokens = max_tokens
+        self.status = None
+        self.stop_reason = None
+        self.num_computed_tokens = 0
+        self.num_output_placeholders = 0
+        self.sampling_params = NS(eos_token_id=eos, stop_token_ids=list(stop_token_ids),
+                                  min_tokens=min_tokens, repetition_detection=None)
+
+    def append_output_token_ids(self, token_id):
+        self.output_token_ids.append(token_id)
+
+    @property
+    def num_output_tokens(self):
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self):
+        return self.num_prompt_tokens + len(self.output_token_ids)
+
+
+def _vllm_detokenizer(vllm, pieces, *, stop, min_tokens, include):
+    class Detok(vllm.detok.BaseIncrementalDetokenizer):
+        def decode_next(self, next_token_id):
+            return pieces[next_token_id]
+
+    params = NS(stop=stop, min_tokens=min_tokens, include_stop_str_in_output=include)
+    return Detok(NS(sampling_params=params))
+
+
+def _vllm_run(vllm, pieces, steps, *, prompt_len, max_model_len, max_tokens, min_tokens, eos,
+              ignore_eos, stop_token_ids, stop, include):
+    """One request through vLLM 0.33.0's scheduler trim and detokenizer, step by step;
+    returns (finish_reason, stop_reason, token ids, text)."""
+    req = _VllmRequest(prompt_len=prompt_len, max_tokens=max_tokens,
+                       eos=None if ignore_eos else eos,  # update_from_generation_config
+                       stop_token_ids=stop_token_ids, min_tokens=min_tokens)
+    det = _vllm_detokenizer(vllm, pieces, stop=stop, min_tokens=min_tokens, include=include)
+    sched = NS(max_model_len=max_model_len)
+    stopped_status = vllm.request.RequestStatus.FINISHED_STOPPED
+    for run in steps:
+        kept, stopped = vllm.scheduler.Scheduler._update_request_with_output(sched, req, list(run))
+        stop_string = det.update(kept, stopped and req.status == stopped_status)
+        if stop_string is not None:
+            return "stop", stop_string, det.token_ids, det.output_text
+        if stopped:
+            reason = "stop" if req.status == stopped_status else "length"
+            return reason, req.stop_reason, det.token_ids, det.output_text
+    return None, None, det.token_ids, det.output_text
+
+
+def test_vllm_check_stop_strings_on_the_vendored_vectors(vllm):
+    # vLLM 0.33.0 agrees on every vendored case (semantics.md 2, 6.1).
+    for text, new_chars, stop, include, expected in load_vectors("check_stop_strings.json"):
+        want = None if expected is None else tuple(expected)
+        assert vllm.detok.check_stop_strings(text, new_chars, stop, include) == want
+        assert stopline.check_stop_strings(text, new_chars, stop, include) == want
+
+
+PIECES = {0: "a", 1: "b", 2: "<", 3: "ab", 4: "", 5: "<|e|>", 6: "|"}
+EOS = 5
+
+
+@given(
+    steps=st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=4), min_size=1, max_size=5),
+    stop=st.lists(st.sampled_from(["ab", "b<", "<|", "a", "|e", "ba"]), max_size=3, unique=True),
+    stop_token_ids=st.lists(st.sampled_from([2, 5, 6]), max_size=2, unique=True),
+    max_tokens=st.integers(1, 10),
+    min_tokens=st.integers(0, 4),
+    room=st.integers(1, 12),
+    ignore_eos=st.booleans(),
+    include=st.booleans(),
+)
+def test_vllm_pipeline_agrees_with_the_finish_machine(vllm, steps, stop, stop_token_ids, max_tokens,
+                                                      min_tokens, room, ignore_eos, include):
+    # vLLM 0.33.0 agrees: check_stop per token, the trim after the stopping token,
+    # the ending token's text left out unless include_stop_str_in_output, stop
+    # strings gated by min_tokens, earliest end, ids after the completing token
+    # dropped (semantics.md section 3; 6.3, 6.4, 6.5, 6.7, 6.10).
+    min_tokens = min(min_tokens, max_tokens)
+    prompt_len = 3
+    got = _vllm_run(vllm, PIECES, steps, prompt_len=prompt_len, max_model_len=prompt_len + room,
+                    max_tokens=max_tokens, min_tokens=min_tokens, eos=EOS, ignore_eos=ignore_eos,
+                    stop_token_ids=stop_token_ids, stop=stop, include=include)
+    tracker = stopline.FinishTracker(stopline.StopParams(
+        prompt_len=prompt_len, max_model_len=prompt_len + room, max_tokens=max_tokens,
+        min_tokens=min_tokens, eos_token_ids=[EOS], ignore_eos=ignore_eos,
+        stop_token_ids=stop_token_ids, stop=stop or None, include_stop_str_in_output=include))
+    for run in steps:
+        tracker.update(run, [PIECES[t] for t in run])
+        if tracker.finished:
+            break
+    assert got == (tracker.finish_reason, tracker.stop_reason, tracker.token_ids, tracker.text)
+
+
+def test_vllm_min_tokens_restore_keeps_nan_and_inf_rows_live(vllm):
+    # vLLM 0.33.0's MinTokensLogitsProcessor restore agrees with semantics.md 8.2 / 6.17:
+    # only an all -inf row is restored, and only its finite stop logits.
+    torch = pytest.importorskip("torch")
+    from stopline.logits import LogitsConstraints
+
+    ninf, nan, inf = -math.inf, math.nan, math.inf
+    stops = [1, 3]
+    rows = [
+        [ninf, 1.0, ninf, 2.0],  # grammar allows only the stops: restored
+        [nan, 1.0, ninf, 2.0],  # a NaN elsewhere keeps the row live
+        [inf, 1.0, ninf, 2.0],  # so does +inf
+        [ninf, nan, ninf, inf],  # no finite stop logit to put back
+        [ninf, nan, ninf, 2.0],  # only the finite one comes back
+    ]
+    proc = object.__new__(vllm.builtin.MinTokensLogitsProcessor)
+    proc.neg_inf_tensor = torch.tensor(ninf)
+    for row in rows:
+        engine = torch.tensor([row])
+        where = (torch.zeros(len(stops), dtype=torch.long), torch.tensor(stops))
+        proc._mask_stop_token_logits(engine, where, where)
+        ours = torch.tensor([row])
+        cons = LogitsConstraints(1, len(row), "cpu")
+        cons.set(0, min_tokens=5, stop_token_ids=stops, restore="always")
+        cons.apply(ours, [0], [0], backend="torch")
+        assert torch.equal(engine.isnan(), ours.isnan()), row
+        assert torch.equal(engine.nan_to_num(0.0), ours.nan_to_num(0.0)), row
+
+
+# =================================================================== SGLang ==
+
+@pytest.fixture(scope="module")
+def sglang_req():
+    _engine("sglang", "0.5.23")
+    return importlib.import_module("sglang.srt.managers.schedule_batch").Req
+
+
+class _Tokenizer:
+    """Renders every id, special ids included, as tokenizer.decode does by default."""
+
+    eos_token_id = None
+    additional_stop_token_ids = None
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def decode(self, ids):
+        return "".join(self.pieces[i] for i in ids)
+
+
+def _sglang(req_cls, ids, new, max_new, *, pieces=None, stop=(), stop_ids=None, eos=None,
+            grammar=False, ignore_eos=False, vocab=None):
+    """SGLang 0.5.23's Req.update_finish_state on a request holding only what it reads;
+    returns (to_json, ids kept)."""
+    req = object.__new__(req_cls)
+    req.rid = "parity"
+    req.finished_reason = req.to_finish = req.finished_len = None
+    req.output_ids = list(ids)
+    req.decoded_text = ""
+    req.vocab_size = vocab
+    req.eos_token_ids = eos
+    req.tokenizer = _Tokenizer(pieces or {})
+    req.grammar = NS(is_terminated=lambda: True) if grammar else None
+    req.sampling_params = NS(
+        stop_strs=list(stop), stop_regex_strs=[], stop_regex_max_len=0,
+        stop_str_max_len=max((len(s) for s in stop), default=0),  # >= the token count here
+        max_new_tokens=max_new, stop_token_ids=stop_ids, ignore_eos=ignore_eos)
+    req.update_finish_state(new)
+    if req.finished_reason is None:
+        return None, None
+    kept = req.finished_len if req.finished_len is not None else len(req.output_ids)
+    return req.finished_reason.to_json(), kept
+
+
+def _ours(ids, new, max_new, *, pieces=None, stop=(), stop_ids=None, eos=None, grammar=False,
+          ignore_eos=False, vocab=None):
+    r = sglang_check_finished(
+        ids, new_accepted_len=new, max_new_tokens=max_new, stop_strs=list(stop) or None,
+        output_texts=[pieces[i] for i in ids] if stop else None, stop_token_ids=stop_ids,
+        eos_token_ids=eos, grammar_terminated=grammar, ignore_eos=ignore_eos, vocab_size=vocab)
+    if r.finished_reason is None:
+        return None, None
+    return r.finished_reason.to_json(), r.finished_len
+
+
+TEXT = {10: "a", 11: "b", 12: "c", 13: "d", 2: "</s>", 20: "STOP", 7: "<|end|>"}
+
+AGREE = {
+    "eos on the last budgeted id": (([10, 11, 2], 1, 3), dict(eos={2})),
+    "stop past the budget is length at the cap": (([10, 11, 12, 2], 4, 3), dict(eos={2})),
+    "eos inside a run crossing the budget": (([10, 11, 2, 12, 13, 14, 15], 7, 5), dict(eos={2})),
+    "stop token id": (([10, 42], 1, 16), dict(stop_ids={42})),
+    "length": (([10, 11, 12], 1, 3), dict(eos={2})),
+    "grammar end inside the budget": (([10, 11], 2, 16), dict(grammar=True)),
+    "grammar end past the budget": (([10, 11, 12], 3, 2), dict(grammar=True)),
+    "max_new_tokens 0, plain id": (([5], 1, 0), dict(eos={2})),
+    "max_new_tokens 0, eos": (([2], 1, 0), dict(eos={2})),
+    "stop string before eos in one step": (([10, 20, 2], 2, 16), dict(stop=["STOP"], eos={2}, pieces=TEXT)),
+}
+
+
+@pytest.mark.parametrize("name", list(AGREE))
+def test_sglang_agrees(sglang_req, name):
+    # SGLang 0.5.23 agrees (semantics.md 6.3, 6.16, section 3).
+    args, kw = AGREE[name]
+    assert _sglang(sglang_req, *args, **kw) == _ours(*args, **kw)
+
+
+DIFFER = {
+    # name: (args, kwargs, SGLang 0.5.23's answer, stopline's answer)
+    "6.3 grammar end on the last budgeted id": (
+        ([10, 11], 2, 2), dict(grammar=True),
+        ({"type": "length", "length": 2}, 2), ({"type": "stop", "matched": 11}, 2)),
+    "6.10 eos before a stop string in one run": (
+        ([10, 2, 20], 3, 16), dict(stop=["STOP"], eos={2}, pieces=TEXT),
+        ({"type": "stop", "matched": "STOP"}, 3), ({"type": "stop", "matched": 2}, 2)),
+    "6.6 ignore_eos and stop token ids": (
+        ([10, 42], 1, 16), dict(stop_ids={42}, ignore_eos=True),
+        (None, None), ({"type": "stop", "matched": 42}, 2)),
+    "6.1 list order against earliest end": (
+        ([10, 11, 12, 13], 4, 16), dict(stop=["cd", "ab"], pieces=TEXT),
+        ({"type": "stop", "matched": "cd"}, 4), ({"type": "stop", "matched": "ab"}, 2)),
+    "6.7 the stop id's own text": (
+        ([10, 7], 1, 16), dict(stop=["a<"], stop_ids={7}, pieces={10: "xa", 7: "<|end|>"}),
+        ({"type": "stop", "matched": "a<"}, 2), ({"type": "stop", "matched": 7}, 2)),
+}
+
+
+@pytest.mark.parametrize("name", list(DIFFER))
+def test_sglang_differs_as_documented(sglang_req, name):
+    # SGLang 0.5.23 differs where docs/semantics.md section 6 says (entry in the name).
+    args, kw, theirs, ours = DIFFER[name]
+    assert _sglang(sglang_req, *args, **kw) == theirs
+    assert _ours(*args, **kw) == ours
+
+
+def test_sglang_invalid_id_differs_as_documented(sglang_req):
+    # semantics.md 6.12: SGLang 0.5.23 substitutes the id and reports "NaN happened";
+    # stopline reports an error and keeps only the ids before it.
+    for bad in (-1, 100):
+        assert _sglang(sglang_req, [10, bad], 1, 16, eos={2}, vocab=100) == (
+            {"type": "stop", "matched": "NaN happened"}, 2)
+        json, kept = _ours([10, bad], 1, 16, eos={2}, vocab=100)
+        assert (json["type"], kept) == ("abort", 1)
