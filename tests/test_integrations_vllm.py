@@ -283,3 +283,61 @@ def test_docs_example_runs():
     assert blocks
     for block in blocks:
         exec(compile(block, str(doc), "exec"), {})
+
+
+# --- the model-runner-V2 shape ---------------------------------------------
+
+import numpy as np  # noqa: E402
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsContext, LogitsProcRequestState  # noqa: E402
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_v2_shape_equals_v1_path(seed):
+    """The same class under vLLM's model-runner-V2 interface (slots = persistent
+    request slots, rows reordered every step, positions from ctx.pos) masks
+    exactly as its V1 path, which is compared with vLLM's own steps above.
+    One-token bad words only (V2 refuses longer ones, tested below)."""
+    assert issubclass(StoplineBuiltinsProcessor, V2LogitsProcessor)
+    rng = random.Random(seed)
+    prompt_len = torch.zeros(MAX_SEQS, dtype=torch.int32)
+    req_states = LogitsProcRequestState(
+        device=torch.device("cpu"), max_num_reqs=MAX_SEQS, vocab_size=V, all_token_ids=None,
+        prompt_len=SimpleNamespace(gpu=prompt_len, np=prompt_len.numpy()), prefill_len=None, total_len=None,
+    )
+    v2 = StoplineBuiltinsProcessor(config(), req_states)
+    params, outs = {}, {}
+    for slot in range(MAX_SEQS):
+        p = random_params(rng)
+        if p.bad_words_token_ids:
+            p._bad_words_token_ids = [[w[-1]] for w in p.bad_words_token_ids]
+        params[slot], outs[slot] = p, []
+        prompt_len[slot] = rng.randint(1, 5)
+        v2.add_request(slot, p)
+    for _ in range(8):
+        order = rng.sample(range(MAX_SEQS), rng.randint(1, MAX_SEQS))  # this step's batch, any order
+        v1 = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
+        v1.update_state(BatchUpdate(batch_size=len(order), removed=[],
+                                    added=[(i, params[s], [1], outs[s]) for i, s in enumerate(order)], moved=[]))
+        logits = torch.randn(len(order), V)
+        idx = torch.tensor(order, dtype=torch.int32)
+        pos = torch.tensor([int(prompt_len[s]) + len(outs[s]) - 1 for s in order])
+        ctx = LogitsContext(expanded_idx_mapping=idx, idx_mapping=idx, idx_mapping_np=np.array(order),
+                            expanded_local_pos=torch.zeros(len(order), dtype=torch.int32), input_ids=None, pos=pos,
+                            seq_lens_upper_bound_np=None)
+        assert torch.equal(v2.apply(logits.clone(), ctx), v1.apply(logits.clone()))
+        for s in order:
+            outs[s].append(rng.randrange(V))
+
+
+def test_v2_refuses_multi_token_bad_words():
+    prompt_len = torch.zeros(MAX_SEQS, dtype=torch.int32)
+    req_states = LogitsProcRequestState(
+        device=torch.device("cpu"), max_num_reqs=MAX_SEQS, vocab_size=V, all_token_ids=None,
+        prompt_len=SimpleNamespace(gpu=prompt_len), prefill_len=None, total_len=None,
+    )
+    v2 = StoplineLogitsProcessor(config(), req_states)
+    with pytest.raises(ValueError, match="bad_words: multi-token"):
+        v2.add_request(0, SamplingParams(extra_args={"stopline": {"bad_words": [[3, 4]]}}))
+    assert v2.add_request(1, SamplingParams(extra_args={"stopline": {"bad_words": [[3]]}})) is True
+    assert v2.add_request(2, SamplingParams()) is False

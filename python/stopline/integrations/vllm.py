@@ -24,6 +24,18 @@ Two classes, differing only in where a request's constraints come from:
 
 Pass either as ``LLM(..., logits_processors=[cls])``.
 
+Each class implements both of vLLM's logits-processor interfaces, and vLLM
+picks by how it constructs it: the V1 model runner calls
+``cls(vllm_config, device, is_pin_memory)`` then ``update_state(BatchUpdate)``
+and ``apply(logits)``; the model-runner-V2 calls ``cls(vllm_config, req_states)``
+then ``add_request(req_idx, params)`` and ``apply(logits, ctx)``, with the
+persistent request slot as the stopline slot. vLLM's V2 loader refuses a
+V1-only class found under the entry point, which is why the registered class
+must be both. Under V2 the processor does not see the committed tokens on the
+host, so multi-token ``bad_words`` are refused there (``ValueError`` naming
+the field); one-token bad words, ``allowed_token_ids``, ``min_tokens`` and
+``logit_bias`` apply.
+
 Batch rows move as vLLM condenses its persistent batch; the processor keeps a
 row -> slot map (a move or swap rewrites two map entries, never device state)
 and feeds each slot's new output tokens from the request's live
@@ -35,8 +47,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 try:
+    import numpy as np
     import torch
     from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
@@ -90,7 +104,7 @@ def constraints_from_params(params: SamplingParams) -> dict[str, Any] | None:
     return kw or None
 
 
-class StoplineLogitsProcessor(LogitsProcessor):
+class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     """vLLM V1 logits processor over :class:`stopline.logits.LogitsConstraints`,
     for requests that carry ``extra_args["stopline"]``.
 
@@ -110,7 +124,11 @@ class StoplineLogitsProcessor(LogitsProcessor):
     #: Where a request's constraints come from (None: the request has none).
     constraints_for = staticmethod(constraints_from_extra_args)
 
-    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool):
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool = False):
+        if not isinstance(device, (torch.device, str)):
+            self._init_v2(device)
+            return
+        self._req_states: Any = None
         max_slots = int(vllm_config.scheduler_config.max_num_seqs)
         vocab_size = int(vllm_config.model_config.get_vocab_size())
         # One extra slot that is never set: rows without constraints point at it.
@@ -194,8 +212,49 @@ class StoplineLogitsProcessor(LogitsProcessor):
                 positions[index] = self._fed[slot]
         self._rows, self._positions = rows, positions
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """Mask ``logits[:batch_size]`` (``[rows, vocab]`` float) in place and return ``logits``."""
+    # -- model runner V2 --------------------------------------------------
+
+    def _init_v2(self, req_states: Any) -> None:
+        self._req_states = req_states
+        self.constraints = LogitsConstraints(int(req_states.max_num_reqs), int(req_states.vocab_size), req_states.device)
+        self._active = np.zeros(int(req_states.max_num_reqs), dtype=bool)
+        self._row_slot = {}
+
+    def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
+        """V2: (re)initialize slot ``req_idx``; True if this request has constraints."""
+        kw = self.constraints_for(sampling_params)
+        if kw is None:
+            if self._active[req_idx]:
+                self.constraints.clear(req_idx)
+                self._active[req_idx] = False
+            return False
+        if any(len(w) > 1 for w in kw.get("bad_words") or ()):
+            raise ValueError(
+                "bad_words: multi-token words need the committed tokens on the host, which vLLM's "
+                "model runner V2 does not give logits processors; use one-token words or the V1 runner"
+            )
+        self.constraints.set(req_idx, **kw)
+        self._active[req_idx] = True
+        return True
+
+    def apply_staged_writes(self) -> None:
+        """V2: nothing is staged (``set`` writes the slot's rows at once)."""
+
+    def _apply_v2(self, logits: torch.Tensor, ctx: Any) -> torch.Tensor:
+        if not self._active[ctx.idx_mapping_np].any():
+            return logits
+        slots = ctx.expanded_idx_mapping
+        prompt_len = self._req_states.prompt_len.gpu.to(slots.device)[slots.long()]
+        # pos is the input position of the row; the token it samples has pos + 1 - prompt_len outputs before it.
+        positions = ctx.pos.to(torch.int64) + 1 - prompt_len.to(torch.int64)
+        self.constraints.apply(logits, row_slots=slots, row_positions=positions)
+        return logits
+
+    def apply(self, logits: torch.Tensor, ctx: Any = None) -> torch.Tensor:
+        """V1: mask ``logits[:batch_size]`` in place; V2 (with ``ctx``): every row of ``logits``.
+        ``logits`` is ``[rows, vocab]`` float; returns it."""
+        if ctx is not None:
+            return self._apply_v2(logits, ctx)
         if not self._row_slot:
             return logits
         n = len(self._rows)
