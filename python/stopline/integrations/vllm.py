@@ -352,7 +352,7 @@ class RequestStop:
         self._done = True
         from vllm.v1.request import RequestStatus
 
-        request.status = RequestStatus[_VLLM_STATUS[r.finish_reason]]
+        request.status = RequestStatus[_VLLM_STATUS[r.finish_reason or ""]]
         if r.stop_reason is not None:
             request.stop_reason = r.stop_reason
         return True
