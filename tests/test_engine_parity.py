@@ -159,24 +159,25 @@ def test_vllm_pipeline_agrees_with_the_finish_machine(vllm, steps, stop, stop_to
     assert got == (tracker.finish_reason, tracker.stop_reason, tracker.token_ids, tracker.text)
 
 
-def test_vllm_min_tokens_restore_keeps_nan_and_inf_rows_live(vllm):
-    # vLLM 0.33.0's MinTokensLogitsProcessor restore agrees with semantics.md 8.2 / 6.17:
-    # only an all -inf row is restored, and only its finite stop logits.
+def test_vllm_min_tokens_restore_and_nan_rows(vllm):
+    # vLLM 0.33.0's MinTokensLogitsProcessor restore agrees with semantics.md 8.2 on which
+    # stop logits come back (only finite ones); it differs on rows with a NaN or +inf
+    # outside the stops, which vLLM treats as live and stopline as empty (6.17).
     torch = pytest.importorskip("torch")
     from stopline.logits import LogitsConstraints
 
     ninf, nan, inf = -math.inf, math.nan, math.inf
     stops = [1, 3]
-    rows = [
-        [ninf, 1.0, ninf, 2.0],  # grammar allows only the stops: restored
-        [nan, 1.0, ninf, 2.0],  # a NaN elsewhere keeps the row live
-        [inf, 1.0, ninf, 2.0],  # so does +inf
-        [ninf, nan, ninf, inf],  # no finite stop logit to put back
-        [ninf, nan, ninf, 2.0],  # only the finite one comes back
+    rows = [  # (row, agrees with vLLM)
+        ([ninf, 1.0, ninf, 2.0], True),  # grammar allows only the stops: restored by both
+        ([nan, 1.0, ninf, 2.0], False),  # a NaN elsewhere: vLLM keeps the row live, stopline restores
+        ([inf, 1.0, ninf, 2.0], False),  # +inf: likewise
+        ([ninf, nan, ninf, inf], True),  # no finite stop logit to put back
+        ([ninf, nan, ninf, 2.0], True),  # only the finite one comes back
     ]
     proc = object.__new__(vllm.builtin.MinTokensLogitsProcessor)
     proc.neg_inf_tensor = torch.tensor(ninf)
-    for row in rows:
+    for row, agrees in rows:
         engine = torch.tensor([row])
         where = (torch.zeros(len(stops), dtype=torch.long), torch.tensor(stops))
         proc._mask_stop_token_logits(engine, where, where)
@@ -184,8 +185,10 @@ def test_vllm_min_tokens_restore_keeps_nan_and_inf_rows_live(vllm):
         cons = LogitsConstraints(1, len(row), "cpu")
         cons.set(0, min_tokens=5, stop_token_ids=stops, restore="always")
         cons.apply(ours, [0], [0], backend="torch")
-        assert torch.equal(engine.isnan(), ours.isnan()), row
-        assert torch.equal(engine.nan_to_num(0.0), ours.nan_to_num(0.0)), row
+        same = torch.equal(engine.isnan(), ours.isnan()) and torch.equal(engine.nan_to_num(0.0), ours.nan_to_num(0.0))
+        assert same == agrees, row
+        if not agrees:
+            assert engine[0, 1] == ninf and ours[0, 1] == 1.0 and ours[0, 3] == 2.0
 
 
 # =================================================================== SGLang ==

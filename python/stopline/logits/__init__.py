@@ -11,11 +11,12 @@ docs/semantics.md section 8:
    bad-words processor does);
 2. ``min_tokens``: while the row's output position is below ``min_tokens`` every
    stop id (EOS included) is set to ``-inf``, as vLLM's
-   ``MinTokensLogitsProcessor`` does; if that leaves nothing but ``-inf`` in
-   the row (a NaN or ``+inf`` keeps it live) and the slot's restore policy
-   allows it, the stop logits that were finite after step 1 are put back as
-   they were (the grammar-only-allows-EOS conflict; vLLM 0.33 restores the
-   same way), the others stay ``-inf``;
+   ``MinTokensLogitsProcessor`` does; if that leaves no finite logit in the
+   row and the slot's restore policy allows it, the stop logits that were
+   finite after step 1 are put back as they were (the
+   grammar-only-allows-EOS conflict; vLLM 0.33 puts back only finite ones
+   too, but treats a NaN or ``+inf`` elsewhere in the row as live:
+   docs/semantics.md 6.17), the others stay ``-inf``;
 3. ``logit_bias``: ``logit = dtype(float32(logit) + float32(bias))``.
 
 A row with no finite logit afterwards is reported in the returned

@@ -93,12 +93,12 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
         logits.masked_fill_(~keep, NEG_INF)
 
     # 2. min_tokens: mask every stop id below min_tokens, as vLLM's MinTokensLogitsProcessor;
-    #    if that leaves nothing but -inf (a NaN or +inf keeps the row live, as in vLLM) and the
-    #    policy allows it, put back the stop logits that are finite (docs/semantics.md 8.2).
+    #    if that leaves no finite logit (NaN and +inf count as not finite, unlike vLLM: 6.17) and
+    #    the policy allows it, put back the stop logits that are finite (docs/semantics.md 8.2).
     stops = state.stop_ids[s]
     active = ok & (pos < state.min_tokens[s].long())
     to_mask = active[:, None] & (stops >= 0) & (stops < V)
-    live = ~torch.isneginf(logits)
+    live = torch.isfinite(logits)
     _put(live, rows, stops, to_mask, False)
     policy = state.restore[s]
     may_restore = (policy == 2) | ((policy == 1) & is_grammar)

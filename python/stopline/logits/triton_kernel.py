@@ -7,10 +7,9 @@ One launch per call, on a grid of rows x chunks. Per row, in order:
 2. a pass over the row that writes ``-inf`` where the grammar bitmask or the
    slot's dense token mask clears a bit, and counts the finite logits left;
 3. ``min_tokens``: gather the stop logits, subtract the finite ones from the
-   count; if nothing finite would remain, the policy allows a restore and a
-   rescan of the row finds nothing but ``-inf`` outside the stops (a NaN or
-   ``+inf`` keeps the row live), leave the finite stop logits (the restore)
-   and write ``-inf`` over the others, else write ``-inf`` over all of them;
+   count; if nothing finite would remain and the policy allows a restore,
+   leave the finite stop logits (the restore) and write ``-inf`` over the
+   others, else write ``-inf`` over all of them;
 4. ``logit_bias`` on the bias ids, adjusting the count;
 5. ``infeasible = (count == 0)``.
 
@@ -245,7 +244,7 @@ def _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP:
 @triton.jit
 def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_active, vocab,
                 stops, policy, bias_ids, bv,
-                N_STOP: tl.constexpr, N_BIAS: tl.constexpr, IS_BF16: tl.constexpr, SCAN: tl.constexpr):
+                N_STOP: tl.constexpr, N_BIAS: tl.constexpr, IS_BF16: tl.constexpr):
     """Steps 3-5, given the row's finite count after steps 1-2 (exact or a lower bound)."""
     NEG = float("-inf")
     INF = float("inf")  # finite(x) is written |x| < INF: false for +-inf and NaN
@@ -265,17 +264,6 @@ def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_acti
         left = count - tl.sum((stop_ok & sv_finite).to(tl.int32), axis=0)
         may_restore = (policy == 2) | ((policy == 1) & (is_grammar != 0))
         restore = min_active & exact & (left == 0) & may_restore
-        if restore:
-            # Nothing finite is left outside the stops. "All masked" means all -inf, so a NaN or
-            # +inf there keeps the row live (as vLLM): this rare path alone reads the row again.
-            # Stops are distinct, so the row's count minus theirs is the count outside them.
-            live = 0 - tl.sum((stop_ok & (sv.to(tl.float32) != NEG)).to(tl.int32), axis=0)
-            offs = tl.arange(0, SCAN)
-            for start in range(0, vocab, SCAN):
-                idx = start + offs
-                xr = tl.load(row_ptr + idx, mask=idx < vocab, other=NEG)
-                live += tl.sum((xr.to(tl.float32) != NEG).to(tl.int32), axis=0)
-            restore = live == 0
         do_mask = min_active & (restore == 0)
         # Masked, or not finite and so not put back by a restore.
         dropped = stop_ok & (do_mask | (sv_finite == 0))
@@ -448,7 +436,7 @@ def _constraints_kernel(
                 if SPLIT:
                     tl.store(scratch_ptr + row, old * 0)  # ready for the next launch
                 _finish_row(row_ptr, infeasible_ptr, row, count, last, is_grammar, min_active, vocab,
-                            stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16, SCAN_WORDS * 32)
+                            stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
         elif chunk == 0:
             _sparse_bans(row_ptr, row64, slot, pos, 0, vocab, ban_ptr,
                          bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
@@ -475,7 +463,7 @@ def _constraints_kernel(
                 start += SCAN_WORDS * 32
             tl.debug_barrier()
             _finish_row(row_ptr, infeasible_ptr, row, count, start >= vocab, is_grammar, min_active, vocab,
-                        stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16, SCAN_WORDS * 32)
+                        stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
     elif chunk == 0:
         tl.store(infeasible_ptr + row, slot_ok == 0)
 
