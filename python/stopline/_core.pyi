@@ -15,8 +15,8 @@ empty, inconsistent with another argument or not valid Unicode (a lone
 surrogate), ``RuntimeError`` for a call the object's state forbids. Messages
 name the field, the element (``stop[1]``, ``token_ids[3] (slot 2)``) and the
 value. Int arguments converted by PyO3 (``slot``, ``max_slots``,
-``new_char_count``) raise ``OverflowError`` at 2**63 and above; the others
-raise ``ValueError``. Ints may be any object with ``__index__`` (NumPy
+``new_char_count``, a ``BatchStepResult`` index) raise ``OverflowError`` at
+2**63 and above; the others raise ``ValueError``. Ints may be any object with ``__index__`` (NumPy
 integers); a ``bool`` is accepted as the int it is. Exceptions raised by the
 caller's own objects (an ``__iter__`` or ``__index__`` that raises,
 ``MemoryError`` or ``KeyboardInterrupt`` included) propagate unchanged.
@@ -26,8 +26,9 @@ call that raises changes no state.
 
 Matchers, trackers and batches are not thread-safe: a second thread using the
 same object while a call is in progress gets PyO3's borrow error, a
-``RuntimeError`` (``Already borrowed``), and the state is unchanged. Compiled ``StopStrings`` /
-``StopRegexes`` and ``StopParams`` are immutable and shared freely.
+``RuntimeError`` (``Already borrowed``), and the state is unchanged.
+Compiled ``StopStrings`` / ``StopRegexes`` and ``StopParams`` are immutable
+and shared freely.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -115,7 +116,7 @@ class StopMatcher:
         Returns:
             The match that ends earliest in ``delta`` (a tie at the same end
             goes to the lowest list index; semantics.md 2, 6.1), or ``None``.
-            The result is the same for any chunking of the text (step
+            The first match is the same for any chunking of the text (step
             invariance). The matcher keeps consuming after a match, so later
             text can match again.
 
@@ -157,8 +158,9 @@ class StopStrings:
 
         Args:
             stops: the stop strings, in priority order for ties: a list, tuple
-                or any iterable of non-empty ``str``. A bare ``str`` is
-                refused rather than read as a list of characters.
+                or any iterable of non-empty ``str``; an empty list never
+                matches. A bare ``str`` is refused rather than read as a list
+                of characters.
 
         Raises:
             TypeError: ``stops`` is a bare ``str``, is not iterable, or an
@@ -305,7 +307,8 @@ class StopRegexes:
         """The patterns, in list order."""
     @property
     def memory_usage(self) -> int:
-        """Heap bytes of the compiled DFA (at most 4 MiB)."""
+        """Heap bytes of the compiled DFA (a list whose DFA would pass 4 MiB is
+        refused when built)."""
     def __len__(self) -> int:
         """Number of patterns."""
 
@@ -388,10 +391,10 @@ class StopParams:
             max_tokens: output-token budget, >= 1: ``"length"`` once ``n >=
                 max_tokens`` output tokens (semantics.md 3, check 6). ``None``:
                 no cap.
-            min_tokens: output tokens below which stop strings and regexes
-                (``n > min_tokens``) and repetition (``n >= min_tokens``) do
-                not fire; EOS, stop tokens, grammar ends and length caps are
-                not gated (semantics.md 5, 6.4, 6.5). Default 0.
+            min_tokens: output-token gate: stop strings and regexes fire
+                only once ``n > min_tokens``, repetition once ``n >=
+                min_tokens``; EOS, stop tokens, grammar ends and the length
+                caps are not gated (semantics.md 5, 6.4, 6.5). Default 0.
             prompt_len: prompt tokens, counted only against
                 ``max_model_len``. Default 0.
             max_model_len: context cap in positions (prompt plus output):
@@ -426,8 +429,9 @@ class StopParams:
                 that is not an int (a float, NaN or ``str``:
                 ``max_tokens must be an int, got float``); ``stop`` /
                 ``stop_regex`` given a bare ``str``, a non-iterable or a
-                non-``str`` entry; ``repetition`` not a mapping; ``ignore_eos`` /
-                ``include_stop_str_in_output`` not a ``bool``.
+                non-``str`` entry; ``repetition`` not a mapping;
+                ``ignore_eos`` / ``include_stop_str_in_output`` not a
+                ``bool``.
             ValueError: naming the field and value: a negative count or id;
                 an int of 2**63 or more; ``max_tokens`` < 1, ``max_model_len``
                 < 1 or ``vocab_size`` < 1; ``min_tokens > max_tokens``;
@@ -561,16 +565,17 @@ class FinishTracker:
             stream now.
 
         Raises:
-            RuntimeError: the sequence already finished
-                (``finish_reason="length"`` in the message; semantics.md 5).
+            RuntimeError: the sequence already finished (the message names
+                its ``finish_reason``; semantics.md 5).
             TypeError: ``token_ids`` is not an int or an iterable of ints
                 (``token_ids[0] must be an int, got str``); ``texts`` is a
                 bare ``str`` or holds a non-``str``;
                 ``grammar_terminated_at`` is not an int.
-            ValueError: an id is negative, >= 2**32 or >= 2**63; ``texts``
-                has a different length than the run or is missing while
-                required; a piece contains a lone surrogate;
-                ``grammar_terminated_at`` is negative or not inside the run.
+            ValueError: an id is negative or >= 2**32 (``token_ids[0]=-1 is
+                not a valid token id``); ``texts`` has a different length
+                than the run or is missing while required; a piece contains
+                a lone surrogate; ``grammar_terminated_at`` is negative or
+                not inside the run.
         """
     def abort(self) -> StepResult:
         """Finishes a running sequence with ``"abort"`` and flushes everything
@@ -741,6 +746,10 @@ class FinishBatch:
     def __contains__(self, slot: object, /) -> bool:
         """Whether ``slot`` holds a sequence; never raises (anything that is
         not an in-range int is simply not there)."""
+    def __repr__(self) -> str:
+        """``FinishBatch(max_slots=8, occupied=2, finished=1)``: ``occupied``
+        is ``len(batch)``, ``finished`` the occupied slots whose sequence
+        finished and awaits ``remove``. O(max_slots)."""
     def step(
         self,
         slots: Iterable[int],
@@ -758,6 +767,9 @@ class FinishBatch:
         array as the sampler returns it), ``texts`` a plain ``list`` of
         ``str``. Other iterables and int-likes go through a slower general
         path with the same results.
+
+        Every argument is checked before any slot changes, so after an error
+        the whole batch is as it was.
 
         Args:
             slots: the occupied, running slots to advance, each at most once.
@@ -789,9 +801,6 @@ class FinishBatch:
                 (``slots[0] must be an int, got str``); ``texts`` a bare
                 ``str`` or holding a non-``str``.
             RuntimeError: a listed slot already finished (remove it first).
-
-            Every argument is checked before any slot changes, so after an
-            error the whole batch is as it was.
         """
 
 def _panic_for_tests(message: str) -> None:
