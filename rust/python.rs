@@ -1241,7 +1241,9 @@ impl PyBatchStepResult {
     /// its `token_ids_deltas` row, without building the lists).
     #[getter]
     fn num_released(&self) -> Vec<usize> {
-        (0..self.rows.len()).map(|i| self.tokens_of(i).len()).collect()
+        (0..self.rows.len())
+            .map(|i| self.tokens_of(i).len())
+            .collect()
     }
     #[getter]
     fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
@@ -1344,6 +1346,18 @@ impl PyFinishBatch {
 
     fn __len__(&self) -> usize {
         self.inner.len()
+    }
+
+    /// `occupied` is `len(batch)`; `finished` counts the occupied slots whose
+    /// sequence finished and awaits `remove()`.
+    fn __repr__(&self) -> String {
+        let max_slots = self.inner.max_slots();
+        let (occupied, finished) = (0..max_slots as i64)
+            .filter_map(|s| self.inner.get(s).ok())
+            .fold((0, 0), |(o, f), t| {
+                (o + 1, f + usize::from(t.is_finished()))
+            });
+        format!("FinishBatch(max_slots={max_slots}, occupied={occupied}, finished={finished})")
     }
 
     /// Whether `slot` holds a sequence (anything that is not an in-range int

@@ -639,6 +639,21 @@ def test_batch_membership_never_raises():
         True, False, False, False, False, False, False)
 
 
+def test_batch_repr_counts_occupied_and_finished_slots():
+    import stopline
+
+    b = stopline.FinishBatch(8)
+    assert repr(b) == "FinishBatch(max_slots=8, occupied=0, finished=0)"
+    b.add(0, stopline.StopParams(max_tokens=1))
+    b.add(5, stopline.StopParams())
+    assert repr(b) == "FinishBatch(max_slots=8, occupied=2, finished=0)"
+    b.step([0, 5], [1, 2])  # slot 0 reaches max_tokens
+    assert repr(b) == "FinishBatch(max_slots=8, occupied=2, finished=1)"
+    b.remove(0)
+    assert repr(b) == "FinishBatch(max_slots=8, occupied=1, finished=0)"
+    assert repr(stopline.FinishBatch(0)) == "FinishBatch(max_slots=0, occupied=0, finished=0)"
+
+
 # ------------------------------------------------- batch input shapes
 
 class _Index:

@@ -1,6 +1,38 @@
 # Hand-maintained stubs for the Rust extension; checked with mypy.stubtest.
+"""The Rust core of stopline: stop-string and stop-regex matchers, the finish
+state machine of one sequence and of a batch.
+
+The contract is docs/semantics.md; the docstrings below cite its sections.
+
+Units (semantics.md 1): text offsets and lengths are Python code points of the
+cumulative *output* text (never bytes, never UTF-16 units); token counts are
+output tokens (``max_model_len`` alone counts prompt plus output positions);
+token ids are ints in ``[0, 2**32)``.
+
+Errors (the full matrix is docs/errors.md): ``TypeError`` for a value of the
+wrong type, ``ValueError`` for a value of the right type that is out of range,
+empty, inconsistent with another argument or not valid Unicode (a lone
+surrogate), ``RuntimeError`` for a call the object's state forbids. Messages
+name the field, the element (``stop[1]``, ``token_ids[3] (slot 2)``) and the
+value. Int arguments converted by PyO3 (``slot``, ``max_slots``,
+``new_char_count``, a ``BatchStepResult`` index) raise ``OverflowError`` at
+2**63 and above; the others raise ``ValueError``. Ints may be any object with ``__index__`` (NumPy
+integers); a ``bool`` is accepted as the int it is. Exceptions raised by the
+caller's own objects (an ``__iter__`` or ``__index__`` that raises,
+``MemoryError`` or ``KeyboardInterrupt`` included) propagate unchanged.
+Sizes stopline caps (``max_slots``, a regex DFA) are checked before anything
+is allocated, so an oversized argument is a ``ValueError``, not an abort. A
+call that raises changes no state.
+
+Matchers, trackers and batches are not thread-safe: a second thread using the
+same object while a call is in progress gets PyO3's borrow error, a
+``RuntimeError`` (``Already borrowed``), and the state is unchanged.
+Compiled ``StopStrings`` / ``StopRegexes`` and ``StopParams`` are immutable
+and shared freely.
+"""
+
 from collections.abc import Iterable, Mapping, Sequence
-from typing import final
+from typing import Literal, TypeAlias, final
 
 __all__ = [
     "StopStrings",
@@ -19,86 +51,322 @@ __all__ = [
     "_panic_for_tests",  # PyO3 lists every added function in the runtime __all__
 ]
 
+# Type-only names (not attributes of the runtime module, hence private):
+# import them under `if TYPE_CHECKING:`.
+_FinishReason: TypeAlias = Literal["stop", "length", "abort", "error", "repetition"]
+"""Every ``finish_reason`` the core reports (``FinishReason::as_str`` in
+rust/finish.rs; vLLM's names, semantics.md 1). ``None`` where a
+``finish_reason`` is optional means still running."""
+
+_OpenAIFinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "abort", "error", "repetition"]
+"""What ``to_openai_finish_reason`` returns for a finished sequence."""
+
 __version__: str
+"""The package version (``Cargo.toml``'s, the same as the wheel's)."""
 
 @final
 class StopMatch:
-    """A stop string match; offsets are code points of the cumulative text."""
+    """One stop-string (or stop-regex) match; offsets are code points of the
+    cumulative text fed to the matcher (semantics.md 1, 2).
+
+    Immutable; equal when all five fields are equal (not hashable).
+    """
 
     @property
-    def index(self) -> int: ...
+    def index(self) -> int:
+        """Position of the stop in its list (``StopStrings.stops`` or
+        ``StopRegexes.patterns``)."""
     @property
-    def stop(self) -> str: ...
+    def stop(self) -> str:
+        """The stop string; for a ``StopRegexMatcher``, the pattern (not the
+        matched text, which is ``text[start:end]``)."""
     @property
-    def start(self) -> int: ...
+    def start(self) -> int:
+        """Code-point offset of the first character of the match; it may lie
+        in text fed by earlier ``feed`` calls."""
     @property
-    def end(self) -> int: ...
+    def end(self) -> int:
+        """Code-point offset just past the match (exclusive); always inside
+        the ``delta`` of the ``feed`` that returned it."""
     @property
-    def truncate_to(self) -> int: ...
+    def truncate_to(self) -> int:
+        """Code-point length to cut the output text to: ``end`` when the
+        matcher includes the stop in the output, else ``start``
+        (semantics.md 2, 6.8)."""
     def __eq__(self, other: object, /) -> bool: ...
     def __ne__(self, other: object, /) -> bool: ...
 
 @final
 class StopMatcher:
-    """Per-sequence incremental state over a StopStrings."""
+    """One sequence's incremental stop-string state over a ``StopStrings``
+    (from ``StopStrings.matcher``; semantics.md 2).
 
-    def feed(self, delta: str) -> StopMatch | None: ...
+    Each ``feed`` scans only the new text: O(len(delta)) whatever the number
+    of stop strings. Not thread-safe (see the module docstring).
+    """
+
+    def feed(self, delta: str) -> StopMatch | None:
+        """Appends the next text piece and reports the first stop string that
+        completes inside it.
+
+        Args:
+            delta: the new text (any length, ``""`` included). A match may
+                start in earlier text but must end inside ``delta``.
+
+        Returns:
+            The match that ends earliest in ``delta`` (a tie at the same end
+            goes to the lowest list index; semantics.md 2, 6.1), or ``None``.
+            The first match is the same for any chunking of the text (step
+            invariance). The matcher keeps consuming after a match, so later
+            text can match again.
+
+        Raises:
+            TypeError: ``delta`` is not a ``str`` ("delta must be str, got
+                int"); the state is unchanged.
+            ValueError: ``delta`` contains a lone surrogate; the state is
+                unchanged.
+        """
     @property
-    def holdback(self) -> int: ...
+    def holdback(self) -> int:
+        """Code points at the end of the text fed so far that must not be
+        streamed yet: the longest suffix that is a proper prefix of some stop
+        string (exact, not ``max(len(stop)) - 1``); 0 when the matcher
+        includes stops in the output (semantics.md 2, 6.9)."""
     @property
-    def chars_fed(self) -> int: ...
+    def chars_fed(self) -> int:
+        """Code points fed since the matcher was made or last ``reset``."""
     @property
-    def include_in_output(self) -> bool: ...
-    def reset(self) -> None: ...
+    def include_in_output(self) -> bool:
+        """Whether matches keep the stop string (``truncate_to == end``, no
+        hold-back); fixed when the matcher is made."""
+    def reset(self) -> None:
+        """Forgets all text fed, as a fresh matcher from the same
+        ``StopStrings`` with the same ``include_in_output``."""
 
 @final
 class StopStrings:
-    """A compiled, immutable list of stop strings, shared between sequences."""
+    """A compiled, immutable list of stop strings (Aho-Corasick, standard
+    match semantics), shared between sequences and threads (semantics.md 2).
 
-    def __new__(cls, stops: Iterable[str]) -> StopStrings: ...
-    def matcher(self, include_in_output: bool = False) -> StopMatcher: ...
+    Identical lists share one automaton through a process-wide cache (at most
+    1024 lists and 256 MiB, least recently used first out). Compile time and
+    memory are linear in the total length of the strings.
+    """
+
+    def __new__(cls, stops: Iterable[str]) -> StopStrings:
+        """Compiles ``stops``.
+
+        Args:
+            stops: the stop strings, in priority order for ties: a list, tuple
+                or any iterable of non-empty ``str``; an empty list never
+                matches. A bare ``str`` is refused rather than read as a list
+                of characters.
+
+        Raises:
+            TypeError: ``stops`` is a bare ``str``, is not iterable, or an
+                entry is not a ``str`` (``stop[1] must be str, got int``).
+            ValueError: an entry is empty (``stop[1] is an empty string``) or
+                contains a lone surrogate; the automaton cannot be built
+                (``cannot compile the stop strings``, not expected in
+                practice).
+        """
+    def matcher(self, include_in_output: bool = False) -> StopMatcher:
+        """A fresh incremental matcher for one sequence.
+
+        Args:
+            include_in_output: keep the stop string in the output
+                (``include_stop_str_in_output``): matches report
+                ``truncate_to == end`` and nothing is held back.
+
+        Raises:
+            TypeError: ``include_in_output`` is not a ``bool``.
+        """
     def check(
         self, output_text: str, new_char_count: int, include_in_output: bool = False
-    ) -> tuple[str, int] | None: ...
+    ) -> tuple[str, int] | None:
+        """Stateless check in the shape of vLLM's ``check_stop_strings``
+        (semantics.md 2): the earliest-ending stop string that ends in the
+        last ``new_char_count`` code points of ``output_text``.
+
+        Args:
+            output_text: the whole output text so far.
+            new_char_count: how many code points at the end of
+                ``output_text`` are new, in ``[0, len(output_text)]``. A match
+                may start before them.
+            include_in_output: keep the stop string in the output.
+
+        Returns:
+            ``None`` when no stop string ends in the new text, else
+            ``(stop, truncate_to)``: ``truncate_to`` is the code-point length
+            to cut ``output_text`` to (the match start, or its end with
+            ``include_in_output``), or ``-1`` when nothing is to be cut (with
+            ``include_in_output`` and the match ending at the end of the
+            text), as vLLM returns it.
+
+        Raises:
+            TypeError: ``output_text`` is not a ``str``; ``new_char_count``
+                is not an int; ``include_in_output`` is not a ``bool``.
+            ValueError: ``new_char_count`` is outside
+                ``[0, len(output_text)]``; ``output_text`` contains a lone
+                surrogate.
+            OverflowError: ``new_char_count`` is 2**63 or more.
+        """
     @property
-    def stops(self) -> tuple[str, ...]: ...
+    def stops(self) -> tuple[str, ...]:
+        """The stop strings, in list order."""
     @property
-    def max_stop_len(self) -> int: ...
-    def __len__(self) -> int: ...
+    def max_stop_len(self) -> int:
+        """Length of the longest stop string, in code points."""
+    def __len__(self) -> int:
+        """Number of stop strings."""
 
 @final
 class StopRegexMatcher:
-    """Per-sequence incremental state over a StopRegexes."""
+    """One sequence's incremental stop-regex state over a ``StopRegexes``
+    (from ``StopRegexes.matcher``; semantics.md 2.1).
 
-    def feed(self, delta: str) -> StopMatch | None: ...
+    Per ``feed``: O(len(delta) x (1 + T)), T the partial matches alive with
+    distinct DFA states; no text is kept or re-scanned. Not thread-safe (see
+    the module docstring).
+    """
+
+    def feed(self, delta: str) -> StopMatch | None:
+        """Appends the next text piece and reports the first pattern that
+        completes a match inside it.
+
+        Args:
+            delta: the new text. A match may start in earlier text but must
+                end inside ``delta``; ``$``, ``\\z`` and ``\\b`` see only the
+                text fed so far (semantics.md 2.1).
+
+        Returns:
+            The match that ends earliest in ``delta`` (ties: the lowest list
+            index), reported with the leftmost start among that pattern's
+            matches ending there; ``StopMatch.stop`` is the pattern. ``None``
+            when nothing completes.
+
+        Raises:
+            TypeError: ``delta`` is not a ``str``; the state is unchanged.
+            ValueError: ``delta`` contains a lone surrogate; the state is
+                unchanged.
+        """
     @property
-    def holdback(self) -> int: ...
+    def holdback(self) -> int:
+        """Code points at the end of the text fed so far that must not be
+        streamed yet: from the earliest start of a partial match that can
+        still complete later; unbounded for a pattern such as
+        ``<think>.*?</think>`` until it completes (semantics.md 2.1). 0 when
+        the matcher includes stops in the output."""
     @property
-    def chars_fed(self) -> int: ...
+    def chars_fed(self) -> int:
+        """Code points fed since the matcher was made or last ``reset``."""
     @property
-    def include_in_output(self) -> bool: ...
-    def reset(self) -> None: ...
+    def include_in_output(self) -> bool:
+        """Whether matches keep the matched text (``truncate_to == end``, no
+        hold-back); fixed when the matcher is made."""
+    def reset(self) -> None:
+        """Forgets all text fed, as a fresh matcher from the same
+        ``StopRegexes`` with the same ``include_in_output``."""
 
 @final
 class StopRegexes:
-    """A compiled, immutable list of stop regexes (Rust regex syntax)."""
+    """A compiled, immutable list of stop regexes in Rust ``regex`` syntax
+    (Unicode-aware), one DFA for the list, shared between sequences and
+    threads; identical lists share it through a process-wide cache
+    (semantics.md 2.1)."""
 
-    def __new__(cls, patterns: Iterable[str]) -> StopRegexes: ...
-    def matcher(self, include_in_output: bool = False) -> StopRegexMatcher: ...
+    def __new__(cls, patterns: Iterable[str]) -> StopRegexes:
+        """Compiles ``patterns`` into one DFA.
+
+        Args:
+            patterns: the patterns, in priority order for ties: any iterable
+                of ``str`` (a bare ``str`` is refused).
+
+        Raises:
+            TypeError: ``patterns`` is a bare ``str`` or not iterable, or an
+                entry is not a ``str`` (``stop_regex[0] must be str, got
+                int``).
+            ValueError: naming ``stop_regex[i]`` and the pattern: a syntax
+                error, look-around or back-references; a pattern that can
+                match the empty string (``a*``, ``^``); a Unicode ``\\b``
+                (write ``(?-u:\\b)``); a list whose DFA would pass 4 MiB; a
+                lone surrogate.
+        """
+    def matcher(self, include_in_output: bool = False) -> StopRegexMatcher:
+        """A fresh incremental matcher for one sequence.
+
+        Args:
+            include_in_output: keep the matched text in the output
+                (``include_stop_str_in_output``).
+
+        Raises:
+            TypeError: ``include_in_output`` is not a ``bool``.
+        """
     @property
-    def patterns(self) -> tuple[str, ...]: ...
+    def patterns(self) -> tuple[str, ...]:
+        """The patterns, in list order."""
     @property
-    def memory_usage(self) -> int: ...
-    def __len__(self) -> int: ...
+    def memory_usage(self) -> int:
+        """Heap bytes of the compiled DFA (a list whose DFA would pass 4 MiB is
+        refused when built)."""
+    def __len__(self) -> int:
+        """Number of patterns."""
 
 def check_stop_strings(
     output_text: str, new_char_count: int, stop: Iterable[str] | StopStrings, include_in_output: bool
-) -> tuple[str, int] | None: ...
-def to_openai_finish_reason(finish_reason: str | None, has_tool_calls: bool = False) -> str | None: ...
+) -> tuple[str, int] | None:
+    """Drop-in for vLLM's ``check_stop_strings``: ``StopStrings(stop).check(...)``
+    with the list compiled through the cache (semantics.md 2, 6.1).
+
+    Args:
+        output_text: the whole output text so far.
+        new_char_count: how many code points at the end of ``output_text``
+            are new, in ``[0, len(output_text)]``.
+        stop: the stop strings (any iterable of non-empty ``str``, not a bare
+            ``str``) or a compiled ``StopStrings``.
+        include_in_output: keep the stop string in the output (required, as
+            in vLLM).
+
+    Returns:
+        ``None``, or ``(stop, truncate_to)`` with ``truncate_to`` in code
+        points, ``-1`` when nothing is to be cut (see ``StopStrings.check``).
+
+    Raises:
+        TypeError: as ``StopStrings(stop)`` and ``StopStrings.check``;
+            ``include_in_output`` missing or not a ``bool``.
+        ValueError: as ``StopStrings(stop)`` and ``StopStrings.check``.
+        OverflowError: ``new_char_count`` is 2**63 or more.
+    """
+
+def to_openai_finish_reason(finish_reason: str | None, has_tool_calls: bool = False) -> _OpenAIFinishReason | None:
+    """Maps a stopline ``finish_reason`` to the OpenAI API's (semantics.md
+    3.2, 6.13).
+
+    Args:
+        finish_reason: one of ``"stop"``, ``"length"``, ``"abort"``,
+            ``"error"``, ``"repetition"``, or ``None`` (still running).
+        has_tool_calls: whether the response carries parsed tool calls. Pass
+            ``False`` when the client forced one named tool (OpenAI then
+            reports ``"stop"``).
+
+    Returns:
+        ``"tool_calls"`` for ``"stop"`` with ``has_tool_calls``; otherwise the
+        reason unchanged (``"length"`` is never replaced); ``None`` for
+        ``None``.
+
+    Raises:
+        ValueError: ``finish_reason`` is any other ``str`` (``""``
+            included); a lone surrogate raises ``UnicodeEncodeError``, a
+            ``ValueError`` subclass.
+        TypeError: ``finish_reason`` is not a ``str`` or ``None``;
+            ``has_tool_calls`` is not a ``bool``.
+    """
 
 @final
 class StopParams:
-    """Per-request stop parameters, validated at construction."""
+    """One request's stop parameters, validated when built, immutable and
+    shareable between trackers (names as vLLM's ``SamplingParams``;
+    semantics.md 1, 3, 5)."""
 
     def __new__(
         cls,
@@ -115,133 +383,373 @@ class StopParams:
         vocab_size: int | None = None,
         repetition: Mapping[str, int] | None = None,
         stop_regex: Iterable[str] | None = None,
-    ) -> StopParams: ...
+    ) -> StopParams:
+        """Builds and validates the parameters; all arguments are
+        keyword-only, ``None`` meaning "not set".
+
+        Args:
+            max_tokens: output-token budget, >= 1: ``"length"`` once ``n >=
+                max_tokens`` output tokens (semantics.md 3, check 6). ``None``:
+                no cap.
+            min_tokens: output-token gate: stop strings and regexes fire
+                only once ``n > min_tokens``, repetition once ``n >=
+                min_tokens``; EOS, stop tokens, grammar ends and the length
+                caps are not gated (semantics.md 5, 6.4, 6.5). Default 0.
+            prompt_len: prompt tokens, counted only against
+                ``max_model_len``. Default 0.
+            max_model_len: context cap in positions (prompt plus output):
+                ``"length"`` once ``prompt_len + n >= max_model_len``
+                (semantics.md 6.11).
+            eos_token_ids: EOS ids (a sequence of ints, or one int): ``"stop"``
+                with ``stop_reason`` ``None`` and ``matched`` the id, below
+                ``min_tokens`` too (semantics.md 3, check 3).
+            ignore_eos: disables the EOS check; stop token ids still apply
+                (semantics.md 6.6).
+            stop_token_ids: ids (a sequence of ints, or one int) that finish
+                with ``"stop"``, ``stop_reason`` the id (check 4).
+            stop: stop strings (any iterable of non-empty ``str``, not a bare
+                ``str``) or a compiled ``StopStrings`` (reused as is).
+            include_stop_str_in_output: keep the matched stop text, and an
+                ending token's text, in the output (semantics.md 3, check 4;
+                6.7, 6.8).
+            vocab_size: ids outside ``[0, vocab_size)`` in an update finish
+                with ``"error"`` and are not kept (check 1, 6.12); the EOS and
+                stop ids must lie inside it. 1 to 2**32 - 1.
+            repetition: vLLM's repetition detection, a mapping with
+                ``"max_pattern_size"`` (>= 1, required), ``"min_count"``
+                (>= 2, required) and ``"min_pattern_size"`` (optional, 0 means
+                1, at most ``max_pattern_size``), all in tokens; no other keys
+                (check 7).
+            stop_regex: stop regexes in Rust syntax (any iterable of ``str``,
+                not a bare ``str``), compiled as ``StopRegexes``
+                (semantics.md 2.1).
+
+        Raises:
+            TypeError: a positional argument or unknown keyword; a count or id
+                that is not an int (a float, NaN or ``str``:
+                ``max_tokens must be an int, got float``); ``stop`` /
+                ``stop_regex`` given a bare ``str``, a non-iterable or a
+                non-``str`` entry; ``repetition`` not a mapping;
+                ``ignore_eos`` / ``include_stop_str_in_output`` not a
+                ``bool``.
+            ValueError: naming the field and value: a negative count or id;
+                an int of 2**63 or more; ``max_tokens`` < 1, ``max_model_len``
+                < 1 or ``vocab_size`` < 1; ``min_tokens > max_tokens``;
+                ``prompt_len >= max_model_len``; an id >= 2**32 or outside
+                ``vocab_size``; an empty stop string; a stop regex refused as
+                by ``StopRegexes``; a missing, unknown or out-of-range
+                ``repetition`` key; a lone surrogate.
+        """
     @property
-    def max_tokens(self) -> int | None: ...
+    def max_tokens(self) -> int | None:
+        """Output-token budget; ``None`` for no cap."""
     @property
-    def min_tokens(self) -> int: ...
+    def min_tokens(self) -> int:
+        """Output tokens gating stop strings, regexes and repetition (0 when
+        not set)."""
     @property
-    def prompt_len(self) -> int: ...
+    def prompt_len(self) -> int:
+        """Prompt tokens (0 when not set)."""
     @property
-    def max_model_len(self) -> int | None: ...
+    def max_model_len(self) -> int | None:
+        """Context cap in prompt-plus-output positions; ``None`` for none."""
     @property
-    def eos_token_ids(self) -> list[int]: ...
+    def eos_token_ids(self) -> list[int]:
+        """EOS ids, a new list on every read (empty when not set)."""
     @property
-    def ignore_eos(self) -> bool: ...
+    def ignore_eos(self) -> bool:
+        """Whether the EOS check is disabled."""
     @property
-    def stop_token_ids(self) -> list[int]: ...
+    def stop_token_ids(self) -> list[int]:
+        """Stop token ids, a new list on every read (empty when not set)."""
     @property
-    def stop(self) -> list[str]: ...
+    def stop(self) -> list[str]:
+        """Stop strings in list order, a new list on every read (empty when
+        not set)."""
     @property
-    def stop_regex(self) -> list[str]: ...
+    def stop_regex(self) -> list[str]:
+        """Stop regex patterns in list order, a new list on every read (empty
+        when not set)."""
     @property
-    def include_stop_str_in_output(self) -> bool: ...
+    def include_stop_str_in_output(self) -> bool:
+        """Whether stop text and an ending token's text are kept."""
     @property
-    def vocab_size(self) -> int | None: ...
+    def vocab_size(self) -> int | None:
+        """Vocabulary size; ``None`` when ids are not range-checked."""
     @property
-    def repetition(self) -> dict[str, int] | None: ...
+    def repetition(self) -> dict[str, int] | None:
+        """``{"max_pattern_size", "min_pattern_size", "min_count"}`` as
+        accepted (``min_pattern_size`` 0 when not given), a new dict on every
+        read; ``None`` when repetition detection is off."""
 
 @final
 class StepResult:
-    """The state after one update and what it released for streaming."""
+    """The state of a sequence after one update, and what that update
+    released for streaming (semantics.md 3, 4). Immutable."""
 
     @property
-    def finished(self) -> bool: ...
+    def finished(self) -> bool:
+        """Whether the sequence has finished (in this or an earlier call)."""
     @property
-    def finish_reason(self) -> str | None: ...
+    def finish_reason(self) -> _FinishReason | None:
+        """Why it finished (semantics.md 1, 3); ``None`` while running."""
     @property
-    def stop_reason(self) -> str | int | None: ...
+    def stop_reason(self) -> str | int | None:
+        """The stop string, the stop regex's pattern, the stop token id, or
+        ``"repetition_detected"``; ``None`` for EOS, grammar end, length,
+        abort, error, or while running (semantics.md 1)."""
     @property
-    def matched(self) -> str | int | None: ...
+    def matched(self) -> str | int | None:
+        """The stop string, the text a stop regex matched, or the id of the
+        deciding token (EOS, stop token, grammar end); ``None`` otherwise
+        (semantics.md 1)."""
     @property
-    def num_tokens(self) -> int: ...
+    def num_tokens(self) -> int:
+        """Output tokens kept so far (tokens after the deciding one are not
+        kept)."""
     @property
-    def text_len(self) -> int: ...
+    def text_len(self) -> int:
+        """Output text kept so far, in code points."""
     @property
-    def text_delta(self) -> str: ...
+    def text_delta(self) -> str:
+        """Text released by this update for streaming; the hold-back stays
+        until it is decided, and a finish flushes what is kept
+        (semantics.md 4). Joined, the deltas are the kept text."""
     @property
-    def token_ids_delta(self) -> list[int]: ...
+    def token_ids_delta(self) -> list[int]:
+        """Output token ids released by this update, a new list on every
+        read; a token is released only once all of its text is
+        (semantics.md 5). Joined, the deltas are the kept ids."""
 
 @final
 class FinishTracker:
-    """The finish state of one sequence."""
+    """The finish state of one sequence: advanced by ``update`` once per
+    decoding step (semantics.md 3). Not thread-safe (see the module
+    docstring)."""
 
-    def __new__(cls, params: StopParams) -> FinishTracker: ...
+    def __new__(cls, params: StopParams) -> FinishTracker:
+        """A running sequence with no output yet.
+
+        Raises:
+            TypeError: ``params`` is not a ``StopParams``.
+        """
     def update(
         self,
         token_ids: Iterable[int] | int,
         texts: Sequence[str] | None = None,
         grammar_terminated_at: int | None = None,
-    ) -> StepResult: ...
-    def abort(self) -> StepResult: ...
+    ) -> StepResult:
+        """Appends one decoding step: one token or a speculative accept run.
+
+        The run is examined token by token in the order of semantics.md 3, so
+        a run of k tokens gives exactly what k one-token updates give
+        (6.10); tokens after the deciding one are dropped, ids and text
+        alike. An id outside ``vocab_size`` is not an exception: it finishes
+        with ``"error"`` and is not kept (check 1).
+
+        Args:
+            token_ids: the run's output token ids, in order: one int, a list,
+                tuple, any iterable of ints, or a 1-D contiguous integer
+                buffer (a NumPy int32/int64 array, read without a Python
+                object per id). Each in ``[0, 2**32)``.
+            texts: one ``str`` piece per token, as a streaming detokenizer
+                produced it (``""`` while a multi-byte character is
+                incomplete). Required when the params have stop strings or
+                stop regexes (semantics.md 5).
+            grammar_terminated_at: index into the run (0-based, a position
+                in this run, not in the output) of the token that ended the
+                grammar; ``None`` for none (check 5).
+
+        Returns:
+            A ``StepResult`` with the state after the step and the deltas to
+            stream now.
+
+        Raises:
+            RuntimeError: the sequence already finished (the message names
+                its ``finish_reason``; semantics.md 5).
+            TypeError: ``token_ids`` is not an int or an iterable of ints
+                (``token_ids[0] must be an int, got str``); ``texts`` is a
+                bare ``str`` or holds a non-``str``;
+                ``grammar_terminated_at`` is not an int.
+            ValueError: an id is negative or >= 2**32 (``token_ids[0]=-1 is
+                not a valid token id``); ``texts`` has a different length
+                than the run or is missing while required; a piece contains
+                a lone surrogate; ``grammar_terminated_at`` is negative or
+                not inside the run.
+        """
+    def abort(self) -> StepResult:
+        """Finishes a running sequence with ``"abort"`` and flushes everything
+        kept (hold-back included). On a finished sequence a no-op with empty
+        deltas: the first finish stands (semantics.md 5)."""
     @property
-    def finished(self) -> bool: ...
+    def finished(self) -> bool:
+        """Whether the sequence has finished."""
     @property
-    def finish_reason(self) -> str | None: ...
+    def finish_reason(self) -> _FinishReason | None:
+        """Why it finished (semantics.md 1, 3); ``None`` while running."""
     @property
-    def stop_reason(self) -> str | int | None: ...
+    def stop_reason(self) -> str | int | None:
+        """As ``StepResult.stop_reason``."""
     @property
-    def matched(self) -> str | int | None: ...
+    def matched(self) -> str | int | None:
+        """As ``StepResult.matched``."""
     @property
-    def num_tokens(self) -> int: ...
+    def num_tokens(self) -> int:
+        """Output tokens kept."""
     @property
-    def text_len(self) -> int: ...
+    def text_len(self) -> int:
+        """Output text kept, in code points."""
     @property
-    def token_ids(self) -> list[int]: ...
+    def token_ids(self) -> list[int]:
+        """Output token ids kept, a new list on every read."""
     @property
-    def text(self) -> str: ...
+    def text(self) -> str:
+        """Output text kept; after a stop-string or stop-regex finish, cut at
+        the match's ``truncate_to``."""
     @property
-    def emitted_len(self) -> int: ...
+    def emitted_len(self) -> int:
+        """Code points released through ``text_delta`` so far; ``text_len -
+        emitted_len`` is the hold-back."""
 
 @final
 class BatchStepResult:
-    """Per-slot results of one FinishBatch.step, in the order of its slots.
+    """Per-row results of one ``FinishBatch.step``, row i for ``slots[i]``
+    (semantics.md 3.1). Immutable.
 
-    Each list attribute is a new list on every read. ``text_deltas[i]`` is
-    the very ``str`` passed in as row i's piece when the delta is exactly
-    that piece (the common case); otherwise a new ``str``.
+    Each list attribute is a new list on every read, with one entry per row.
+    ``text_deltas[i]`` is the very ``str`` passed in as row i's piece when the
+    delta is exactly that piece (the common case); otherwise a new ``str``.
     """
 
-    def __len__(self) -> int: ...
-    def __getitem__(self, index: int, /) -> StepResult: ...
+    def __len__(self) -> int:
+        """Number of rows (``len(slots)`` of the step)."""
+    def __getitem__(self, index: int, /) -> StepResult:
+        """Row ``index`` (negative counts from the end) as a ``StepResult``.
+
+        Raises:
+            IndexError: ``index`` is outside ``[-len, len)``.
+            TypeError: ``index`` is not an int.
+        """
     @property
-    def slots(self) -> list[int]: ...
+    def slots(self) -> list[int]:
+        """The slot of each row, as passed to ``step``."""
     @property
-    def finished(self) -> list[bool]: ...
+    def finished(self) -> list[bool]:
+        """Per row: whether the sequence finished in this step."""
     @property
-    def finished_slots(self) -> list[int]: ...
+    def finished_slots(self) -> list[int]:
+        """The slots that finished in this step, in row order."""
     @property
-    def finish_reasons(self) -> list[str | None]: ...
+    def finish_reasons(self) -> list[_FinishReason | None]:
+        """Per row: the ``finish_reason``, ``None`` for rows still running."""
     @property
-    def stop_reasons(self) -> list[str | int | None]: ...
+    def stop_reasons(self) -> list[str | int | None]:
+        """Per row: the ``stop_reason`` (see ``StepResult.stop_reason``)."""
     @property
-    def matched(self) -> list[str | int | None]: ...
+    def matched(self) -> list[str | int | None]:
+        """Per row: what matched (see ``StepResult.matched``)."""
     @property
-    def num_tokens(self) -> list[int]: ...
+    def num_tokens(self) -> list[int]:
+        """Per row: output tokens kept after the step."""
     @property
-    def text_len(self) -> list[int]: ...
+    def text_len(self) -> list[int]:
+        """Per row: output text kept after the step, in code points."""
     @property
-    def text_deltas(self) -> list[str]: ...
+    def text_deltas(self) -> list[str]:
+        """Per row: the text released by this step."""
     @property
-    def token_ids_deltas(self) -> list[list[int]]: ...
+    def token_ids_deltas(self) -> list[list[int]]:
+        """Per row: the output token ids released by this step."""
     @property
-    def num_released(self) -> list[int]: ...
+    def num_released(self) -> list[int]:
+        """Per row: ``len(token_ids_deltas[i])``, without building the
+        lists."""
 
 @final
 class FinishBatch:
-    """Many finish trackers addressed by slot, advanced by one call per step."""
+    """Many finish trackers addressed by slot (an int in ``[0, max_slots)``),
+    advanced by one ``step`` call per engine step (semantics.md 3.1): the hot
+    path engines use. Each slot behaves exactly as its own
+    ``FinishTracker``. Not thread-safe (see the module docstring).
 
-    def __new__(cls, max_slots: int) -> FinishBatch: ...
-    def add(self, slot: int, params: StopParams) -> None: ...
-    def remove(self, slot: int) -> None: ...
-    def abort(self, slot: int) -> StepResult: ...
-    def result(self, slot: int) -> StepResult: ...
-    def text(self, slot: int) -> str: ...
-    def token_ids(self, slot: int) -> list[int]: ...
+    A slot holds its sequence, finished or not, until ``remove``.
+    """
+
+    def __new__(cls, max_slots: int) -> FinishBatch:
+        """An empty batch; its slots are allocated up front.
+
+        Args:
+            max_slots: number of slots, 0 to 2**24 (16,777,216).
+
+        Raises:
+            ValueError: ``max_slots`` is negative or above 2**24.
+            TypeError: ``max_slots`` is not an int.
+            OverflowError: ``max_slots`` is 2**63 or more.
+        """
+    def add(self, slot: int, params: StopParams) -> None:
+        """Starts a new sequence in an empty slot.
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or already in
+                use (``slot 0: is already in use; remove() it first``).
+            TypeError: ``slot`` is not an int; ``params`` is not a
+                ``StopParams``.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def remove(self, slot: int) -> None:
+        """Frees a slot, finished or not; its state is dropped.
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or empty.
+            TypeError: ``slot`` is not an int.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def abort(self, slot: int) -> StepResult:
+        """Aborts the sequence in a slot, as ``FinishTracker.abort``: returns
+        what it flushed; a no-op with empty deltas once finished. The slot
+        stays occupied until ``remove``.
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or empty.
+            TypeError: ``slot`` is not an int.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def result(self, slot: int) -> StepResult:
+        """The current state of a slot, with empty deltas.
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or empty.
+            TypeError: ``slot`` is not an int.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def text(self, slot: int) -> str:
+        """Output text kept in a slot (as ``FinishTracker.text``).
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or empty.
+            TypeError: ``slot`` is not an int.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def token_ids(self, slot: int) -> list[int]:
+        """Output token ids kept in a slot, a new list.
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or empty.
+            TypeError: ``slot`` is not an int.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
     @property
-    def max_slots(self) -> int: ...
-    def __len__(self) -> int: ...
-    def __contains__(self, slot: object, /) -> bool: ...
+    def max_slots(self) -> int:
+        """Number of slots, as given when built."""
+    def __len__(self) -> int:
+        """Number of occupied slots (running or finished, not yet removed)."""
+    def __contains__(self, slot: object, /) -> bool:
+        """Whether ``slot`` holds a sequence; never raises (anything that is
+        not an in-range int is simply not there)."""
+    def __repr__(self) -> str:
+        """``FinishBatch(max_slots=8, occupied=2, finished=1)``: ``occupied``
+        is ``len(batch)``, ``finished`` the occupied slots whose sequence
+        finished and awaits ``remove``. O(max_slots)."""
     def step(
         self,
         slots: Iterable[int],
@@ -249,7 +757,51 @@ class FinishBatch:
         run_lengths: Iterable[int] | None = None,
         texts: Sequence[str] | None = None,
         grammar_terminated_at: Iterable[int] | None = None,
-    ) -> BatchStepResult: ...
+    ) -> BatchStepResult:
+        """Advances every listed slot by one engine step; each slot advances
+        exactly as ``FinishTracker.update`` would (semantics.md 3.1).
+
+        Fast path (what the hot loop should pass): ``slots`` a ``list`` of
+        ints or a ``range``, ``token_ids`` a ``list`` of ints or, fastest, a
+        1-D contiguous buffer of native-order integers (a NumPy int32/int64
+        array as the sampler returns it), ``texts`` a plain ``list`` of
+        ``str``. Other iterables and int-likes go through a slower general
+        path with the same results.
+
+        Every argument is checked before any slot changes, so after an error
+        the whole batch is as it was.
+
+        Args:
+            slots: the occupied, running slots to advance, each at most once.
+            token_ids: the flat output token ids of all rows, in the order of
+                ``slots``; each in ``[0, 2**32)``.
+            run_lengths: tokens per slot (speculative accept runs; 0 allowed),
+                one entry per slot, adding up to ``len(token_ids)``; ``None``
+                for exactly one token per slot.
+            texts: the flat text pieces, one per token, aligned with
+                ``token_ids``. Required when a listed slot has stop strings or
+                regexes.
+            grammar_terminated_at: one entry per slot, an index into that
+                slot's run of the token that ended its grammar, or -1 for
+                none; ``None`` for none at all.
+
+        Returns:
+            A ``BatchStepResult``, row i for ``slots[i]``.
+
+        Raises:
+            ValueError: naming the field, element and slot: a slot outside
+                ``[0, max_slots)``, empty or listed twice; a ``range`` longer
+                than ``max_slots``; ``run_lengths`` / ``grammar_terminated_at``
+                not one entry per slot; runs that do not add up to
+                ``len(token_ids)``; ``texts`` not one piece per token or
+                missing while required; a negative run length; an id that is
+                negative or >= 2**32; a ``grammar_terminated_at`` below -1 or
+                past its run; an int of 2**63 or more; a lone surrogate.
+            TypeError: an argument that is not an iterable of ints
+                (``slots[0] must be an int, got str``); ``texts`` a bare
+                ``str`` or holding a non-``str``.
+            RuntimeError: a listed slot already finished (remove it first).
+        """
 
 def _panic_for_tests(message: str) -> None:
     """Test hook, not API: panics in Rust; PyO3 raises PanicException."""
