@@ -59,8 +59,7 @@ impl SeqDecoder {
         &self.state
     }
 
-    /// Decodes one run into `buf`, pushing each token's piece end onto
-    /// `ends`; returns the decoder after the run (self is unchanged).
+    /// Decodes one run, appending one piece per id to `out`; returns the decoder after the run (self is unchanged).
     /// `grammar` is the run index at which the grammar terminates; errors
     /// name `token_ids[offset + i]` and the slot.
     ///
@@ -73,12 +72,12 @@ impl SeqDecoder {
         vocab: &Vocabulary,
         ids: &[u32],
         grammar: Option<usize>,
-        buf: &mut String,
-        ends: &mut Vec<usize>,
+        out: &mut Pieces,
         offset: usize,
         slot: Option<i64>,
     ) -> Result<SeqDecoder, Error> {
         let mut next = *self;
+        let (buf, ends) = (&mut out.buf, &mut out.ends);
         for (i, &id) in ids.iter().enumerate() {
             if id as usize >= vocab.vocab_size() {
                 if u64::from(id) >= next.vocab_limit {
@@ -89,7 +88,7 @@ impl SeqDecoder {
                 return Err(Error::Step {
                     field: "token_ids",
                     message: format!(
-                        "token_ids[{}]={id} is outside the vocabulary [0, {}){}",
+                        "id {id} at [{}] is outside the vocabulary [0, {}){}",
                         offset + i,
                         vocab.vocab_size(),
                         slot.map_or(String::new(), |s| format!(" (slot {s})"))
@@ -212,15 +211,8 @@ impl BatchDecoder {
                 .flatten();
             match d {
                 Some(d) => {
-                    let n = d.decode_run(
-                        &self.vocab,
-                        run,
-                        g,
-                        &mut self.pieces.buf,
-                        &mut self.pieces.ends,
-                        start,
-                        Some(slot),
-                    )?;
+                    let n =
+                        d.decode_run(&self.vocab, run, g, &mut self.pieces, start, Some(slot))?;
                     self.next.push(n);
                 }
                 None => {
@@ -369,7 +361,7 @@ mod tests {
         assert!(err
             .unwrap_err()
             .to_string()
-            .contains("token_ids[0]=99 is outside the vocabulary [0, 7) (slot 0)"));
+            .contains("token_ids: id 99 at [0] is outside the vocabulary [0, 7) (slot 0)"));
         assert_eq!(dec.get(0).unwrap().state().pending(), &[0xE2, 0x82]);
         dec.step_each(&mut b, &[0], &[3, 1], Some(&[2]), None, |_, _, _| {})
             .unwrap();

@@ -686,7 +686,7 @@ impl Vocabulary {
     /// # Errors
     /// [`Error::Step`] for an id outside the vocabulary.
     pub fn decode(&self, ids: &[u32], opts: DecodeOptions) -> Result<String, Error> {
-        self.check_ids(ids, "ids")?;
+        self.check_ids(ids, "token_ids")?;
         let mut st = self.start(opts);
         let mut out = String::new();
         for &id in ids {
@@ -696,14 +696,15 @@ impl Vocabulary {
         Ok(out)
     }
 
-    /// [`Error::Step`] naming `field[i]` for the first id outside the vocabulary.
+    /// [`Error::Step`] naming `field`, the index and the id of the first id
+    /// outside the vocabulary.
     pub fn check_ids(&self, ids: &[u32], field: &'static str) -> Result<(), Error> {
         match self.find_outside(ids) {
             None => Ok(()),
             Some((i, id)) => Err(Error::Step {
                 field,
                 message: format!(
-                    "{field}[{i}]={id} is outside the vocabulary [0, {})",
+                    "id {id} at [{i}] is outside the vocabulary [0, {})",
                     self.vocab_size()
                 ),
             }),

@@ -1,4 +1,5 @@
 # Hand-maintained stubs for the Rust extension; checked with mypy.stubtest.
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import final
 
@@ -13,6 +14,8 @@ __all__ = [
     "FinishTracker",
     "BatchStepResult",
     "FinishBatch",
+    "Vocabulary",
+    "IncrementalDecoder",
     "check_stop_strings",
     "to_openai_finish_reason",
     "__version__",
@@ -166,7 +169,14 @@ class StepResult:
 class FinishTracker:
     """The finish state of one sequence."""
 
-    def __new__(cls, params: StopParams) -> FinishTracker: ...
+    def __new__(
+        cls,
+        params: StopParams,
+        vocabulary: Vocabulary | None = None,
+        prompt_token_ids: Iterable[int] | None = None,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> FinishTracker: ...
     def update(
         self,
         token_ids: Iterable[int] | int,
@@ -229,8 +239,15 @@ class BatchStepResult:
 class FinishBatch:
     """Many finish trackers addressed by slot, advanced by one call per step."""
 
-    def __new__(cls, max_slots: int) -> FinishBatch: ...
-    def add(self, slot: int, params: StopParams) -> None: ...
+    def __new__(cls, max_slots: int, vocabulary: Vocabulary | None = None) -> FinishBatch: ...
+    def add(
+        self,
+        slot: int,
+        params: StopParams,
+        prompt_token_ids: Iterable[int] | None = None,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> None: ...
     def remove(self, slot: int) -> None: ...
     def abort(self, slot: int) -> StepResult: ...
     def result(self, slot: int) -> StepResult: ...
@@ -248,6 +265,42 @@ class FinishBatch:
         texts: Sequence[str] | None = None,
         grammar_terminated_at: Iterable[int] | None = None,
     ) -> BatchStepResult: ...
+
+@final
+class Vocabulary:
+    """A tokenizer's decoding table built from a Hugging Face tokenizer.json
+    (ByteLevel, ByteFallback/SentencePiece, Metaspace, WordPiece decoders)."""
+
+    @staticmethod
+    def from_file(path: str | os.PathLike[str]) -> Vocabulary: ...
+    @staticmethod
+    def from_str(json: str) -> Vocabulary: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def decoder(self) -> str: ...
+    def memory_usage(self) -> int: ...
+    def decode(
+        self,
+        token_ids: Iterable[int] | int,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> str: ...
+    def decoder_for(
+        self,
+        prompt_token_ids: Iterable[int] | None = None,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> IncrementalDecoder: ...
+
+@final
+class IncrementalDecoder:
+    """One sequence's streaming decoder: ids in, completed text out."""
+
+    def step(self, token_ids: Iterable[int] | int) -> str: ...
+    def flush(self) -> str: ...
+    @property
+    def pending(self) -> bytes: ...
 
 def _panic_for_tests(message: str) -> None:
     """Test hook, not API: panics in Rust; PyO3 raises PanicException."""
