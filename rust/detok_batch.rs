@@ -83,6 +83,7 @@ impl SeqDecoder {
                 if u64::from(id) >= next.vocab_limit {
                     // The finish rules stop the sequence here ("error").
                     ends.push(buf.len());
+                    out.plain.push(false);
                     continue;
                 }
                 return Err(Error::Step {
@@ -95,14 +96,17 @@ impl SeqDecoder {
                     ),
                 });
             }
-            vocab.step(&mut next.state, id, buf);
+            let mut plain = vocab.step(&mut next.state, id, buf);
             next.left = next.left.saturating_sub(1);
             // The last token the sequence takes: held bytes become U+FFFD,
             // so the text equals Tokenizer.decode of the ids.
             if next.left == 0 || grammar == Some(i) {
+                let before = buf.len();
                 vocab.flush(&mut next.state, buf);
+                plain &= buf.len() == before;
             }
             ends.push(buf.len());
+            out.plain.push(plain);
         }
         Ok(next)
     }
@@ -113,12 +117,15 @@ impl SeqDecoder {
 pub struct Pieces {
     pub buf: String,
     pub ends: Vec<usize>,
+    /// Piece j is exactly its id's text ([`Vocabulary::token_text`]).
+    pub plain: Vec<bool>,
 }
 
 impl Pieces {
     fn clear(&mut self) {
         self.buf.clear();
         self.ends.clear();
+        self.plain.clear();
     }
 
     /// The pieces as string slices.
@@ -218,6 +225,7 @@ impl BatchDecoder {
                 None => {
                     let end = self.pieces.buf.len();
                     self.pieces.ends.extend(std::iter::repeat(end).take(len));
+                    self.pieces.plain.extend(std::iter::repeat(false).take(len));
                 }
             }
             start += len;

@@ -434,7 +434,7 @@ impl Vocabulary {
                     let id = id
                         .as_u64()
                         .ok_or_else(|| bad(format!("model.vocab[{tok:?}] is not a token id")))?;
-                    let i = check_id(id, &format!("model.vocab[{tok:?}]"))?;
+                    let i = check_id(id, "model.vocab")?;
                     put(&mut tokens, i);
                     tokens[i] = Some(tok.as_str());
                 }
@@ -464,7 +464,7 @@ impl Vocabulary {
                     .get("id")
                     .and_then(Value::as_u64)
                     .ok_or_else(|| bad(format!("added_tokens[{k}] has no integer \"id\"")))?;
-                let i = check_id(id, &format!("added_tokens[{k}]"))?;
+                let i = check_id(id, "added_tokens")?;
                 let content = t
                     .get("content")
                     .and_then(Value::as_str)
@@ -626,24 +626,32 @@ impl Vocabulary {
     /// Decodes one id, appending the text it completes to `out`. The id
     /// must be below [`vocab_size`](Self::vocab_size) (see
     /// [`find_outside`](Self::find_outside)); an id outside is ignored.
+    ///
+    /// Returns true when the appended text is exactly the id's own text
+    /// ([`token_text`](Self::token_text)), as for most ids: callers may reuse
+    /// one string object per id then.
     #[inline]
-    pub fn step(&self, st: &mut DecodeState, id: u32, out: &mut String) {
+    pub fn step(&self, st: &mut DecodeState, id: u32, out: &mut String) -> bool {
         let i = id as usize;
-        let Some(&f) = self.flags.get(i) else { return };
+        let Some(&f) = self.flags.get(i) else {
+            return false;
+        };
         let raw = st.raw_added_pairs && {
             let added = f & ADDED != 0;
             std::mem::replace(&mut st.last_added, added) && added
         };
         if f & PRESENT == 0 || (f & SPECIAL != 0 && st.skip_special) {
-            return;
+            return false;
         }
         let first = std::mem::replace(&mut st.at_first, false);
         let b = self.bytes(i, first);
         let start = out.len();
         // Fast path: nothing pending, the token's text is whole UTF-8.
-        if f & UTF8 != 0 && st.pending_len == 0 && !st.in_run {
+        let mut plain = f & UTF8 != 0 && st.pending_len == 0 && !st.in_run;
+        if plain {
             // SAFETY: UTF8 is set only for ids whose bytes are valid UTF-8.
             out.push_str(unsafe { std::str::from_utf8_unchecked(b) });
+            plain = !(first && self.first.is_some());
         } else {
             match self.stream {
                 Stream::Lossy | Stream::Text => self.lossy(st, b, out),
@@ -654,10 +662,25 @@ impl Vocabulary {
             // vLLM replaces the step's text with the added token's content.
             out.truncate(start);
             out.push_str(&self.added[&id]);
+            plain = false;
         }
         if st.strip_left > 0 && out.len() > start {
             self.strip(st, out, start);
+            plain = false;
         }
+        plain
+    }
+
+    /// The text of `id` decoded in the middle of a sequence, when it is
+    /// whole UTF-8 on its own (None for byte tokens, partial characters and
+    /// ids outside the vocabulary).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        let f = *self.flags.get(id as usize)?;
+        if f & UTF8 == 0 {
+            return None;
+        }
+        // SAFETY: UTF8 is set only for ids whose bytes are valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(self.bytes(id as usize, false)) })
     }
 
     /// Appends what the held bytes become when the sequence ends: one

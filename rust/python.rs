@@ -1298,7 +1298,7 @@ impl PyBatchStepResult {
 pub struct PyFinishBatch {
     inner: FinishBatch,
     /// With a vocabulary: one decoder per slot, for ids-only steps.
-    detok: Option<crate::detok_batch::BatchDecoder>,
+    detok: Option<detok::BatchDetok>,
 }
 
 fn opt_list<'a, 'py>(obj: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
@@ -1316,8 +1316,7 @@ impl PyFinishBatch {
             PyValueError::new_err(format!("max_slots must be >= 0, got {max_slots}"))
         })?;
         let inner = FinishBatch::new(n).map_err(to_py_err)?;
-        let detok =
-            detok::vocabulary_arg(vocabulary)?.map(|v| crate::detok_batch::BatchDecoder::new(v, n));
+        let detok = detok::vocabulary_arg(vocabulary)?.map(|v| detok::BatchDetok::new(v, n));
         Ok(Self { inner, detok })
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyString};
 
 use super::{batch_step, extract_ids, to_py_err, type_name, Deltas, PyBatchStepResult};
 use crate::batch::FinishBatch;
@@ -237,32 +237,78 @@ pub(super) fn seq_decoder(
     .map_err(to_py_err)
 }
 
+/// A `FinishBatch`'s decoders, plus one `str` object per id, made the
+/// first time that id's text is a whole step's delta and reused after (a
+/// delta is then that very object, as for pieces passed in).
+pub(super) struct BatchDetok {
+    inner: BatchDecoder,
+    strs: Vec<Option<Py<PyString>>>,
+}
+
+impl BatchDetok {
+    pub(super) fn new(vocab: Arc<Vocabulary>, max_slots: usize) -> Self {
+        BatchDetok {
+            inner: BatchDecoder::new(vocab, max_slots),
+            strs: Vec::new(),
+        }
+    }
+}
+
+impl std::ops::Deref for BatchDetok {
+    type Target = BatchDecoder;
+    fn deref(&self) -> &BatchDecoder {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for BatchDetok {
+    fn deref_mut(&mut self) -> &mut BatchDecoder {
+        &mut self.inner
+    }
+}
+
 /// `FinishBatch.step` with ids only: decodes them into pieces and runs the
 /// step as with those pieces; decoders change only if the step is accepted.
 pub(super) fn batch_ids_step<'py>(
     py: Python<'py>,
     inner: &mut FinishBatch,
-    dec: &mut BatchDecoder,
+    dec: &mut BatchDetok,
     slots: &[i64],
     ids: &[u32],
     runs: Option<&[usize]>,
     grammar: Option<&[i64]>,
 ) -> PyResult<PyBatchStepResult> {
-    dec.decode_step(slots, ids, runs, grammar)
+    dec.inner
+        .decode_step(slots, ids, runs, grammar)
         .map_err(to_py_err)?;
-    let strs = dec.pieces.strs();
-    let fresh = PyList::empty(py);
-    let r = batch_step(
-        inner,
-        slots,
-        ids,
-        runs,
-        Some(&strs),
-        grammar,
-        Deltas::Fresh(&[], fresh),
-    )?;
+    if dec.strs.is_empty() {
+        dec.strs = (0..dec.inner.vocab().vocab_size()).map(|_| None).collect();
+    }
+    let pieces = &dec.inner.pieces;
+    let strs = pieces.strs();
+    let mut objects: Vec<Bound<'py, PyAny>> = Vec::with_capacity(strs.len());
+    for (j, s) in strs.iter().enumerate() {
+        let o = match dec.strs.get_mut(ids[j] as usize) {
+            Some(cached) if pieces.plain[j] => cached
+                .get_or_insert_with(|| PyString::new(py, s).unbind())
+                .bind(py)
+                .clone(),
+            _ => PyString::new(py, s),
+        };
+        objects.push(o.into_any());
+    }
+    let borrowed: Vec<Borrowed<'_, 'py, PyAny>>;
+    let deltas = if runs.is_none() {
+        // One piece per slot: the result's deltas start as the pieces, as
+        // with pieces passed in.
+        Deltas::Pieces(PyList::new(py, &objects)?)
+    } else {
+        borrowed = objects.iter().map(|o| o.as_borrowed()).collect();
+        Deltas::Fresh(&borrowed, PyList::empty(py))
+    };
+    let r = batch_step(inner, slots, ids, runs, Some(&strs), grammar, deltas)?;
     drop(strs);
-    dec.commit(slots);
+    dec.inner.commit(slots);
     Ok(r)
 }
 
