@@ -234,7 +234,7 @@ def plot(res: Any, path: str) -> bool:
     if not cases:
         return False
     labels = [f"{c}\nB={b}" for c in cases for b in res.sizes(SUITE, c)]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4.6))
     width = 0.27
     for k, impl in enumerate(IMPLS):
         vals = [res.get(SUITE, c, b, impl) or 0 for c in cases for b in res.sizes(SUITE, c)]
@@ -243,7 +243,7 @@ def plot(res: Any, path: str) -> bool:
     ax.set_yscale("log")
     ax.set_ylabel("ns per sequence-step (log)")
     ax.set_title("Token ids to text deltas + finish, per sequence-step")
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
