@@ -427,3 +427,57 @@ def test_from_file_errors(tmp_path: object) -> None:
 def test_exports() -> None:
     assert stopline.Vocabulary is Vocabulary
     assert "Vocabulary" in stopline.__all__
+
+
+# ------------------------------------------------------ replay and bench
+
+
+@pytest.mark.parametrize(("name", "traces"), [
+    ("smollm2", ["smollm2_chat.jsonl", "text_smollm2.jsonl"]),
+    ("deepseek-v3", ["text_deepseek_v3.jsonl"]),
+])
+def test_replay_ids_only_agrees_with_recorded_texts(name: str, traces: list[str]) -> None:
+    """`stopline replay --tokenizer`: the recorded traces, decoded inside
+    stopline, finish exactly as the reference fed the recorded DecodeStream
+    pieces (streamed text may only run ahead, docs/semantics.md 8.2)."""
+    import io
+    from pathlib import Path
+
+    from stopline import replay
+    from stopline.vocab_files import tokenizer_json_path
+
+    vocab(name)  # skips when the file cannot be fetched
+    folder = Path(replay.__file__).parent / "traces"
+    out, err = io.StringIO(), io.StringIO()
+    status = replay.run([str(folder / t) for t in traces], check=True, tokenizer=str(tokenizer_json_path(name)),
+                        out=out, err=err)
+    assert status == 0, err.getvalue()[-2000:]
+    assert "all agree" in out.getvalue()
+
+
+def test_replay_with_the_wrong_tokenizer_is_an_error() -> None:
+    import io
+    from pathlib import Path
+
+    from stopline import replay
+    from stopline.vocab_files import tokenizer_json_path
+
+    vocab("smollm2")
+    trace = Path(replay.__file__).parent / "traces" / "text_deepseek_v3.jsonl"
+    err = io.StringIO()
+    status = replay.run([str(trace)], tokenizer=str(tokenizer_json_path("smollm2")), out=io.StringIO(), err=err)
+    assert status == 2
+    assert "outside the vocabulary" in err.getvalue()
+
+
+def test_bench_suite_runs_and_reports() -> None:
+    """The detokenize bench suite on a tiny size: three ways per size, and
+    its tables (the numbers themselves are not checked)."""
+    from stopline.bench import detokenize
+    from stopline.bench.report import Result
+
+    vocab("smollm2")
+    rows = detokenize.run([8], 64, 1, ["smollm2"])
+    assert sorted(r.impl for r in rows) == sorted(detokenize.IMPLS)
+    tables = detokenize.tables(Result(rows, {}))
+    assert [len(t.rows) for t in tables] == [1, 2]  # the 150 ns target is only at B=256
