@@ -1054,6 +1054,9 @@ impl PyFinishTracker {
     /// `text_delta` (code points) and `token_ids_delta` are what may be
     /// streamed now.
     ///
+    /// With a vocabulary `texts` must be None: the ids are decoded
+    /// (docs/semantics.md section 8).
+    ///
     /// Raises `RuntimeError` after the sequence finished; `ValueError` /
     /// `TypeError` for negative or non-int ids, a `texts` length that differs
     /// from the run, missing texts, or `grammar_terminated_at` outside the run.
@@ -1433,6 +1436,11 @@ impl PyFinishBatch {
     /// other iterables and int-like objects (numpy integers) work through a
     /// slower general path. A text delta that is exactly the piece passed in
     /// is that very `str` object.
+    ///
+    /// With a vocabulary (`FinishBatch(n, vocabulary=...)`) `texts` must be
+    /// None: each slot's decoder turns the ids into the pieces
+    /// (docs/semantics.md section 8); an id outside the vocabulary raises
+    /// `ValueError` naming it and its slot.
     ///
     /// Returns a `BatchStepResult` in the order of `slots`. Every argument is
     /// checked before any slot changes, so an error (`ValueError` /

@@ -402,6 +402,31 @@ def test_bad_input_is_named() -> None:
     assert b.step([3], [n + 1]).finish_reasons == ["error"]
 
 
+def test_tracker_bad_input() -> None:
+    v, tok, _ = vocab("smollm2")
+    t = FinishTracker(StopParams(), vocabulary=v)
+    with pytest.raises(ValueError, match="texts must be None"):
+        t.update([5], ["x"])
+    with pytest.raises(ValueError, match=rf"token_ids: id {v.vocab_size} at \[1\]"):
+        t.update([5, v.vocab_size])
+    assert t.num_tokens == 0
+    with pytest.raises(ValueError, match="needs a vocabulary"):
+        FinishTracker(StopParams(), prompt_token_ids=[1])
+
+
+def test_deltas_share_one_str_per_id() -> None:
+    """A delta that is exactly its id's text is one shared str object, as a
+    piece passed in would be."""
+    v, tok, _ = vocab("smollm2")
+    the = tok.token_to_id("\u0120the")
+    b = FinishBatch(2, vocabulary=v)
+    for slot in (0, 1):
+        b.add(slot, StopParams(), prompt_token_ids=[the])
+    r = b.step([0, 1], [the, the])
+    assert r.text_deltas == [" the", " the"]
+    assert r.text_deltas[0] is r.text_deltas[1]
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     ("{", "not valid JSON"),
     ("[1]", "must hold a JSON object"),
