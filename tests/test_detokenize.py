@@ -49,27 +49,34 @@ def _load(name: str) -> tuple[Vocabulary, Tokenizer, list[int]]:
     return Vocabulary.from_file(path), tok, tok.encode(_text()).ids
 
 
-def _metaspace_variant() -> tuple[Vocabulary, Tokenizer, list[int]]:
-    """The Mistral vocabulary under a Metaspace decoder (prepend_scheme first)."""
-    _, tok, ids = _load("mistral-v1")
-    j = json.loads(tok.to_str())
-    j["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
-    s = json.dumps(j)
-    return Vocabulary.from_str(s), Tokenizer.from_str(s), ids
+# Real vocabularies under the other decoders stopline supports: the file's
+# decoder replaced (the reference is the tokenizers library on the same JSON).
+_VARIANTS: dict[str, tuple[str, object]] = {
+    "mistral-metaspace": ("mistral-v1", {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                         "split": False}),
+    "mistral-metaspace-never-bytes": ("mistral-v1", {"type": "Sequence", "decoders": [
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": False},
+        {"type": "ByteFallback"}, {"type": "Fuse"}]}),
+    "mistral-strip2": ("mistral-v1", {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 2, "stop": 0}]}),
+    "minilm-no-decoder": ("minilm", None),
+    "minilm-no-cleanup": ("minilm", {"type": "WordPiece", "prefix": "##", "cleanup": False}),
+}
 
-
-VOCABS = ["smollm2", "deepseek-v3", "mistral-v1", "minilm", "mistral-metaspace"]
-
-
-def vocab(name: str) -> tuple[Vocabulary, Tokenizer, list[int]]:
-    if name == "mistral-metaspace":
-        return _cached_metaspace()
-    return _load(name)
+VOCABS = ["smollm2", "deepseek-v3", "mistral-v1", "minilm", *_VARIANTS]
 
 
 @lru_cache(maxsize=None)
-def _cached_metaspace() -> tuple[Vocabulary, Tokenizer, list[int]]:
-    return _metaspace_variant()
+def vocab(name: str) -> tuple[Vocabulary, Tokenizer, list[int]]:
+    if name not in _VARIANTS:
+        return _load(name)
+    base, decoder = _VARIANTS[name]
+    _, tok, ids = _load(base)
+    j = json.loads(tok.to_str())
+    j["decoder"] = decoder
+    s = json.dumps(j)
+    return Vocabulary.from_str(s), Tokenizer.from_str(s), ids
 
 
 _BYTES: dict[int, dict[int, int]] = {}
@@ -178,7 +185,10 @@ def test_decode_equals_tokenizer_decode(name: str) -> None:
     check()
 
 
-@pytest.mark.parametrize("name", VOCABS)
+# DecodeStream re-decodes a window of recent ids, and a Strip of more than one
+# leading char then also eats into the window's later tokens (its joined
+# output is not Tokenizer.decode): compared on decode only.
+@pytest.mark.parametrize("name", [n for n in VOCABS if n != "mistral-strip2"])
 def test_step_deltas_match_decode_stream(name: str) -> None:
     """Each step's delta is DecodeStream's, except where the text so far
     ends in U+FFFD (an incomplete or invalid character): DecodeStream then
