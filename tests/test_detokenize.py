@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -454,9 +455,14 @@ def test_malformed_tokenizer_json(text: str, needle: str) -> None:
         Vocabulary.from_str(text)
 
 
-def test_from_file_errors(tmp_path: object) -> None:
+def test_from_file_errors(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="cannot read"):
         Vocabulary.from_file("/nonexistent/tokenizer.json")
+    big = tmp_path / "tokenizer.json"
+    with open(big, "wb") as f:
+        f.truncate((128 << 20) + 1)  # sparse: the size is checked before reading
+    with pytest.raises(ValueError, match="bytes, more than the supported 134217728"):
+        Vocabulary.from_file(big)
 
 
 def test_exports() -> None:
