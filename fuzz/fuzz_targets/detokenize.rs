@@ -30,15 +30,17 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         }
         return Ok(());
     }
-    let n = u.int_in_range(1..=12)?;
+    // Distinct tokens; a bounded number of draws (an exhausted input draws
+    // the same token forever).
     let mut tokens: Vec<Vec<usize>> = Vec::new();
-    while tokens.len() < n {
+    for _ in 0..u.int_in_range(1..=24)? {
         let len = u.int_in_range(1..=4)?;
         let t: Vec<usize> = (0..len).map(|_| u.int_in_range(0..=9)).collect::<Result<_>>()?;
         if !tokens.contains(&t) {
             tokens.push(t);
         }
     }
+    let n = tokens.len();
     let mut vocab = String::from("{");
     for (i, t) in tokens.iter().enumerate() {
         let s: String = t.iter().map(|&k| ALPHABET[k]).collect();
