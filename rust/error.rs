@@ -45,6 +45,8 @@ pub enum Error {
     },
     /// A batch slot that is out of range, free or already taken.
     Slot { slot: i64, message: &'static str },
+    /// A `tokenizer.json` that cannot be read or uses an unsupported decoder.
+    Tokenizer { message: String },
 }
 
 impl fmt::Display for Error {
@@ -86,6 +88,7 @@ impl fmt::Display for Error {
                 "slot {slot} already finished (finish_reason={finish_reason:?}); remove() it before stepping it again"
             ),
             Error::Slot { slot, message } => write!(f, "slot {slot}: {message}"),
+            Error::Tokenizer { message } => write!(f, "tokenizer: {message}"),
         }
     }
 }

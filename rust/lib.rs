@@ -4,12 +4,15 @@
 //! * [`stop_regex`]: stop regexes, matched incrementally on a shared DFA.
 //! * [`finish`]: the ordered finish-state machine of one sequence.
 //! * [`batch`]: many sequences advanced by one call per engine step.
+//! * [`detokenize`]: token ids to text, incrementally (a `tokenizer.json`'s decoder).
 //! * [`error`]: the one error type.
 //!
 //! The PyO3 binding (`python` module, feature `python`) is the only code that
 //! knows about Python; everything else is tested with plain `cargo test`.
 
 pub mod batch;
+pub mod detok_batch;
+pub mod detokenize;
 pub mod error;
 pub mod finish;
 mod stop_dfa;
@@ -20,6 +23,7 @@ pub mod stop_strings;
 mod python;
 
 pub use batch::{FinishBatch, SlotStep};
+pub use detokenize::{DecodeOptions, DecodeState, Vocabulary};
 pub use error::Error;
 pub use finish::{
     Finish, FinishReason, FinishTracker, Matched, Repetition, Step, StopParams, StopReason,

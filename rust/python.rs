@@ -16,6 +16,10 @@ use crate::stop_strings::{
     StopMatch as CoreMatch, StopMatcher as CoreMatcher, StopStrings as CoreStops,
 };
 
+// Vocabulary, IncrementalDecoder and the ids-only steps.
+#[path = "python_detok.rs"]
+mod detok;
+
 /// Python's `repr()` of a Rust value converted to its Python counterpart.
 fn py_repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<String> {
     Ok(value.into_bound_py_any(py)?.repr()?.to_string())
@@ -472,6 +476,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFinishTracker>()?;
     m.add_class::<PyBatchStepResult>()?;
     m.add_class::<PyFinishBatch>()?;
+    m.add_class::<detok::PyVocabulary>()?;
+    m.add_class::<detok::PyIncrementalDecoder>()?;
     m.add_function(wrap_pyfunction!(check_stop_strings, m)?)?;
     m.add_function(wrap_pyfunction!(to_openai_finish_reason, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
@@ -993,20 +999,44 @@ impl PyStepResult {
 #[pyclass(name = "FinishTracker", module = "stopline")]
 pub struct PyFinishTracker {
     inner: FinishTracker,
+    /// With a vocabulary: its decoder for ids-only updates.
+    detok: Option<(
+        Arc<crate::detokenize::Vocabulary>,
+        crate::detok_batch::SeqDecoder,
+    )>,
 }
 
 #[pymethods]
 impl PyFinishTracker {
+    /// `vocabulary` (a `Vocabulary`) lets `update` take ids without texts;
+    /// then `prompt_token_ids` primes its decoder and `skip_special_tokens` /
+    /// `spaces_between_special_tokens` are as in vLLM's `SamplingParams`.
     #[new]
-    fn new(params: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (params, vocabulary = None, prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
+    fn new(
+        params: &Bound<'_, PyAny>,
+        vocabulary: Option<&Bound<'_, PyAny>>,
+        prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        skip_special_tokens: bool,
+        spaces_between_special_tokens: bool,
+    ) -> PyResult<Self> {
         let p = params.cast::<PyStopParams>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "params must be a stopline.StopParams, got {}",
                 type_name(params)
             ))
         })?;
+        let vocab = detok::vocabulary_arg(vocabulary)?;
+        let dec = detok::seq_decoder(
+            vocab.as_ref(),
+            &p.get().inner,
+            prompt_token_ids,
+            skip_special_tokens,
+            spaces_between_special_tokens,
+        )?;
         Ok(Self {
             inner: FinishTracker::new(Arc::clone(&p.get().inner)).map_err(to_py_err)?,
+            detok: vocab.zip(dec),
         })
     }
 
@@ -1023,6 +1053,9 @@ impl PyFinishTracker {
     /// after the deciding one are dropped. Returns a `StepResult` whose
     /// `text_delta` (code points) and `token_ids_delta` are what may be
     /// streamed now.
+    ///
+    /// With a vocabulary `texts` must be None: the ids are decoded
+    /// (docs/semantics.md section 10).
     ///
     /// Raises `RuntimeError` after the sequence finished; `ValueError` /
     /// `TypeError` for negative or non-int ids, a `texts` length that differs
@@ -1050,6 +1083,15 @@ impl PyFinishTracker {
                 ))
             })?),
         };
+        if let Some((vocab, dec)) = self.detok.as_mut() {
+            if opt_list(texts).is_some() {
+                return Err(PyValueError::new_err(
+                    "texts must be None: this tracker decodes the ids with its vocabulary",
+                ));
+            }
+            let step = detok::tracker_ids_update(vocab, dec, &mut self.inner, &ids, g)?;
+            return Ok(PyStepResult::new(&self.inner, &step));
+        }
         let inner = &mut self.inner;
         let step = with_pieces(opt_list(texts), &|i| format!("texts[{i}]"), |pieces, _| {
             inner.update(&ids, pieces, g).map_err(to_py_err)
@@ -1266,6 +1308,8 @@ impl PyBatchStepResult {
 #[pyclass(name = "FinishBatch", module = "stopline")]
 pub struct PyFinishBatch {
     inner: FinishBatch,
+    /// With a vocabulary: one decoder per slot, for ids-only steps.
+    detok: Option<detok::BatchDetok>,
 }
 
 fn opt_list<'a, 'py>(obj: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
@@ -1274,32 +1318,61 @@ fn opt_list<'a, 'py>(obj: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py
 
 #[pymethods]
 impl PyFinishBatch {
+    /// `vocabulary` (a `Vocabulary`): `step` then takes token ids without
+    /// texts and decodes them itself.
     #[new]
-    fn new(max_slots: i64) -> PyResult<Self> {
+    #[pyo3(signature = (max_slots, vocabulary = None))]
+    fn new(max_slots: i64, vocabulary: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let n = usize::try_from(max_slots).map_err(|_| {
             PyValueError::new_err(format!("max_slots must be >= 0, got {max_slots}"))
         })?;
-        Ok(Self {
-            inner: FinishBatch::new(n).map_err(to_py_err)?,
-        })
+        let inner = FinishBatch::new(n).map_err(to_py_err)?;
+        let detok = detok::vocabulary_arg(vocabulary)?.map(|v| detok::BatchDetok::new(v, n));
+        Ok(Self { inner, detok })
     }
 
-    /// Starts a sequence in an empty slot.
-    fn add(&mut self, slot: i64, params: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Starts a sequence in an empty slot. With a vocabulary,
+    /// `prompt_token_ids` primes the slot's decoder (decoding continues
+    /// after the prompt) and `skip_special_tokens` /
+    /// `spaces_between_special_tokens` are as in vLLM's `SamplingParams`.
+    #[pyo3(signature = (slot, params, prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
+    fn add(
+        &mut self,
+        slot: i64,
+        params: &Bound<'_, PyAny>,
+        prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        skip_special_tokens: bool,
+        spaces_between_special_tokens: bool,
+    ) -> PyResult<()> {
         let p = params.cast::<PyStopParams>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "params must be a stopline.StopParams, got {}",
                 type_name(params)
             ))
         })?;
+        let dec = detok::seq_decoder(
+            self.detok.as_ref().map(|d| d.vocab()),
+            &p.get().inner,
+            prompt_token_ids,
+            skip_special_tokens,
+            spaces_between_special_tokens,
+        )?;
         self.inner
             .add(slot, Arc::clone(&p.get().inner))
-            .map_err(to_py_err)
+            .map_err(to_py_err)?;
+        if let Some(d) = self.detok.as_mut() {
+            d.set(slot, dec);
+        }
+        Ok(())
     }
 
     /// Frees a slot (finished or not).
     fn remove(&mut self, slot: i64) -> PyResult<()> {
-        self.inner.remove(slot).map(drop).map_err(to_py_err)
+        self.inner.remove(slot).map(drop).map_err(to_py_err)?;
+        if let Some(d) = self.detok.as_mut() {
+            d.set(slot, None);
+        }
+        Ok(())
     }
 
     /// Aborts the sequence in a slot; returns what it flushed.
@@ -1384,6 +1457,11 @@ impl PyFinishBatch {
     /// slower general path. A text delta that is exactly the piece passed in
     /// is that very `str` object.
     ///
+    /// With a vocabulary (`FinishBatch(n, vocabulary=...)`) `texts` must be
+    /// None: each slot's decoder turns the ids into the pieces
+    /// (docs/semantics.md section 10); an id outside the vocabulary raises
+    /// `ValueError` naming it and its slot.
+    ///
     /// Returns a `BatchStepResult` in the order of `slots`. Every argument is
     /// checked before any slot changes, so an error (`ValueError` /
     /// `TypeError` naming the field, element and slot; `RuntimeError` for a
@@ -1428,6 +1506,22 @@ impl PyFinishBatch {
         };
         let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
         let texts = opt_list(texts);
+        if let Some(dec) = self.detok.as_mut() {
+            if texts.is_some() {
+                return Err(PyValueError::new_err(
+                    "texts must be None: this batch decodes the ids with its vocabulary",
+                ));
+            }
+            return detok::batch_ids_step(
+                py,
+                &mut self.inner,
+                dec,
+                &slots_v,
+                &ids,
+                runs.as_deref(),
+                grammar.as_deref(),
+            );
+        }
         // One piece per slot in a plain list (the decode step): the result's
         // text deltas start as a private copy of that list, and the pieces
         // are read from the copy, which no other code can change.

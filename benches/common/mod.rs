@@ -1,7 +1,7 @@
 //! Inputs shared by the criterion benches: the real text pieces of the
 //! bundled SmolLM2 trace (python/stopline/traces/text_smollm2.jsonl, one
 //! piece per token as the tokenizer's DecodeStream emitted them) and stop
-//! lists shaped like the Python benchmark's (`stopline.bench.data.stop_list`).
+//! lists shaped like the Python benchmark's (`stopline.tools.bench.data.stop_list`).
 
 #![allow(dead_code)]
 

@@ -1,7 +1,8 @@
 """stopline: when an LLM sequence stops and what it reports.
 
 The Rust core (``stopline._core``) holds the stop-string and stop-regex
-matchers and the finish-state machine; :mod:`stopline.baseline` is the plain-Python reference
+matchers, the finish-state machine and the incremental detokenizer
+(``Vocabulary``); :mod:`stopline.baseline` is the plain-Python reference
 used by the differential tests and benchmarks; :mod:`stopline.logits` (needs
 the ``torch`` extra) masks logits on the GPU.
 """
@@ -10,6 +11,7 @@ from stopline._core import (
     BatchStepResult,
     FinishBatch,
     FinishTracker,
+    IncrementalDecoder,
     StepResult,
     StopMatch,
     StopMatcher,
@@ -17,6 +19,7 @@ from stopline._core import (
     StopRegexes,
     StopRegexMatcher,
     StopStrings,
+    Vocabulary,
     __version__,
     check_stop_strings,
     to_openai_finish_reason,
@@ -26,6 +29,7 @@ __all__ = [
     "BatchStepResult",
     "FinishBatch",
     "FinishTracker",
+    "IncrementalDecoder",
     "StepResult",
     "StopMatch",
     "StopMatcher",
@@ -33,6 +37,7 @@ __all__ = [
     "StopRegexes",
     "StopRegexMatcher",
     "StopStrings",
+    "Vocabulary",
     "__version__",
     "check_stop_strings",
     "to_openai_finish_reason",

@@ -31,6 +31,7 @@ Compiled ``StopStrings`` / ``StopRegexes`` and ``StopParams`` are immutable
 and shared freely.
 """
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, TypeAlias, final
 
@@ -45,6 +46,8 @@ __all__ = [
     "FinishTracker",
     "BatchStepResult",
     "FinishBatch",
+    "Vocabulary",
+    "IncrementalDecoder",
     "check_stop_strings",
     "to_openai_finish_reason",
     "__version__",
@@ -527,11 +530,30 @@ class FinishTracker:
     decoding step (semantics.md 3). Not thread-safe (see the module
     docstring)."""
 
-    def __new__(cls, params: StopParams) -> FinishTracker:
+    def __new__(
+        cls,
+        params: StopParams,
+        vocabulary: Vocabulary | None = None,
+        prompt_token_ids: Iterable[int] | None = None,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> FinishTracker:
         """A running sequence with no output yet.
 
+        Args:
+            params: the request's stop parameters.
+            vocabulary: with a ``Vocabulary``, ``update`` takes token ids only
+                (``texts`` must be None) and stopline decodes them
+                (semantics.md 10).
+            prompt_token_ids: the prompt's ids, to prime the decoder (only
+                with ``vocabulary``).
+            skip_special_tokens, spaces_between_special_tokens: as vLLM's
+                sampling parameters of the same names (only with ``vocabulary``).
+
         Raises:
-            TypeError: ``params`` is not a ``StopParams``.
+            TypeError: ``params`` is not a ``StopParams``; ``vocabulary`` is
+                not a ``Vocabulary``.
+            ValueError: a prompt id outside the vocabulary.
         """
     def update(
         self,
@@ -675,19 +697,33 @@ class FinishBatch:
     A slot holds its sequence, finished or not, until ``remove``.
     """
 
-    def __new__(cls, max_slots: int) -> FinishBatch:
-        """An empty batch; its slots are allocated up front.
+    def __new__(cls, max_slots: int, vocabulary: Vocabulary | None = None) -> FinishBatch:
+        """An empty batch.
 
         Args:
             max_slots: number of slots, 0 to 2**24 (16,777,216).
+            vocabulary: with a ``Vocabulary``, ``step`` takes token ids only
+                (``texts`` must be None) and stopline decodes them
+                (semantics.md 10).
 
         Raises:
             ValueError: ``max_slots`` is negative or above 2**24.
             TypeError: ``max_slots`` is not an int.
             OverflowError: ``max_slots`` is 2**63 or more.
         """
-    def add(self, slot: int, params: StopParams) -> None:
+    def add(
+        self,
+        slot: int,
+        params: StopParams,
+        prompt_token_ids: Iterable[int] | None = None,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> None:
         """Starts a new sequence in an empty slot.
+
+        ``prompt_token_ids`` primes the slot's decoder; it and the two flags
+        (as vLLM's sampling parameters) apply only to a batch built with a
+        ``vocabulary``.
 
         Raises:
             ValueError: ``slot`` is outside ``[0, max_slots)`` or already in
@@ -802,6 +838,42 @@ class FinishBatch:
                 ``str`` or holding a non-``str``.
             RuntimeError: a listed slot already finished (remove it first).
         """
+
+@final
+class Vocabulary:
+    """A tokenizer's decoding table built from a Hugging Face tokenizer.json
+    (ByteLevel, ByteFallback/SentencePiece, Metaspace, WordPiece decoders)."""
+
+    @staticmethod
+    def from_file(path: str | os.PathLike[str]) -> Vocabulary: ...
+    @staticmethod
+    def from_str(json: str) -> Vocabulary: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def decoder(self) -> str: ...
+    def memory_usage(self) -> int: ...
+    def decode(
+        self,
+        token_ids: Iterable[int] | int,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> str: ...
+    def decoder_for(
+        self,
+        prompt_token_ids: Iterable[int] | None = None,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> IncrementalDecoder: ...
+
+@final
+class IncrementalDecoder:
+    """One sequence's streaming decoder: ids in, completed text out."""
+
+    def step(self, token_ids: Iterable[int] | int) -> str: ...
+    def flush(self) -> str: ...
+    @property
+    def pending(self) -> bytes: ...
 
 def _panic_for_tests(message: str) -> None:
     """Test hook, not API: panics in Rust; PyO3 raises PanicException."""

@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run every request through stopline.baseline and fail on any difference")
     r.add_argument("--max-slots", type=positive_int, default=None,
                    help="batch size (default: all requests of a file at once); others wait for a free slot")
+    r.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
+                   help="decode the recorded token ids with this tokenizer.json inside stopline (ids only) "
+                        "instead of passing the recorded texts; --check then compares with the recorded texts")
 
     g = sub.add_parser(
         "generate",
@@ -169,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         from stopline import replay
 
         return replay.run(args.traces, as_json=args.json, stream=args.stream, check=args.check,
-                          max_slots=args.max_slots)
+                          max_slots=args.max_slots, tokenizer=args.tokenizer)
     if args.command == "generate":
         from stopline.tools import generate
 

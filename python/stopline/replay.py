@@ -97,6 +97,8 @@ class Outcome:
     deltas: list[tuple[int, str, list[int]]]
     steps_replayed: int
     cause: str
+    # The engine step of the request's first update (deltas count from it).
+    first_step: int = 0
 
     def streamed_text(self) -> str:
         return "".join(d[1] for d in self.deltas)
@@ -287,8 +289,12 @@ def replay_requests(
     *,
     max_slots: int | None = None,
     on_step: Callable[[int, Request, Any], None] | None = None,
+    vocabulary: stopline.Vocabulary | None = None,
 ) -> tuple[dict[str, Outcome], ReplayStats]:
     """Run the requests through one :class:`stopline.FinishBatch`.
+
+    With ``vocabulary`` the batch decodes the recorded ids itself (ids only,
+    docs/semantics.md section 10) and the recorded texts are not passed.
 
     ``max_slots`` (default: all requests at once) bounds the batch; waiting
     requests take free slots in order of ``arrival`` then file order.
@@ -298,25 +304,25 @@ def replay_requests(
     n_slots = len(requests) or 1
     if max_slots:
         n_slots = min(n_slots, max_slots)
-    batch = stopline.FinishBatch(n_slots)
+    batch = stopline.FinishBatch(n_slots, vocabulary=vocabulary)
     params = {r.id: stopline.StopParams(**r.params) for r in requests}
     waiting = deque(sorted(requests, key=lambda r: r.arrival))  # sort is stable: file order
     free = list(range(n_slots - 1, -1, -1))
-    active: dict[int, list[Any]] = {}  # slot -> [request, next step index, deltas]
+    active: dict[int, list[Any]] = {}  # slot -> [request, next step index, deltas, first engine step]
     outcomes: dict[str, Outcome] = {}
     stats = ReplayStats()
     clock = time.perf_counter
     step_no = 0
 
     def leave(slot: int, result: Any) -> None:
-        req, used, deltas = active.pop(slot)
+        req, used, deltas, first = active.pop(slot)
         text, ids = batch.text(slot), batch.token_ids(slot)
         batch.remove(slot)
         free.append(slot)
         outcomes[req.id] = Outcome(
             req.id, result.finish_reason, result.stop_reason, result.matched,
             result.num_tokens, result.text_len, text, list(ids), deltas, used,
-            cause_of(req.params, result.finish_reason, result.stop_reason, result.matched),
+            cause_of(req.params, result.finish_reason, result.stop_reason, result.matched), first,
         )
 
     def report(slot: int, res: Any) -> None:
@@ -333,7 +339,7 @@ def replay_requests(
             req = waiting.popleft()
             slot = free.pop()
             batch.add(slot, params[req.id])
-            active[slot] = [req, 0, []]
+            active[slot] = [req, 0, [], step_no]
         if not active:
             step_no = waiting[0].arrival  # idle engine: jump to the next arrival
             continue
@@ -351,7 +357,7 @@ def replay_requests(
         texts: list[str] = []
         grammar: list[int] = []
         with_text = with_grammar = False
-        for slot, (req, k, _) in active.items():
+        for slot, (req, k, _, _) in active.items():
             st = req.steps[k]
             slots.append(slot)
             ids.extend(st.ids)
@@ -368,7 +374,8 @@ def replay_requests(
                 with_grammar = True
         t0 = clock()
         results = batch.step(
-            slots, ids, runs, texts if with_text else None, grammar if with_grammar else None
+            slots, ids, runs, texts if with_text and vocabulary is None else None,
+            grammar if with_grammar else None,
         )
         stats.finish_seconds += clock() - t0
         stats.engine_steps += 1
@@ -404,12 +411,16 @@ def _reference_outcome(req: Request, ref: Any) -> Outcome:
     )
 
 
-def check_against_reference(req: Request, got: Outcome, ref: Any = None) -> list[str]:
+def check_against_reference(req: Request, got: Outcome, ref: Any = None, early_text: bool = False) -> list[str]:
     """Differences between ``got`` (from the batch) and the reference.
 
     Compares finish_reason, stop_reason, matched, kept tokens, kept text and
     the streamed deltas (per update, and joined == final text / tokens on
-    both sides). An empty list means they agree.
+    both sides). An empty list means they agree. ``early_text`` (``got``
+    decoded the ids itself): per update, the reference's streamed text and
+    tokens so far need only be a prefix of ``got``'s, since stopline
+    releases the complete characters of a token that ends in an incomplete
+    one, where the recorded DecodeStream pieces wait (docs/semantics.md 10.2).
     """
     if ref is None:
         from stopline import baseline as ref
@@ -430,12 +441,34 @@ def check_against_reference(req: Request, got: Outcome, ref: Any = None) -> list
             diffs.append(f"{who}: text_len/num_tokens disagree with the kept text/tokens")
     a_stream = [(d[1], d[2]) for d in got.deltas]
     b_stream = [(d[1], d[2]) for d in want.deltas]
-    if a_stream != b_stream:
+    if early_text:
+        late = _first_late_step([(d[0] - got.first_step, *d[1:]) for d in got.deltas], want.deltas)
+        if late is not None:
+            diffs.append(f"streamed text at update {late}: the reference is ahead of stopline")
+    elif a_stream != b_stream:
         k = next((i for i, (x, y) in enumerate(zip(a_stream, b_stream)) if x != y),
                  min(len(a_stream), len(b_stream)))
         diffs.append(f"streamed deltas differ from update {k}: stopline "
                      f"{_short(a_stream[k:k + 1])} vs reference {_short(b_stream[k:k + 1])}")
     return diffs
+
+
+def _first_late_step(got: list, want: list) -> int | None:
+    """The first update after which ``want``'s joined text or tokens are not
+    a prefix of ``got``'s, or None."""
+    text_a = text_b = ""
+    ids_a: list[int] = []
+    ids_b: list[int] = []
+    ga, gb = iter(got), iter(want)
+    da, db = next(ga, None), next(gb, None)
+    for step in sorted({d[0] for d in got} | {d[0] for d in want}):
+        while da is not None and da[0] == step:
+            text_a, ids_a, da = text_a + da[1], ids_a + list(da[2]), next(ga, None)
+        while db is not None and db[0] == step:
+            text_b, ids_b, db = text_b + db[1], ids_b + list(db[2]), next(gb, None)
+        if not text_a.startswith(text_b) or ids_a[:len(ids_b)] != ids_b:
+            return step
+    return None
 
 
 # ------------------------------------------------------------------ printing
@@ -494,10 +527,14 @@ def run(
     stream: bool = False,
     check: bool = False,
     max_slots: int | None = None,
+    tokenizer: str | None = None,
     out: Any = None,
     err: Any = None,
 ) -> int:
     """The ``stopline replay`` command. Returns the exit status.
+
+    ``tokenizer``: a ``tokenizer.json`` whose decoder turns the recorded ids
+    into text inside stopline (the recorded texts are then not passed).
 
     0: every request replayed (and, with ``check``, agreed with the
     reference); 1: malformed lines or differences; 2: a trace file could
@@ -516,6 +553,13 @@ def run(
     if check:
         from stopline import baseline as ref
     bundled = not paths
+    vocabulary = None
+    if tokenizer is not None:
+        try:
+            vocabulary = stopline.Vocabulary.from_file(tokenizer)
+        except (OSError, ValueError) as e:
+            print(f"stopline replay: error: {e}", file=err)
+            return 2
     files = list(paths) or bundled_traces()
     if not files:
         print("stopline replay: no trace files given and none bundled", file=err)
@@ -557,7 +601,13 @@ def run(
 
         if stream and not as_json:
             print(f"== {name} (streamed deltas)", file=out)
-        outcomes, stats = replay_requests(reqs, max_slots=max_slots, on_step=show if stream else None)
+        try:
+            outcomes, stats = replay_requests(reqs, max_slots=max_slots,
+                                              on_step=show if stream else None,
+                                              vocabulary=vocabulary)
+        except ValueError as e:  # only ids outside --tokenizer's vocabulary get here
+            print(f"stopline replay: error: {path}: {e} (was this trace recorded with {tokenizer}?)", file=err)
+            return 2
         total_steps += stats.engine_steps
         total_tokens += stats.tokens_fed
         finish_seconds += stats.finish_seconds
@@ -568,7 +618,7 @@ def run(
             causes[o.cause] += 1
             diffs: list[str] = []
             if ref is not None:
-                diffs = check_against_reference(r, o, ref)
+                diffs = check_against_reference(r, o, ref, early_text=vocabulary is not None)
                 if diffs:
                     n_diffs += 1
                     status = 1

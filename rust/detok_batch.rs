@@ -1,0 +1,380 @@
+//! Ids-only steps: each sequence's [`DecodeState`] beside its finish
+//! tracker, turning a step's token ids into the text pieces the tracker
+//! takes (what an engine's streaming detokenizer would have produced).
+//!
+//! Decoding never changes state until the finish step accepted the pieces,
+//! so a rejected step leaves decoders and trackers as they were.
+
+use std::sync::Arc;
+
+use crate::batch::{FinishBatch, SlotStep};
+use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary};
+use crate::error::Error;
+use crate::finish::{FinishTracker, StopParams};
+
+/// One sequence's decoder and what it needs to know about its finish.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqDecoder {
+    state: DecodeState,
+    /// Output tokens left before the length cap (max_tokens or
+    /// max_model_len): the token that reaches it flushes held bytes.
+    left: u64,
+    /// `vocab_size` of the params (ids at or above finish with "error").
+    vocab_limit: u64,
+}
+
+impl SeqDecoder {
+    /// A decoder for a sequence with `params`, primed with the prompt's ids
+    /// (their text is discarded; decoding continues from their state).
+    ///
+    /// # Errors
+    /// [`Error::Step`] naming `prompt_token_ids[i]` for an id outside the
+    /// vocabulary.
+    pub fn new(
+        vocab: &Vocabulary,
+        params: &StopParams,
+        prompt_token_ids: &[u32],
+        opts: DecodeOptions,
+    ) -> Result<Self, Error> {
+        vocab.check_ids(prompt_token_ids, "prompt_token_ids")?;
+        let mut state = vocab.start(opts);
+        let mut scratch = String::new();
+        for &id in prompt_token_ids {
+            vocab.step(&mut state, id, &mut scratch);
+            scratch.clear();
+        }
+        let left = params.max_tokens.unwrap_or(u64::MAX).min(
+            params
+                .max_model_len
+                .map_or(u64::MAX, |m| m.saturating_sub(params.prompt_len)),
+        );
+        Ok(SeqDecoder {
+            state,
+            left,
+            vocab_limit: params.vocab_size.map_or(u64::MAX, u64::from),
+        })
+    }
+
+    pub fn state(&self) -> &DecodeState {
+        &self.state
+    }
+
+    /// Decodes one run, appending one piece per id to `out`; returns the decoder after the run (self is unchanged).
+    /// `grammar` is the run index at which the grammar terminates; errors
+    /// name `token_ids[offset + i]` and the slot.
+    ///
+    /// # Errors
+    /// [`Error::Step`] for an id outside the vocabulary that the params'
+    /// `vocab_size` would not finish with "error" first.
+    #[inline]
+    pub fn decode_run(
+        &self,
+        vocab: &Vocabulary,
+        ids: &[u32],
+        grammar: Option<usize>,
+        out: &mut Pieces,
+        offset: usize,
+        slot: Option<i64>,
+    ) -> Result<SeqDecoder, Error> {
+        let mut next = *self;
+        let (buf, ends) = (&mut out.buf, &mut out.ends);
+        for (i, &id) in ids.iter().enumerate() {
+            if id as usize >= vocab.vocab_size() {
+                if u64::from(id) >= next.vocab_limit {
+                    // The finish rules stop the sequence here ("error").
+                    ends.push(buf.len());
+                    out.plain.push(false);
+                    continue;
+                }
+                return Err(Error::Step {
+                    field: "token_ids",
+                    message: format!(
+                        "id {id} at [{}] is outside the vocabulary [0, {}){}",
+                        offset + i,
+                        vocab.vocab_size(),
+                        slot.map_or(String::new(), |s| format!(" (slot {s})"))
+                    ),
+                });
+            }
+            let mut plain = vocab.step(&mut next.state, id, buf);
+            next.left = next.left.saturating_sub(1);
+            // The last token the sequence takes: held bytes become U+FFFD,
+            // so the text equals Tokenizer.decode of the ids.
+            if next.left == 0 || grammar == Some(i) {
+                let before = buf.len();
+                vocab.flush(&mut next.state, buf);
+                plain &= buf.len() == before;
+            }
+            ends.push(buf.len());
+            out.plain.push(plain);
+        }
+        Ok(next)
+    }
+}
+
+/// Pieces of one step, kept for reuse between steps.
+#[derive(Default)]
+pub struct Pieces {
+    pub buf: String,
+    pub ends: Vec<usize>,
+    /// Piece j is exactly its id's text ([`Vocabulary::token_text`]).
+    pub plain: Vec<bool>,
+}
+
+impl Pieces {
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.ends.clear();
+        self.plain.clear();
+    }
+
+    /// The pieces as string slices.
+    pub fn strs(&self) -> Vec<&str> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&e| {
+                let s = &self.buf[start..e];
+                start = e;
+                s
+            })
+            .collect()
+    }
+}
+
+/// A vocabulary and one decoder per [`FinishBatch`] slot.
+pub struct BatchDecoder {
+    vocab: Arc<Vocabulary>,
+    slots: Vec<Option<SeqDecoder>>,
+    /// The decoders after the step being made, committed once it is accepted.
+    next: Vec<SeqDecoder>,
+    pub pieces: Pieces,
+}
+
+impl BatchDecoder {
+    pub fn new(vocab: Arc<Vocabulary>, max_slots: usize) -> Self {
+        BatchDecoder {
+            vocab,
+            slots: vec![None; max_slots],
+            next: Vec::new(),
+            pieces: Pieces::default(),
+        }
+    }
+
+    pub fn vocab(&self) -> &Arc<Vocabulary> {
+        &self.vocab
+    }
+
+    /// Sets (or with `None` clears) slot `slot`'s decoder; an out-of-range
+    /// slot is ignored (the batch rejects it).
+    pub fn set(&mut self, slot: i64, dec: Option<SeqDecoder>) {
+        if let Some(s) = usize::try_from(slot)
+            .ok()
+            .and_then(|i| self.slots.get_mut(i))
+        {
+            *s = dec;
+        }
+    }
+
+    pub fn get(&self, slot: i64) -> Option<&SeqDecoder> {
+        usize::try_from(slot)
+            .ok()
+            .and_then(|i| self.slots.get(i))
+            .and_then(Option::as_ref)
+    }
+
+    /// Decodes a batch step's ids into `self.pieces` (one piece per id)
+    /// without changing any decoder. Slots that are out of range or empty
+    /// get empty pieces: the batch's own check rejects them.
+    ///
+    /// # Errors
+    /// As [`SeqDecoder::decode_run`], naming `token_ids[j] (slot s)`.
+    pub fn decode_step(
+        &mut self,
+        slots: &[i64],
+        ids: &[u32],
+        runs: Option<&[usize]>,
+        grammar: Option<&[i64]>,
+    ) -> Result<(), Error> {
+        self.pieces.clear();
+        self.next.clear();
+        let total = runs.map_or(Some(slots.len()), |r| {
+            r.iter().try_fold(0usize, |a, &n| a.checked_add(n))
+        });
+        if total != Some(ids.len()) || runs.is_some_and(|r| r.len() != slots.len()) {
+            return Ok(()); // the batch's check names the mismatch
+        }
+        let mut start = 0;
+        for (k, &slot) in slots.iter().enumerate() {
+            let len = runs.map_or(1, |r| r[k]);
+            let run = &ids[start..start + len];
+            let g = grammar
+                .and_then(|g| g.get(k))
+                .and_then(|&g| usize::try_from(g).ok());
+            let d = usize::try_from(slot)
+                .ok()
+                .and_then(|i| self.slots.get(i))
+                .copied()
+                .flatten();
+            match d {
+                Some(d) => {
+                    let n =
+                        d.decode_run(&self.vocab, run, g, &mut self.pieces, start, Some(slot))?;
+                    self.next.push(n);
+                }
+                None => {
+                    let end = self.pieces.buf.len();
+                    self.pieces.ends.extend(std::iter::repeat(end).take(len));
+                    self.pieces.plain.extend(std::iter::repeat(false).take(len));
+                }
+            }
+            start += len;
+        }
+        Ok(())
+    }
+
+    /// Keeps the decoders [`decode_step`](Self::decode_step) computed, after
+    /// the batch accepted the step.
+    pub fn commit(&mut self, slots: &[i64]) {
+        let mut next = self.next.iter();
+        for &slot in slots {
+            if let Some(d) = usize::try_from(slot)
+                .ok()
+                .and_then(|i| self.slots.get_mut(i))
+                .and_then(Option::as_mut)
+            {
+                if let Some(n) = next.next() {
+                    *d = *n;
+                }
+            }
+        }
+    }
+
+    /// A step with token ids only: decodes them, then advances the batch
+    /// exactly as [`FinishBatch::step_each`] with those pieces.
+    ///
+    /// # Errors
+    /// As [`decode_step`](Self::decode_step) and [`FinishBatch::step`];
+    /// nothing changes on error.
+    pub fn step_each(
+        &mut self,
+        batch: &mut FinishBatch,
+        slots: &[i64],
+        ids: &[u32],
+        runs: Option<&[usize]>,
+        grammar: Option<&[i64]>,
+        emit: impl FnMut(usize, &FinishTracker, &SlotStep),
+    ) -> Result<(), Error> {
+        self.decode_step(slots, ids, runs, grammar)?;
+        let strs = self.pieces.strs();
+        batch.step_each(slots, ids, runs, Some(&strs), grammar, emit)?;
+        self.commit(slots);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stop_strings::StopStrings;
+
+    fn vocab() -> Arc<Vocabulary> {
+        // "€" is E2 82 AC: ByteLevel chars â (E2), Ĥ (82), ¬ (AC).
+        let j = serde_json::json!({
+            "model": {"vocab": {"a": 0, "â": 1, "Ĥ": 2, "¬": 3, "ĠEND": 4, "b": 5}},
+            "decoder": {"type": "ByteLevel"},
+            "added_tokens": [{"id": 6, "content": "<eos>", "special": true}],
+        });
+        Arc::new(Vocabulary::from_json(j.to_string().as_bytes()).unwrap())
+    }
+
+    fn params(max_tokens: Option<u64>) -> Arc<StopParams> {
+        Arc::new(StopParams {
+            stop: Some(StopStrings::compile(vec!["END".into()]).unwrap()),
+            eos_token_ids: vec![6],
+            max_tokens,
+            ..StopParams::default()
+        })
+    }
+
+    /// Ids only gives what the pieces give, and a run what single steps give.
+    #[test]
+    fn ids_only_equals_pieces_and_runs_equal_steps() {
+        let v = vocab();
+        let ids = [0u32, 1, 2, 3, 5, 1, 0, 4, 0];
+        let mut by_ids = FinishBatch::new(2).unwrap();
+        let mut dec = BatchDecoder::new(Arc::clone(&v), 2);
+        let mut by_pieces = FinishBatch::new(2).unwrap();
+        let mut by_run = FinishBatch::new(2).unwrap();
+        let mut dec_run = BatchDecoder::new(Arc::clone(&v), 2);
+        for b in [&mut by_ids, &mut by_pieces, &mut by_run] {
+            b.add(1, params(None)).unwrap();
+        }
+        let opts = DecodeOptions::default();
+        dec.set(
+            1,
+            Some(SeqDecoder::new(&v, &params(None), &[], opts).unwrap()),
+        );
+        dec_run.set(
+            1,
+            Some(SeqDecoder::new(&v, &params(None), &[], opts).unwrap()),
+        );
+        let mut st = v.start(opts);
+        for &id in &ids {
+            if by_ids.get(1).unwrap().is_finished() {
+                break;
+            }
+            dec.step_each(&mut by_ids, &[1], &[id], None, None, |_, _, _| {})
+                .unwrap();
+            let mut piece = String::new();
+            v.step(&mut st, id, &mut piece);
+            by_pieces
+                .step(&[1], &[id], None, Some(&[piece]), None, &mut vec![])
+                .unwrap();
+        }
+        dec_run
+            .step_each(
+                &mut by_run,
+                &[1],
+                &ids,
+                Some(&[ids.len()]),
+                None,
+                |_, _, _| {},
+            )
+            .unwrap();
+        let (a, b, c) = (
+            by_ids.get(1).unwrap(),
+            by_pieces.get(1).unwrap(),
+            by_run.get(1).unwrap(),
+        );
+        assert_eq!(a.text(), "a€b\u{FFFD}a ");
+        assert_eq!((a.text(), a.finish()), (b.text(), b.finish()));
+        assert_eq!((a.text(), a.finish()), (c.text(), c.finish()));
+        assert!(a.is_finished());
+    }
+
+    #[test]
+    fn length_cap_flushes_and_bad_ids_change_nothing() {
+        let v = vocab();
+        let mut b = FinishBatch::new(1).unwrap();
+        let mut dec = BatchDecoder::new(Arc::clone(&v), 1);
+        let p = params(Some(2));
+        b.add(0, Arc::clone(&p)).unwrap();
+        dec.set(
+            0,
+            Some(SeqDecoder::new(&v, &p, &[1, 2], DecodeOptions::default()).unwrap()),
+        );
+        // Primed mid-character: the first output token completes it.
+        let err = dec.step_each(&mut b, &[0], &[99], None, None, |_, _, _| {});
+        assert!(err
+            .unwrap_err()
+            .to_string()
+            .contains("token_ids: id 99 at [0] is outside the vocabulary [0, 7) (slot 0)"));
+        assert_eq!(dec.get(0).unwrap().state().pending(), &[0xE2, 0x82]);
+        dec.step_each(&mut b, &[0], &[3, 1], Some(&[2]), None, |_, _, _| {})
+            .unwrap();
+        let t = b.get(0).unwrap();
+        assert_eq!(t.text(), "€\u{FFFD}");
+        assert_eq!(t.finish().unwrap().reason.as_str(), "length");
+    }
+}

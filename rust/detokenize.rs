@@ -1,0 +1,1008 @@
+//! Incremental detokenization: token ids to text, one id at a time.
+//!
+//! A [`Vocabulary`] is built once from a Hugging Face `tokenizer.json`: every
+//! id's decoded bytes are computed up front and stored in one arena, so a
+//! decoding step is a table lookup plus, rarely, a few bytes of UTF-8 repair.
+//! A [`DecodeState`] (a few bytes) follows one sequence. The rules, and where
+//! they match `tokenizers.decoders.DecodeStream` and `Tokenizer.decode`, are
+//! in docs/semantics.md, "Incremental detokenization".
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::error::Error;
+
+/// The largest `tokenizer.json` accepted, in bytes (the largest published
+/// ones are about 35 MB).
+pub const MAX_TOKENIZER_JSON_BYTES: usize = 128 << 20;
+/// Ids must be below this (the largest vocabularies hold about 260 000).
+pub const MAX_VOCAB_SIZE: usize = 1 << 24;
+
+const FFFD: &str = "\u{FFFD}";
+
+/// How token bytes become text across tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    /// Token bytes are concatenated and the stream is decoded as lossy UTF-8
+    /// (`String::from_utf8_lossy` of the whole): the ByteLevel decoder.
+    Lossy,
+    /// Token texts are valid UTF-8; runs of `<0xHH>` byte tokens are decoded
+    /// together, a run that is not valid UTF-8 giving one U+FFFD per byte:
+    /// the ByteFallback decoder.
+    ByteRuns,
+    /// Every token text is valid UTF-8 on its own.
+    Text,
+}
+
+// Per-id flags.
+const PRESENT: u8 = 1;
+/// Skipped under `skip_special_tokens`.
+const SPECIAL: u8 = 2;
+/// An added token (vLLM's `spaces_between_special_tokens` rule).
+const ADDED: u8 = 4;
+/// A ByteFallback byte token; its arena entry is the one byte.
+const BYTE: u8 = 8;
+/// Its bytes are valid UTF-8 on their own.
+const UTF8: u8 = 16;
+
+/// Decoded bytes of every id, built from a `tokenizer.json`.
+pub struct Vocabulary {
+    stream: Stream,
+    flags: Vec<u8>,
+    /// `arena[offsets[id]..offsets[id + 1]]`: the id's bytes when it is not
+    /// the first token of a sequence.
+    offsets: Vec<u32>,
+    arena: Vec<u8>,
+    /// The bytes when it is the first token, for decoders that treat it
+    /// differently (WordPiece, Metaspace, none); same layout.
+    first: Option<(Vec<u32>, Vec<u8>)>,
+    /// Added tokens' contents, by id.
+    added: HashMap<u32, Box<str>>,
+    /// Strip up to this many leading `strip_char` from the whole text
+    /// (`Strip` after `Fuse`).
+    strip_left: u8,
+    strip_char: char,
+    decoder_name: String,
+}
+
+/// Per-sequence decoding options (the vLLM `SamplingParams` fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeOptions {
+    pub skip_special_tokens: bool,
+    pub spaces_between_special_tokens: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            skip_special_tokens: true,
+            spaces_between_special_tokens: true,
+        }
+    }
+}
+
+/// The state of one sequence's decoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeState {
+    /// Bytes of a character still arriving (or of an undecided byte run).
+    pending: [u8; 4],
+    pending_len: u8,
+    /// No token has reached the decoder yet.
+    at_first: bool,
+    /// Leading strip budget left (chars); 0 once any text was produced.
+    strip_left: u8,
+    /// ByteRuns: inside a run of byte tokens, and whether it went invalid.
+    in_run: bool,
+    run_invalid: bool,
+    skip_special: bool,
+    /// vLLM's rule when off: an added token right after an added token
+    /// yields its raw content.
+    raw_added_pairs: bool,
+    last_added: bool,
+}
+
+impl DecodeState {
+    /// Bytes held because the character they start is incomplete.
+    pub fn pending(&self) -> &[u8] {
+        &self.pending[..self.pending_len as usize]
+    }
+}
+
+fn bad(message: impl Into<String>) -> Error {
+    Error::Tokenizer {
+        message: message.into(),
+    }
+}
+
+/// GPT-2's byte <-> printable-char table, inverted: char -> byte.
+fn byte_level_table() -> HashMap<char, u8> {
+    let mut table = HashMap::with_capacity(256);
+    let mut extra = 0u32;
+    for b in 0u32..256 {
+        let printable =
+            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        table.insert(char::from_u32(c).expect("below 0x200"), b as u8);
+    }
+    table
+}
+
+/// `<0xHH>` -> the byte.
+fn byte_token(s: &str) -> Option<u8> {
+    let b = s.as_bytes();
+    if b.len() == 6 && s.starts_with("<0x") && b[5] == b'>' {
+        u8::from_str_radix(&s[3..5], 16).ok()
+    } else {
+        None
+    }
+}
+
+/// One per-token string rule of a decoder `Sequence` (or a lone decoder).
+enum TokenRule {
+    Replace(String, String),
+    /// Replacement char; the first token drops it instead.
+    Metaspace(char, bool),
+    /// Strip per token: char, left count, right count.
+    Strip(char, usize, usize),
+    /// WordPiece: continuation prefix, cleanup.
+    WordPiece(String, bool),
+    /// No decoder: tokens joined with " ".
+    JoinSpace,
+}
+
+/// What a `decoder` entry compiles to.
+struct Plan {
+    rules: Vec<TokenRule>,
+    stream: Stream,
+    strip_left: (char, usize),
+}
+
+fn str_field<'a>(v: &'a Value, key: &str, what: &str) -> Result<&'a str, Error> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("decoder {what} needs a string field {key:?}")))
+}
+
+fn one_char(s: &str, what: &str) -> Result<char, Error> {
+    let mut it = s.chars();
+    match (it.next(), it.next()) {
+        (Some(c), None) => Ok(c),
+        _ => Err(bad(format!("decoder {what}: {s:?} must be one character"))),
+    }
+}
+
+fn count_field(v: &Value, key: &str, what: &str) -> Result<usize, Error> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(0),
+        Some(x) => x
+            .as_u64()
+            .filter(|&n| n <= 255)
+            .map(|n| n as usize)
+            .ok_or_else(|| bad(format!("decoder {what}: {key} must be an int in [0, 255]"))),
+    }
+}
+
+fn decoder_type(v: &Value) -> Result<&str, Error> {
+    v.get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("decoder has no \"type\" string"))
+}
+
+/// The supported decoders: ByteLevel; WordPiece; Metaspace; none; and a
+/// Sequence of per-token Replace/Strip/Metaspace, then optionally
+/// ByteFallback, then optionally Fuse, then optionally a left-only Strip.
+fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
+    let Some(d) = decoder.filter(|d| !d.is_null()) else {
+        let p = Plan {
+            rules: vec![TokenRule::JoinSpace],
+            stream: Stream::Text,
+            strip_left: (' ', 0),
+        };
+        return Ok((p, "none".into()));
+    };
+    let ty = decoder_type(d)?;
+    let items: Vec<&Value> = if ty == "Sequence" {
+        d.get("decoders")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("decoder Sequence needs a \"decoders\" list"))?
+            .iter()
+            .collect()
+    } else {
+        vec![d]
+    };
+    let names = items
+        .iter()
+        .map(|v| decoder_type(v).map(str::to_owned))
+        .collect::<Result<Vec<_>, _>>()?;
+    let name = if ty == "Sequence" {
+        format!("Sequence[{}]", names.join(", "))
+    } else {
+        ty.to_owned()
+    };
+    let unsupported = |why: &str| {
+        bad(format!(
+            "unsupported decoder {name}: {why}; stopline decodes ByteLevel, WordPiece, Metaspace, \
+             no decoder, and Sequence[Replace/Strip/Metaspace..., ByteFallback?, Fuse?, Strip(left)?]"
+        ))
+    };
+    let mut p = Plan {
+        rules: vec![],
+        stream: Stream::Text,
+        strip_left: (' ', 0),
+    };
+    // 0: per-token rules, 1: after ByteFallback, 2: after Fuse, 3: after the final Strip.
+    let mut phase = 0;
+    for (v, ty) in items.iter().zip(&names) {
+        match ty.as_str() {
+            "ByteLevel" if items.len() == 1 => p.stream = Stream::Lossy,
+            "WordPiece" if items.len() == 1 => {
+                let prefix = v.get("prefix").and_then(Value::as_str).unwrap_or("##");
+                let cleanup = v.get("cleanup").and_then(Value::as_bool).unwrap_or(true);
+                p.rules
+                    .push(TokenRule::WordPiece(prefix.to_owned(), cleanup));
+            }
+            "Replace" if phase == 0 => {
+                let pattern = v
+                    .get("pattern")
+                    .and_then(|p| p.get("String"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| unsupported("Replace needs a {\"String\": ...} pattern"))?;
+                if pattern.is_empty() {
+                    return Err(unsupported("Replace with an empty pattern"));
+                }
+                let content = str_field(v, "content", "Replace")?;
+                p.rules
+                    .push(TokenRule::Replace(pattern.to_owned(), content.to_owned()));
+            }
+            "Metaspace" if phase == 0 => {
+                let r = one_char(str_field(v, "replacement", "Metaspace")?, "Metaspace")?;
+                // `prepend_scheme` (tokenizers >= 0.19) or the older `add_prefix_space`.
+                let first_drops = match v.get("prepend_scheme").and_then(Value::as_str) {
+                    Some("never") => false,
+                    Some("first" | "always") => true,
+                    Some(other) => {
+                        return Err(unsupported(&format!("Metaspace prepend_scheme {other:?}")))
+                    }
+                    None => v
+                        .get("add_prefix_space")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(true),
+                };
+                p.rules.push(TokenRule::Metaspace(r, first_drops));
+            }
+            "Strip" if phase <= 2 => {
+                let c = one_char(str_field(v, "content", "Strip")?, "Strip")?;
+                let (start, stop) = (
+                    count_field(v, "start", "Strip")?,
+                    count_field(v, "stop", "Strip")?,
+                );
+                match phase {
+                    0 => p.rules.push(TokenRule::Strip(c, start, stop)),
+                    2 if stop == 0 => {
+                        p.strip_left = (c, start);
+                        phase = 3;
+                    }
+                    2 => return Err(unsupported("Strip from the right of the whole text")),
+                    _ => return Err(unsupported("Strip after ByteFallback without Fuse")),
+                }
+            }
+            "ByteFallback" if phase == 0 => {
+                p.stream = Stream::ByteRuns;
+                phase = 1;
+            }
+            "Fuse" if phase <= 1 => phase = 2,
+            other => {
+                return Err(unsupported(&format!(
+                    "{other} is not supported{}",
+                    if items.len() > 1 {
+                        " at this place"
+                    } else {
+                        ""
+                    }
+                )))
+            }
+        }
+    }
+    Ok((p, name))
+}
+
+/// WordPiece's cleanup (tokenizers' `wordpiece::cleanup`): spaces before
+/// punctuation and English contractions.
+fn wordpiece_cleanup(s: &str) -> String {
+    s.replace(" .", ".")
+        .replace(" ?", "?")
+        .replace(" !", "!")
+        .replace(" ,", ",")
+        .replace(" ' ", "'")
+        .replace(" n't", "n't")
+        .replace(" 'm", "'m")
+        .replace(" do not", " don't")
+        .replace(" 's", "'s")
+        .replace(" 've", "'ve")
+        .replace(" 're", "'re")
+}
+
+fn apply_rules(rules: &[TokenRule], token: &str, first: bool) -> String {
+    let mut s = token.to_owned();
+    for r in rules {
+        s = match r {
+            TokenRule::Replace(p, c) => s.replace(p.as_str(), c),
+            TokenRule::Metaspace(r, first_drops) => {
+                if first && *first_drops {
+                    s.chars().filter(|c| c != r).collect()
+                } else {
+                    s.chars().map(|c| if c == *r { ' ' } else { c }).collect()
+                }
+            }
+            TokenRule::Strip(c, start, stop) => {
+                let chars: Vec<char> = s.chars().collect();
+                let a = chars.iter().take(*start).take_while(|&&x| x == *c).count();
+                let b = chars[a..]
+                    .iter()
+                    .rev()
+                    .take(*stop)
+                    .take_while(|&&x| x == *c)
+                    .count();
+                chars[a..chars.len() - b].iter().collect()
+            }
+            TokenRule::WordPiece(prefix, cleanup) => {
+                let t = if first {
+                    s
+                } else if let Some(rest) = s.strip_prefix(prefix.as_str()) {
+                    rest.to_owned()
+                } else {
+                    format!(" {s}")
+                };
+                if *cleanup {
+                    wordpiece_cleanup(&t)
+                } else {
+                    t
+                }
+            }
+            TokenRule::JoinSpace => {
+                if first {
+                    s
+                } else {
+                    format!(" {s}")
+                }
+            }
+        };
+    }
+    s
+}
+
+fn arena_push(arena: &mut Vec<u8>, offsets: &mut Vec<u32>, bytes: &[u8]) -> Result<(), Error> {
+    arena.extend_from_slice(bytes);
+    offsets.push(
+        u32::try_from(arena.len())
+            .map_err(|_| bad("the decoded vocabulary is larger than 4 GiB"))?,
+    );
+    Ok(())
+}
+
+impl Vocabulary {
+    /// Builds the vocabulary from the text of a `tokenizer.json`.
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] naming what is wrong: not JSON, larger than
+    /// [`MAX_TOKENIZER_JSON_BYTES`], no `model.vocab`, an id at or above
+    /// [`MAX_VOCAB_SIZE`], or an unsupported decoder (named).
+    pub fn from_json(json: &[u8]) -> Result<Self, Error> {
+        if json.len() > MAX_TOKENIZER_JSON_BYTES {
+            return Err(bad(format!(
+                "tokenizer.json is {} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}",
+                json.len()
+            )));
+        }
+        let root: Value = serde_json::from_slice(json)
+            .map_err(|e| bad(format!("tokenizer.json is not valid JSON: {e}")))?;
+        if !root.is_object() {
+            return Err(bad("tokenizer.json must hold a JSON object"));
+        }
+        let (plan, decoder_name) = plan(root.get("decoder"))?;
+
+        // id -> token string: the model's vocabulary, overridden by added tokens.
+        let mut tokens: Vec<Option<&str>> = Vec::new();
+        let check_id = |id: u64, what: &str| -> Result<usize, Error> {
+            usize::try_from(id)
+                .ok()
+                .filter(|&i| i < MAX_VOCAB_SIZE)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{what} id {id} is not below the supported vocabulary size {MAX_VOCAB_SIZE}"
+                    ))
+                })
+        };
+        let vocab = root
+            .get("model")
+            .and_then(|m| m.get("vocab"))
+            .ok_or_else(|| bad("tokenizer.json has no model.vocab"))?;
+        let put = |tokens: &mut Vec<Option<&str>>, i: usize| {
+            if tokens.len() <= i {
+                tokens.resize(i + 1, None);
+            }
+        };
+        match vocab {
+            Value::Object(map) => {
+                for (tok, id) in map {
+                    let id = id
+                        .as_u64()
+                        .ok_or_else(|| bad(format!("model.vocab[{tok:?}] is not a token id")))?;
+                    let i = check_id(id, "model.vocab")?;
+                    put(&mut tokens, i);
+                    tokens[i] = Some(tok.as_str());
+                }
+            }
+            // Unigram: [[piece, score], ...], the id is the index.
+            Value::Array(list) => {
+                check_id(list.len() as u64, "model.vocab length")?;
+                tokens.reserve(list.len());
+                for (i, e) in list.iter().enumerate() {
+                    let tok = e
+                        .get(0)
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| bad(format!("model.vocab[{i}] is not [piece, score]")))?;
+                    tokens.push(Some(tok));
+                }
+            }
+            _ => return Err(bad("model.vocab must be an object or a list")),
+        }
+        let mut added: HashMap<u32, Box<str>> = HashMap::new();
+        let mut specials: HashSet<&str> = HashSet::new();
+        if let Some(list) = root.get("added_tokens").filter(|v| !v.is_null()) {
+            let list = list
+                .as_array()
+                .ok_or_else(|| bad("added_tokens must be a list"))?;
+            for (k, t) in list.iter().enumerate() {
+                let id = t
+                    .get("id")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| bad(format!("added_tokens[{k}] has no integer \"id\"")))?;
+                let i = check_id(id, "added_tokens")?;
+                let content = t
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad(format!("added_tokens[{k}] has no string \"content\"")))?;
+                put(&mut tokens, i);
+                tokens[i] = Some(content);
+                if t.get("special").and_then(Value::as_bool).unwrap_or(false) {
+                    specials.insert(content);
+                }
+                added.insert(i as u32, content.into());
+            }
+        }
+        let n = tokens.len();
+        let lossy = plan.stream == Stream::Lossy;
+        let table = if lossy {
+            byte_level_table()
+        } else {
+            HashMap::new()
+        };
+        let has_first = plan.rules.iter().any(|r| {
+            matches!(
+                r,
+                TokenRule::Metaspace(..) | TokenRule::WordPiece(..) | TokenRule::JoinSpace
+            )
+        });
+        let mut flags = Vec::with_capacity(n);
+        let mut offsets = Vec::with_capacity(n + 1);
+        let mut arena = Vec::new();
+        offsets.push(0);
+        let (mut f_offsets, mut f_arena) = (vec![0u32], Vec::new());
+        let mut bytes = Vec::new();
+        for (i, tok) in tokens.iter().enumerate() {
+            let Some(tok) = *tok else {
+                flags.push(0);
+                arena_push(&mut arena, &mut offsets, b"")?;
+                if has_first {
+                    arena_push(&mut f_arena, &mut f_offsets, b"")?;
+                }
+                continue;
+            };
+            let mut f = PRESENT;
+            if specials.contains(tok) {
+                f |= SPECIAL;
+            }
+            if added.contains_key(&(i as u32)) {
+                f |= ADDED;
+            }
+            let text = apply_rules(&plan.rules, tok, false);
+            bytes.clear();
+            if lossy {
+                // ByteLevel: all chars in the table -> their bytes; else the raw text.
+                let mapped: Option<Vec<u8>> =
+                    text.chars().map(|c| table.get(&c).copied()).collect();
+                bytes.extend_from_slice(mapped.as_deref().unwrap_or(text.as_bytes()));
+            } else if let Some(b) = (plan.stream == Stream::ByteRuns)
+                .then(|| byte_token(&text))
+                .flatten()
+            {
+                f |= BYTE;
+                bytes.push(b);
+            } else {
+                bytes.extend_from_slice(text.as_bytes());
+            }
+            if f & BYTE == 0 && std::str::from_utf8(&bytes).is_ok() {
+                f |= UTF8;
+            }
+            flags.push(f);
+            arena_push(&mut arena, &mut offsets, &bytes)?;
+            if has_first {
+                let t = apply_rules(&plan.rules, tok, true);
+                let fb = if f & BYTE != 0 {
+                    &bytes[..]
+                } else {
+                    t.as_bytes()
+                };
+                arena_push(&mut f_arena, &mut f_offsets, fb)?;
+            }
+        }
+        Ok(Vocabulary {
+            stream: plan.stream,
+            flags,
+            offsets,
+            arena,
+            first: has_first.then_some((f_offsets, f_arena)),
+            added,
+            strip_left: plan.strip_left.1.min(255) as u8,
+            strip_char: plan.strip_left.0,
+            decoder_name,
+        })
+    }
+
+    /// Ids are in `[0, vocab_size)` (one past the largest id the file names;
+    /// ids without a token decode to nothing, as in `Tokenizer.decode`).
+    pub fn vocab_size(&self) -> usize {
+        self.flags.len()
+    }
+
+    /// The decoder as the file names it, e.g. `ByteLevel` or
+    /// `Sequence[Replace, ByteFallback, Fuse, Strip]`.
+    pub fn decoder_name(&self) -> &str {
+        &self.decoder_name
+    }
+
+    /// Whether `id` is a special added token (skipped under
+    /// `skip_special_tokens`). False outside the vocabulary.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.flags
+            .get(id as usize)
+            .is_some_and(|f| f & SPECIAL != 0)
+    }
+
+    /// Bytes of the arena held for all ids (for memory reports).
+    pub fn memory_usage(&self) -> usize {
+        self.arena.len()
+            + self.offsets.len() * 4
+            + self.flags.len()
+            + self
+                .first
+                .as_ref()
+                .map_or(0, |(o, a)| o.len() * 4 + a.len())
+    }
+
+    /// A fresh sequence's state.
+    pub fn start(&self, opts: DecodeOptions) -> DecodeState {
+        DecodeState {
+            pending: [0; 4],
+            pending_len: 0,
+            at_first: true,
+            strip_left: self.strip_left,
+            in_run: false,
+            run_invalid: false,
+            skip_special: opts.skip_special_tokens,
+            // vLLM applies the rule only when special tokens are kept.
+            raw_added_pairs: !opts.skip_special_tokens
+                && !opts.spaces_between_special_tokens
+                && !self.added.is_empty(),
+            last_added: false,
+        }
+    }
+
+    /// The first id at or above [`vocab_size`](Self::vocab_size), with its
+    /// index, if any.
+    pub fn find_outside(&self, ids: &[u32]) -> Option<(usize, u32)> {
+        let n = self.flags.len();
+        ids.iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= n)
+            .map(|(i, &id)| (i, id))
+    }
+
+    #[inline(always)]
+    fn bytes(&self, id: usize, first: bool) -> &[u8] {
+        match (&self.first, first) {
+            (Some((o, a)), true) => &a[o[id] as usize..o[id + 1] as usize],
+            _ => &self.arena[self.offsets[id] as usize..self.offsets[id + 1] as usize],
+        }
+    }
+
+    /// Decodes one id, appending the text it completes to `out`. The id
+    /// must be below [`vocab_size`](Self::vocab_size) (see
+    /// [`find_outside`](Self::find_outside)); an id outside is ignored.
+    ///
+    /// Returns true when the appended text is exactly the id's own text
+    /// ([`token_text`](Self::token_text)), as for most ids: callers may reuse
+    /// one string object per id then.
+    #[inline]
+    pub fn step(&self, st: &mut DecodeState, id: u32, out: &mut String) -> bool {
+        let i = id as usize;
+        let Some(&f) = self.flags.get(i) else {
+            return false;
+        };
+        let raw = st.raw_added_pairs && {
+            let added = f & ADDED != 0;
+            std::mem::replace(&mut st.last_added, added) && added
+        };
+        if f & PRESENT == 0 || (f & SPECIAL != 0 && st.skip_special) {
+            return false;
+        }
+        let first = std::mem::replace(&mut st.at_first, false);
+        let b = self.bytes(i, first);
+        let start = out.len();
+        // Fast path: nothing pending, the token's text is whole UTF-8.
+        let mut plain = f & UTF8 != 0 && st.pending_len == 0 && !st.in_run;
+        if plain {
+            // SAFETY: UTF8 is set only for ids whose bytes are valid UTF-8.
+            out.push_str(unsafe { std::str::from_utf8_unchecked(b) });
+            plain = !(first && self.first.is_some());
+        } else {
+            match self.stream {
+                Stream::Lossy | Stream::Text => self.lossy(st, b, out),
+                Stream::ByteRuns => self.byte_runs(st, f, b, out),
+            }
+        }
+        if raw {
+            // vLLM replaces the step's text with the added token's content.
+            out.truncate(start);
+            out.push_str(&self.added[&id]);
+            plain = false;
+        }
+        if st.strip_left > 0 && out.len() > start {
+            self.strip(st, out, start);
+            plain = false;
+        }
+        plain
+    }
+
+    /// The text of `id` decoded in the middle of a sequence, when it is
+    /// whole UTF-8 on its own (None for byte tokens, partial characters and
+    /// ids outside the vocabulary).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        let f = *self.flags.get(id as usize)?;
+        if f & UTF8 == 0 {
+            return None;
+        }
+        // SAFETY: UTF8 is set only for ids whose bytes are valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(self.bytes(id as usize, false)) })
+    }
+
+    /// Appends what the held bytes become when the sequence ends: one
+    /// U+FFFD for an incomplete character (as `from_utf8_lossy`), one per
+    /// byte for an undecided byte run (as ByteFallback).
+    pub fn flush(&self, st: &mut DecodeState, out: &mut String) {
+        let start = out.len();
+        let n = st.pending_len as usize;
+        if n > 0 {
+            match self.stream {
+                Stream::ByteRuns => (0..n).for_each(|_| out.push_str(FFFD)),
+                _ => out.push_str(FFFD),
+            }
+        }
+        st.pending_len = 0;
+        st.in_run = false;
+        st.run_invalid = false;
+        if st.strip_left > 0 && out.len() > start {
+            self.strip(st, out, start);
+        }
+    }
+
+    /// Decodes a whole id list as `Tokenizer.decode(ids, skip_special_tokens)`
+    /// does (held bytes flushed at the end).
+    ///
+    /// # Errors
+    /// [`Error::Step`] for an id outside the vocabulary.
+    pub fn decode(&self, ids: &[u32], opts: DecodeOptions) -> Result<String, Error> {
+        self.check_ids(ids, "token_ids")?;
+        let mut st = self.start(opts);
+        let mut out = String::new();
+        for &id in ids {
+            self.step(&mut st, id, &mut out);
+        }
+        self.flush(&mut st, &mut out);
+        Ok(out)
+    }
+
+    /// [`Error::Step`] naming `field`, the index and the id of the first id
+    /// outside the vocabulary.
+    pub fn check_ids(&self, ids: &[u32], field: &'static str) -> Result<(), Error> {
+        match self.find_outside(ids) {
+            None => Ok(()),
+            Some((i, id)) => Err(Error::Step {
+                field,
+                message: format!(
+                    "id {id} at [{i}] is outside the vocabulary [0, {})",
+                    self.vocab_size()
+                ),
+            }),
+        }
+    }
+
+    /// The stream-wide UTF-8 repair of the ByteLevel decoder.
+    fn lossy(&self, st: &mut DecodeState, b: &[u8], out: &mut String) {
+        let mut buf = [0u8; 4];
+        let held = st.pending_len as usize;
+        buf[..held].copy_from_slice(&st.pending[..held]);
+        st.pending_len = 0;
+        if held == 0 {
+            return self.lossy_tail(st, b, out);
+        }
+        // Complete (or break) the held character with the first bytes.
+        let take = b.len().min(4 - held);
+        buf[held..held + take].copy_from_slice(&b[..take]);
+        let joined = &buf[..held + take];
+        match std::str::from_utf8(joined) {
+            Ok(s) => {
+                out.push_str(s);
+                self.lossy_tail(st, &b[take..], out)
+            }
+            Err(e) if e.valid_up_to() > 0 => {
+                // The held character completed within the first bytes.
+                let used = e.valid_up_to() - held;
+                // SAFETY: valid up to there.
+                out.push_str(unsafe { std::str::from_utf8_unchecked(&joined[..e.valid_up_to()]) });
+                self.lossy_tail(st, &b[used..], out)
+            }
+            Err(e) => match e.error_len() {
+                // Still incomplete: every byte of `b` joined the held ones.
+                None => {
+                    st.pending[..held + take].copy_from_slice(joined);
+                    st.pending_len = (held + take) as u8;
+                }
+                Some(bad_len) => {
+                    out.push_str(FFFD);
+                    // `bad_len` bytes of `joined` were consumed; the rest of
+                    // them come from `b`.
+                    let used = bad_len.saturating_sub(held);
+                    self.lossy_tail(st, &b[used..], out)
+                }
+            },
+        }
+    }
+
+    /// Lossy-decodes `b` with nothing held, holding an incomplete tail.
+    fn lossy_tail(&self, st: &mut DecodeState, mut b: &[u8], out: &mut String) {
+        loop {
+            match std::str::from_utf8(b) {
+                Ok(s) => return out.push_str(s),
+                Err(e) => {
+                    let (good, rest) = b.split_at(e.valid_up_to());
+                    // SAFETY: valid up to there.
+                    out.push_str(unsafe { std::str::from_utf8_unchecked(good) });
+                    match e.error_len() {
+                        None => {
+                            st.pending[..rest.len()].copy_from_slice(rest);
+                            st.pending_len = rest.len() as u8;
+                            return;
+                        }
+                        Some(n) => {
+                            out.push_str(FFFD);
+                            b = &rest[n..];
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// ByteFallback: byte tokens gather into runs; text tokens end a run.
+    fn byte_runs(&self, st: &mut DecodeState, f: u8, b: &[u8], out: &mut String) {
+        if f & BYTE == 0 {
+            // A run ends undecided: all its held bytes are invalid.
+            for _ in 0..st.pending_len {
+                out.push_str(FFFD);
+            }
+            st.pending_len = 0;
+            st.in_run = false;
+            st.run_invalid = false;
+            // SAFETY: a text token of this stream is valid UTF-8 (UTF8 set).
+            out.push_str(unsafe { std::str::from_utf8_unchecked(b) });
+            return;
+        }
+        st.in_run = true;
+        if st.run_invalid {
+            out.push_str(FFFD);
+            return;
+        }
+        let n = st.pending_len as usize;
+        st.pending[n] = b[0];
+        let held = &st.pending[..n + 1];
+        match std::str::from_utf8(held) {
+            Ok(s) => {
+                out.push_str(s);
+                st.pending_len = 0;
+            }
+            Err(e) if e.error_len().is_none() => st.pending_len += 1,
+            Err(_) => {
+                // The run is not UTF-8: ByteFallback turns each of its bytes
+                // into U+FFFD (those already emitted as characters stay).
+                for _ in 0..=n {
+                    out.push_str(FFFD);
+                }
+                st.pending_len = 0;
+                st.run_invalid = true;
+            }
+        }
+    }
+
+    /// Drops up to `strip_left` leading `strip_char` from the text produced
+    /// so far (`out[start..]`); any other char ends the stripping.
+    fn strip(&self, st: &mut DecodeState, out: &mut String, start: usize) {
+        let mut cut = start;
+        for c in out[start..].chars() {
+            if st.strip_left == 0 || c != self.strip_char {
+                st.strip_left = 0;
+                break;
+            }
+            st.strip_left -= 1;
+            cut += c.len_utf8();
+        }
+        out.replace_range(start..cut, "");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytelevel(tokens: &[&str]) -> Vocabulary {
+        let vocab: serde_json::Map<String, Value> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_string(), Value::from(i)))
+            .collect();
+        let j = serde_json::json!({
+            "model": {"type": "BPE", "vocab": vocab},
+            "decoder": {"type": "ByteLevel"},
+            "added_tokens": [{"id": tokens.len(), "content": "<|end|>", "special": true}],
+        });
+        Vocabulary::from_json(j.to_string().as_bytes()).unwrap()
+    }
+
+    fn steps(v: &Vocabulary, ids: &[u32]) -> Vec<String> {
+        let mut st = v.start(DecodeOptions::default());
+        ids.iter()
+            .map(|&id| {
+                let mut s = String::new();
+                v.step(&mut st, id, &mut s);
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn byte_level_holds_incomplete_characters() {
+        // "€" is E2 82 AC: ByteLevel chars â (E2), Ĥ (82), ¬ (AC).
+        let v = bytelevel(&["a", "â", "Ĥ", "¬", "ĠâĤ¬", "ÿ"]);
+        assert_eq!(steps(&v, &[1, 2, 3, 0]), ["", "", "€", "a"]);
+        assert_eq!(steps(&v, &[4]), [" €"]);
+        // An invalid byte is U+FFFD at once; a broken character too.
+        assert_eq!(steps(&v, &[5, 1, 0]), ["\u{FFFD}", "", "\u{FFFD}a"]);
+        assert_eq!(
+            v.decode(&[1, 2], DecodeOptions::default()).unwrap(),
+            "\u{FFFD}"
+        );
+        assert_eq!(v.decode(&[6, 0], DecodeOptions::default()).unwrap(), "a");
+        let keep = DecodeOptions {
+            skip_special_tokens: false,
+            ..DecodeOptions::default()
+        };
+        assert_eq!(v.decode(&[1, 6], keep).unwrap(), "\u{FFFD}<|end|>");
+        assert!(v.decode(&[7], keep).is_err());
+    }
+
+    #[test]
+    fn sentencepiece_byte_runs_and_strip() {
+        let vocab = serde_json::json!({"▁Hi": 0, "<0xE2>": 1, "<0x82>": 2, "<0xAC>": 3, "x": 4, "<0x41>": 5, "<0xFF>": 6});
+        let j = serde_json::json!({
+            "model": {"type": "BPE", "vocab": vocab},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        });
+        let v = Vocabulary::from_json(j.to_string().as_bytes()).unwrap();
+        assert_eq!(steps(&v, &[0, 0, 1, 2, 3]), ["Hi", " Hi", "", "", "€"]);
+        // An undecided run ending: one U+FFFD per byte.
+        assert_eq!(steps(&v, &[1, 2, 4]), ["", "", "\u{FFFD}\u{FFFD}x"]);
+        assert_eq!(steps(&v, &[6, 5, 4]), ["\u{FFFD}", "\u{FFFD}", "x"]);
+        assert_eq!(
+            v.decode(&[1, 2], DecodeOptions::default()).unwrap(),
+            "\u{FFFD}\u{FFFD}"
+        );
+    }
+
+    #[test]
+    fn wordpiece_first_token_and_cleanup() {
+        let vocab = serde_json::json!({"hello": 0, "##s": 1, ".": 2, "[CLS]": 3});
+        let j = serde_json::json!({
+            "model": {"type": "WordPiece", "vocab": vocab},
+            "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+            "added_tokens": [{"id": 3, "content": "[CLS]", "special": true}],
+        });
+        let v = Vocabulary::from_json(j.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            steps(&v, &[3, 0, 1, 2, 0]),
+            ["", "hello", "s", ".", " hello"]
+        );
+        let raw = DecodeOptions {
+            skip_special_tokens: false,
+            spaces_between_special_tokens: false,
+        };
+        let mut st = v.start(raw);
+        let mut s = String::new();
+        for id in [0, 3, 3] {
+            v.step(&mut st, id, &mut s);
+        }
+        assert_eq!(s, "hello [CLS][CLS]");
+    }
+
+    #[test]
+    fn malformed_files_are_errors() {
+        for (json, needle) in [
+            ("[", "not valid JSON"),
+            ("[]", "JSON object"),
+            ("{}", "model.vocab"),
+            (r#"{"model": {"vocab": {"a": -1}}}"#, "not a token id"),
+            (
+                r#"{"model": {"vocab": {"a": 99999999}}}"#,
+                "supported vocabulary size",
+            ),
+            (
+                r#"{"model": {"vocab": {}}, "decoder": {"type": "CTC"}}"#,
+                "unsupported decoder CTC",
+            ),
+            (
+                r#"{"model": {"vocab": {}}, "decoder": {"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "Replace", "pattern": {"String": "a"}, "content": "b"}]}}"#,
+                "Sequence[Fuse, Replace]",
+            ),
+        ] {
+            let e = Vocabulary::from_json(json.as_bytes()).err().unwrap();
+            assert!(e.to_string().contains(needle), "{json}: {e}");
+        }
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any id stream: the steps' text plus the flush equals a
+            /// whole-stream from_utf8_lossy of the token bytes, and a step
+            /// never ends in a held-back (incomplete) character.
+            #[test]
+            fn byte_level_equals_whole_lossy(ids in prop::collection::vec(0u32..12, 0..40)) {
+                let toks = ["a", "â", "Ĥ", "¬", "ĠâĤ¬", "ÿ", "ð", "Ł", "ĺ", "Ģ", "Ã©", "Ċ"];
+                let v = bytelevel(&toks);
+                let table = byte_level_table();
+                let mut all = Vec::new();
+                for &id in &ids {
+                    all.extend(toks[id as usize].chars().map(|c| table[&c]));
+                }
+                let mut st = v.start(DecodeOptions::default());
+                let mut out = String::new();
+                for &id in &ids {
+                    v.step(&mut st, id, &mut out);
+                }
+                v.flush(&mut st, &mut out);
+                prop_assert_eq!(out, String::from_utf8_lossy(&all).into_owned());
+            }
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The binding of the detokenizer (`Vocabulary`, `IncrementalDecoder`) and
+//! the helpers `FinishBatch` / `FinishTracker` use for ids-only steps. A
+//! child module of `python`, whose private helpers it shares.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use super::{batch_step, extract_ids, to_py_err, type_name, Deltas, PyBatchStepResult};
+use crate::batch::FinishBatch;
+use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
+use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
+use crate::finish::{FinishTracker, Step, StopParams};
+
+/// A tokenizer's decoding table, built from a Hugging Face `tokenizer.json`:
+/// the decoded bytes of every token id, in one arena. Immutable and shared
+/// by any number of sequences and threads.
+///
+/// Supported decoders: `ByteLevel` (GPT-2, Llama-3, Qwen, DeepSeek, SmolLM2),
+/// `Sequence[Replace, ByteFallback, Fuse, Strip]` (Llama-2, Mistral),
+/// `Metaspace`, `WordPiece` (BERT) and none; the rules are in
+/// docs/semantics.md, "Incremental detokenization".
+#[pyclass(name = "Vocabulary", module = "stopline", frozen)]
+pub struct PyVocabulary {
+    pub(super) inner: Arc<Vocabulary>,
+}
+
+fn options(skip_special_tokens: bool, spaces_between_special_tokens: bool) -> DecodeOptions {
+    DecodeOptions {
+        skip_special_tokens,
+        spaces_between_special_tokens,
+    }
+}
+
+#[pymethods]
+impl PyVocabulary {
+    /// Reads a `tokenizer.json` file (at most 128 MiB). The GIL is released
+    /// while it is parsed.
+    ///
+    /// Raises `OSError` if the file cannot be read; `ValueError` naming what
+    /// is wrong for a malformed file, an id at or above 2**24, or an
+    /// unsupported decoder (named).
+    #[staticmethod]
+    fn from_file(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
+        let shown = path.display().to_string();
+        let len = std::fs::metadata(&path)
+            .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?
+            .len();
+        if len > MAX_TOKENIZER_JSON_BYTES as u64 {
+            return Err(PyValueError::new_err(format!(
+                "tokenizer: {shown} is {len} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
+            )));
+        }
+        let data = std::fs::read(&path)
+            .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?;
+        let inner = py
+            .detach(|| Vocabulary::from_json(&data))
+            .map_err(to_py_err)?;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Builds the vocabulary from the text of a `tokenizer.json` (as
+    /// `tokenizers.Tokenizer.to_str()` returns it). Raises as `from_file`.
+    #[staticmethod]
+    fn from_str(py: Python<'_>, json: &str) -> PyResult<Self> {
+        let inner = py
+            .detach(|| Vocabulary::from_json(json.as_bytes()))
+            .map_err(to_py_err)?;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Ids are in `[0, vocab_size)`: one past the largest id of the model
+    /// vocabulary and the added tokens.
+    #[getter]
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    /// The decoder as the file names it, e.g. `'ByteLevel'`.
+    #[getter]
+    fn decoder(&self) -> &str {
+        self.inner.decoder_name()
+    }
+
+    /// Bytes held by the decoding tables.
+    fn memory_usage(&self) -> usize {
+        self.inner.memory_usage()
+    }
+
+    /// The text of `token_ids`, as `tokenizers.Tokenizer.decode(ids,
+    /// skip_special_tokens)` gives it (vLLM's `spaces_between_special_tokens`
+    /// rule on top when that is False). Raises `ValueError` naming
+    /// `ids[i]` for an id outside `[0, vocab_size)`.
+    #[pyo3(signature = (token_ids, skip_special_tokens = true, spaces_between_special_tokens = true))]
+    fn decode(
+        &self,
+        token_ids: &Bound<'_, PyAny>,
+        skip_special_tokens: bool,
+        spaces_between_special_tokens: bool,
+    ) -> PyResult<String> {
+        let ids = extract_ids(token_ids, "token_ids")?;
+        self.inner
+            .decode(
+                &ids,
+                options(skip_special_tokens, spaces_between_special_tokens),
+            )
+            .map_err(to_py_err)
+    }
+
+    /// A streaming decoder for one sequence, primed with `prompt_token_ids`
+    /// (their text is not returned; decoding continues after them).
+    #[pyo3(signature = (prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
+    fn decoder_for(
+        &self,
+        prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        skip_special_tokens: bool,
+        spaces_between_special_tokens: bool,
+    ) -> PyResult<PyIncrementalDecoder> {
+        let prompt = prompt_ids(prompt_token_ids)?;
+        let opts = options(skip_special_tokens, spaces_between_special_tokens);
+        self.inner
+            .check_ids(&prompt, "prompt_token_ids")
+            .map_err(to_py_err)?;
+        let mut state = self.inner.start(opts);
+        let mut scratch = String::new();
+        for &id in &prompt {
+            self.inner.step(&mut state, id, &mut scratch);
+        }
+        Ok(PyIncrementalDecoder {
+            vocab: Arc::clone(&self.inner),
+            state,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Vocabulary(vocab_size={}, decoder='{}')",
+            self.inner.vocab_size(),
+            self.inner.decoder_name()
+        )
+    }
+}
+
+/// One sequence's streaming decoder (`Vocabulary.decoder_for`): token ids in,
+/// text out, holding the bytes of a character that is still arriving.
+#[pyclass(name = "IncrementalDecoder", module = "stopline")]
+pub struct PyIncrementalDecoder {
+    vocab: Arc<Vocabulary>,
+    state: DecodeState,
+}
+
+#[pymethods]
+impl PyIncrementalDecoder {
+    /// Decodes ids (an int or a sequence of ints) and returns the text they
+    /// complete ("" while a multi-byte character is incomplete). Raises
+    /// `ValueError` naming `token_ids[i]` for an id outside the vocabulary
+    /// (nothing changes then).
+    fn step(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<String> {
+        let ids = extract_ids(token_ids, "token_ids")?;
+        self.vocab.check_ids(&ids, "token_ids").map_err(to_py_err)?;
+        let mut out = String::new();
+        for &id in &ids {
+            self.vocab.step(&mut self.state, id, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Ends the sequence: the held bytes as U+FFFD (one for an incomplete
+    /// character, one per byte of an unfinished `<0xHH>` run), "" if none.
+    fn flush(&mut self) -> String {
+        let mut out = String::new();
+        self.vocab.flush(&mut self.state, &mut out);
+        out
+    }
+
+    /// The bytes held back (at most 3 for an incomplete character).
+    #[getter]
+    fn pending<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.state.pending())
+    }
+}
+
+fn prompt_ids(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {
+    match obj.filter(|o| !o.is_none()) {
+        None => Ok(Vec::new()),
+        Some(o) => extract_ids(o, "prompt_token_ids"),
+    }
+}
+
+/// The `vocabulary=` argument: None or a `Vocabulary`.
+pub(super) fn vocabulary_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Arc<Vocabulary>>> {
+    match obj.filter(|o| !o.is_none()) {
+        None => Ok(None),
+        Some(o) => {
+            let v = o.cast::<PyVocabulary>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "vocabulary must be a stopline.Vocabulary or None, got {}",
+                    type_name(o)
+                ))
+            })?;
+            Ok(Some(Arc::clone(&v.get().inner)))
+        }
+    }
+}
+
+/// The decoding arguments of `add` / `FinishTracker(...)`: without a
+/// vocabulary they must keep their defaults.
+pub(super) fn seq_decoder(
+    vocab: Option<&Arc<Vocabulary>>,
+    params: &StopParams,
+    prompt_token_ids: Option<&Bound<'_, PyAny>>,
+    skip_special_tokens: bool,
+    spaces_between_special_tokens: bool,
+) -> PyResult<Option<SeqDecoder>> {
+    let Some(v) = vocab else {
+        if prompt_token_ids.is_some_and(|o| !o.is_none()) {
+            return Err(PyValueError::new_err(
+                "prompt_token_ids needs a vocabulary (pass vocabulary= when constructing)",
+            ));
+        }
+        return Ok(None);
+    };
+    let prompt = prompt_ids(prompt_token_ids)?;
+    SeqDecoder::new(
+        v,
+        params,
+        &prompt,
+        options(skip_special_tokens, spaces_between_special_tokens),
+    )
+    .map(Some)
+    .map_err(to_py_err)
+}
+
+/// A `FinishBatch`'s decoders, plus one `str` object per id, made the
+/// first time that id's text is a whole step's delta and reused after (a
+/// delta is then that very object, as for pieces passed in).
+pub(super) struct BatchDetok {
+    inner: BatchDecoder,
+    strs: Vec<Option<Py<PyString>>>,
+}
+
+impl BatchDetok {
+    pub(super) fn new(vocab: Arc<Vocabulary>, max_slots: usize) -> Self {
+        BatchDetok {
+            inner: BatchDecoder::new(vocab, max_slots),
+            strs: Vec::new(),
+        }
+    }
+}
+
+impl std::ops::Deref for BatchDetok {
+    type Target = BatchDecoder;
+    fn deref(&self) -> &BatchDecoder {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for BatchDetok {
+    fn deref_mut(&mut self) -> &mut BatchDecoder {
+        &mut self.inner
+    }
+}
+
+/// `FinishBatch.step` with ids only: decodes them into pieces and runs the
+/// step as with those pieces; decoders change only if the step is accepted.
+pub(super) fn batch_ids_step<'py>(
+    py: Python<'py>,
+    inner: &mut FinishBatch,
+    dec: &mut BatchDetok,
+    slots: &[i64],
+    ids: &[u32],
+    runs: Option<&[usize]>,
+    grammar: Option<&[i64]>,
+) -> PyResult<PyBatchStepResult> {
+    dec.inner
+        .decode_step(slots, ids, runs, grammar)
+        .map_err(to_py_err)?;
+    if dec.strs.is_empty() {
+        dec.strs = (0..dec.inner.vocab().vocab_size()).map(|_| None).collect();
+    }
+    let pieces = &dec.inner.pieces;
+    let strs = pieces.strs();
+    let mut objects: Vec<Bound<'py, PyAny>> = Vec::with_capacity(strs.len());
+    for (j, s) in strs.iter().enumerate() {
+        let o = match dec.strs.get_mut(ids[j] as usize) {
+            Some(cached) if pieces.plain[j] => cached
+                .get_or_insert_with(|| PyString::new(py, s).unbind())
+                .bind(py)
+                .clone(),
+            _ => PyString::new(py, s),
+        };
+        objects.push(o.into_any());
+    }
+    let borrowed: Vec<Borrowed<'_, 'py, PyAny>>;
+    let deltas = if runs.is_none() {
+        // One piece per slot: the result's deltas start as the pieces, as
+        // with pieces passed in.
+        Deltas::Pieces(PyList::new(py, &objects)?)
+    } else {
+        borrowed = objects.iter().map(|o| o.as_borrowed()).collect();
+        Deltas::Fresh(&borrowed, PyList::empty(py))
+    };
+    let r = batch_step(inner, slots, ids, runs, Some(&strs), grammar, deltas)?;
+    drop(strs);
+    dec.inner.commit(slots);
+    Ok(r)
+}
+
+/// `FinishTracker.update` with ids only.
+pub(super) fn tracker_ids_update(
+    vocab: &Vocabulary,
+    dec: &mut SeqDecoder,
+    tracker: &mut FinishTracker,
+    ids: &[u32],
+    grammar: Option<usize>,
+) -> PyResult<Step> {
+    let mut pieces = Pieces::default();
+    let next = dec
+        .decode_run(vocab, ids, grammar, &mut pieces, 0, None)
+        .map_err(to_py_err)?;
+    let step = tracker
+        .update(ids, Some(&pieces.strs()), grammar)
+        .map_err(to_py_err)?;
+    *dec = next;
+    Ok(step)
+}
