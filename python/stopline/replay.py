@@ -453,7 +453,7 @@ def check_against_reference(req: Request, got: Outcome, ref: Any = None, early_t
     return diffs
 
 
-def _first_late_step(got: list, want: list) -> int | None:
+def _first_late_step(got: list[tuple[int, str, list[int]]], want: list[tuple[int, str, list[int]]]) -> int | None:
     """The first update after which ``want``'s joined text or tokens are not
     a prefix of ``got``'s, or None."""
     text_a = text_b = ""

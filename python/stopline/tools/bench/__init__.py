@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
                 rows += detok_suite.run(args.batches or detok_suite.DEFAULT_BATCHES, seq_steps, repeats,
                                         args.vocabs or detok_suite.VOCABS, tick)
             except (ImportError, RuntimeError) as exc:  # no tokenizers / a file not fetched
-                console.print(f"[yellow]detokenize suite left out: {exc}[/]")
+                err.print(f"detokenize suite left out: {exc}", markup=False)
     meta["load average at end"] = _load()
 
     res = report.Result(rows, meta, agreement)

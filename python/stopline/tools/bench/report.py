@@ -109,7 +109,7 @@ def tables(res: Result) -> list[Table]:
                 for case in res.cases("setup")]
         out.append(Table("Set-up: ns per compile of a 16-string stop list "
                          "(a hit is StopStrings(same list); only stopline caches)", header, rows))
-    from stopline.bench import detokenize
+    from stopline.tools.bench import detokenize
 
     out += detokenize.tables(res)
     return out
