@@ -474,8 +474,8 @@ def test_exports() -> None:
 
 
 @pytest.mark.parametrize(("name", "traces"), [
-    ("smollm2", ["smollm2_chat.jsonl", "text_smollm2.jsonl"]),
-    ("deepseek-v3", ["text_deepseek_v3.jsonl"]),
+    ("smollm2", ["smollm2_chat.jsonl.gz", "text_smollm2.jsonl.gz"]),
+    ("deepseek-v3", ["text_deepseek_v3.jsonl.gz"]),
 ])
 def test_replay_ids_only_agrees_with_recorded_texts(name: str, traces: list[str]) -> None:
     """`stopline replay --tokenizer`: the recorded traces, decoded inside
@@ -504,7 +504,7 @@ def test_replay_with_the_wrong_tokenizer_is_an_error() -> None:
     from stopline.tools.vocab_files import tokenizer_json_path
 
     vocab("smollm2")
-    trace = Path(replay.__file__).parent / "traces" / "text_deepseek_v3.jsonl"
+    trace = Path(replay.__file__).parent / "traces" / "text_deepseek_v3.jsonl.gz"
     err = io.StringIO()
     status = replay.run([str(trace)], tokenizer=str(tokenizer_json_path("smollm2")), out=io.StringIO(), err=err)
     assert status == 2
@@ -521,4 +521,5 @@ def test_bench_suite_runs_and_reports() -> None:
     rows = detokenize.run([8], 64, 1, ["smollm2"])
     assert sorted(r.impl for r in rows) == sorted(detokenize.IMPLS)
     tables = detokenize.tables(Result(rows, {}))
-    assert [len(t.rows) for t in tables] == [1, 2]  # the 150 ns target is only at B=256
+    assert [len(t.rows) for t in tables] == [1]
+    assert tables[0].rows[0][:2] == ["smollm2", "8"]
