@@ -10,8 +10,10 @@
 //! knows about Python; everything else is tested with plain `cargo test`.
 
 pub mod batch;
+mod cache;
 pub mod error;
 pub mod finish;
+pub mod limits;
 mod stop_dfa;
 pub mod stop_regex;
 pub mod stop_strings;

@@ -11,6 +11,7 @@ use pyo3::IntoPyObjectExt;
 use crate::batch::FinishBatch;
 use crate::error::Error;
 use crate::finish::{Finish, FinishTracker, Matched, Repetition, Step, StopParams, StopReason};
+use crate::limits;
 use crate::stop_regex::{StopRegexMatcher as CoreRegexMatcher, StopRegexes as CoreRegexes};
 use crate::stop_strings::{
     StopMatch as CoreMatch, StopMatcher as CoreMatcher, StopStrings as CoreStops,
@@ -26,6 +27,7 @@ fn to_py_err(e: Error) -> PyErr {
         Error::Finished { .. } | Error::SlotFinished { .. } => {
             PyRuntimeError::new_err(e.to_string())
         }
+        Error::Alloc { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     }
 }
@@ -101,11 +103,9 @@ pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
             obj.extract::<String>().unwrap_or_default()
         )));
     }
-    let items: Vec<Bound<'_, PyAny>> = match obj.cast_exact::<PyList>() {
-        Ok(list) => list.iter().collect(),
-        Err(_) => iter_of(obj, field, "a sequence of str")?.collect::<PyResult<_>>()?,
-    };
+    let items = take_capped(obj, field, "a sequence of str", limits::MAX_STOP_STRINGS)?;
     let mut stops = Vec::with_capacity(items.len());
+    let mut bytes = 0;
     for (i, item) in items.iter().enumerate() {
         let s = extract_utf8(item, &|| format!("{field}[{i}]"))?;
         if s.is_empty() {
@@ -113,9 +113,87 @@ pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
                 "{field}[{i}] is an empty string; stop strings must be non-empty"
             )));
         }
+        bytes += s.len();
+        if bytes > limits::MAX_STOP_BYTES {
+            return Err(PyValueError::new_err(format!(
+                "{field}: totals more than {} UTF-8 bytes (at {field}[{i}]); at most {} are accepted",
+                limits::MAX_STOP_BYTES,
+                limits::MAX_STOP_BYTES
+            )));
+        }
         stops.push(s);
     }
-    CoreStops::compile_strs(&stops).map_err(to_py_err)
+    if let Some(hit) = CoreStops::cached_strs(&stops) {
+        return Ok(hit);
+    }
+    // A short list builds in microseconds, less than it would cost to get
+    // the GIL back; a long one builds without it.
+    let compile = || CoreStops::compile_strs(&stops);
+    let compiled = if bytes >= DETACH_MIN_BYTES {
+        obj.py().detach(compile)
+    } else {
+        compile()
+    };
+    compiled.map_err(to_py_err)
+}
+
+/// Stop lists of at least this many bytes are compiled without the GIL.
+const DETACH_MIN_BYTES: usize = 2048;
+
+/// The items of `obj` (an iterable), refused with a `ValueError` naming
+/// `field` and `cap` when there are more than `cap`: before anything is
+/// materialized when `len()` tells, else after `cap + 1` items (an endless
+/// iterator ends there). "Not iterable" is a `TypeError` naming `field` and
+/// `what`; anything the caller's object raises propagates unchanged.
+fn take_capped<'py>(
+    obj: &Bound<'py, PyAny>,
+    field: &str,
+    what: &str,
+    cap: usize,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let over = |n: Option<usize>| {
+        let n = n.map_or_else(|| format!("more than {cap}"), |n| n.to_string());
+        PyValueError::new_err(format!(
+            "{field}: has {n} entries; at most {cap} are accepted"
+        ))
+    };
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        if list.len() > cap {
+            return Err(over(Some(list.len())));
+        }
+        return Ok(list.iter().collect());
+    }
+    known_len(obj, cap, &over)?;
+    let mut out = Vec::new();
+    for item in iter_of(obj, field, what)? {
+        if out.len() == cap {
+            return Err(over(None));
+        }
+        out.push(item?);
+    }
+    Ok(out)
+}
+
+/// Refuses `obj` when `len(obj)` says it has more than `cap` items (a length
+/// too large for an index counts as more). Objects without a length pass;
+/// an exception other than "no len" or "too large" propagates.
+fn known_len(
+    obj: &Bound<'_, PyAny>,
+    cap: usize,
+    over: &dyn Fn(Option<usize>) -> PyErr,
+) -> PyResult<()> {
+    if obj.is_instance_of::<PyString>() {
+        return Ok(());
+    }
+    match obj.len() {
+        Ok(n) if n > cap => Err(over(Some(n))),
+        Ok(_) => Ok(()),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(obj.py()) => {
+            Err(over(None))
+        }
+        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Compiles a sequence of regex patterns (a bare `str` is rejected, as for
@@ -127,13 +205,34 @@ fn compile_regexes(obj: &Bound<'_, PyAny>) -> PyResult<Arc<CoreRegexes>> {
             obj.extract::<String>().unwrap_or_default()
         )));
     }
-    let mut patterns = Vec::new();
-    for (i, item) in iter_of(obj, "stop_regex", "a sequence of str")?.enumerate() {
-        let item = item?;
-        let (s, _) = extract_str(&item, &|| format!("stop_regex[{i}]"))?;
+    let items = take_capped(
+        obj,
+        "stop_regex",
+        "a sequence of str",
+        limits::MAX_STOP_REGEXES,
+    )?;
+    let mut patterns = Vec::with_capacity(items.len());
+    let mut bytes = 0;
+    for (i, item) in items.iter().enumerate() {
+        let (s, _) = extract_str(item, &|| format!("stop_regex[{i}]"))?;
+        bytes += s.len();
+        if bytes > limits::MAX_STOP_REGEX_BYTES {
+            return Err(PyValueError::new_err(format!(
+                "stop_regex: totals more than {} UTF-8 bytes (at stop_regex[{i}]); at most {} are accepted",
+                limits::MAX_STOP_REGEX_BYTES,
+                limits::MAX_STOP_REGEX_BYTES
+            )));
+        }
         patterns.push(s.to_owned());
     }
-    CoreRegexes::compile(patterns).map_err(to_py_err)
+    if let Some(hit) = CoreRegexes::cached(&patterns) {
+        return hit.map_err(to_py_err);
+    }
+    // Building a DFA takes from tens of microseconds to the size limits'
+    // worth: never with the GIL held.
+    obj.py()
+        .detach(|| CoreRegexes::compile(patterns))
+        .map_err(to_py_err)
 }
 
 /// A compiled, immutable list of stop regexes (Rust regex syntax, one DFA),
@@ -476,6 +575,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(to_openai_finish_reason, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    let caps = PyDict::new(m.py());
+    for (name, value) in limits::ALL {
+        caps.set_item(name, value)?;
+    }
+    m.add("LIMITS", caps)?;
     Ok(())
 }
 
@@ -500,18 +604,31 @@ fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u
     })
 }
 
-/// A sequence of token ids (list, tuple, any iterable of ints, or one int).
-fn extract_ids(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<u32>> {
-    extract_ids_named(obj, field, &|i| format!("{field}[{i}]"))
+/// A sequence of at most `cap` token ids (list, tuple, any iterable of
+/// ints, or one int).
+fn extract_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec<u32>> {
+    extract_ids_named(obj, field, cap, &|i| format!("{field}[{i}]"))
+}
+
+/// The error for a sequence of more than `cap` entries (`n` when known).
+fn over_cap(field: &str, n: Option<usize>, cap: usize) -> PyErr {
+    let n = n.map_or_else(|| format!("more than {cap}"), |n| n.to_string());
+    PyValueError::new_err(format!(
+        "{field}: has {n} entries; at most {cap} are accepted"
+    ))
 }
 
 /// [`extract_ids`] with `name(i)` naming element i in errors.
 fn extract_ids_named(
     obj: &Bound<'_, PyAny>,
     field: &str,
+    cap: usize,
     name: &dyn Fn(usize) -> String,
 ) -> PyResult<Vec<u32>> {
     if let Ok(list) = obj.cast_exact::<PyList>() {
+        if list.len() > cap {
+            return Err(over_cap(field, Some(list.len()), cap));
+        }
         if let Some(ids) = list_ints_fast(list, |v| u32::try_from(v).ok()) {
             return Ok(ids);
         }
@@ -521,22 +638,38 @@ fn extract_ids_named(
         }
         return Ok(out);
     }
-    if let Some(ids) = buffer_ids(obj) {
+    if let Some(ids) = buffer_ids(obj, field, cap)? {
         return Ok(ids);
     }
     // One int (or int-like, as numpy integers are) for a one-token run.
-    if obj.is_instance_of::<pyo3::types::PyInt>()
-        || (obj.extract::<i64>().is_ok()
-            && !obj.is_instance_of::<PyString>()
-            && obj.try_iter().is_err())
-    {
+    if obj.is_instance_of::<pyo3::types::PyInt>() {
         return Ok(vec![extract_id(obj, &|| field.to_string())?]);
     }
+    if !obj.is_instance_of::<PyString>() {
+        match obj.extract::<i64>() {
+            Ok(_) if obj.try_iter().is_err() => {
+                return Ok(vec![extract_id(obj, &|| field.to_string())?])
+            }
+            Ok(_) => {}
+            Err(e) if !is_conversion_error(&e, obj.py()) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     let mut out = Vec::new();
     for (i, item) in iter_of(obj, field, "a sequence of ints")?.enumerate() {
+        if i == cap {
+            return Err(over_cap(field, None, cap));
+        }
         out.push(extract_id(&item?, &|| name(i))?);
     }
     Ok(out)
+}
+
+/// The errors of converting a value that is no int (TypeError) or too large
+/// (OverflowError); anything else came from the caller's code.
+fn is_conversion_error(e: &PyErr, py: Python<'_>) -> bool {
+    e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
 }
 
 /// An int that fits in i64: a wrong type is a TypeError, an int out of range
@@ -618,16 +751,10 @@ fn extract_piece_objects<'py>(
         })?;
         Ok(s)
     };
-    if let Ok(list) = obj.cast_exact::<PyList>() {
-        return list
-            .iter()
-            .enumerate()
-            .map(|(i, item)| one(i, item))
-            .collect();
-    }
-    iter_of(obj, field, "a sequence of str")?
+    take_capped(obj, field, "a sequence of str", limits::MAX_STEP_TOKENS)?
+        .into_iter()
         .enumerate()
-        .map(|(i, item)| one(i, item?))
+        .map(|(i, item)| one(i, item))
         .collect()
 }
 
@@ -636,6 +763,8 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
         let v = match obj.get_item(key) {
             Ok(v) => Some(v),
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(obj.py()) => None,
+            // Whatever else the caller's `__getitem__` raised is theirs.
+            Err(e) if !e.is_instance_of::<PyTypeError>(obj.py()) => return Err(e),
             Err(_) => {
                 return Err(PyTypeError::new_err(format!(
                     "repetition must be a mapping with keys max_pattern_size, min_pattern_size, min_count; got {}",
@@ -652,9 +781,16 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
         }
     };
     const KEYS: [&str; 3] = ["max_pattern_size", "min_pattern_size", "min_count"];
-    if let Ok(keys) = obj.call_method0("keys") {
-        for key in keys.try_iter()? {
-            let key = key?;
+    // A mapping's `keys()` is called and its errors propagate: a mapping
+    // whose keys cannot be listed is not silently taken as having none.
+    let keys = match obj.getattr("keys") {
+        Ok(keys) => Some(keys.call0()?),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(obj.py()) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(keys) = keys {
+        let keys = take_capped(&keys, "repetition.keys()", "an iterable of keys", 64)?;
+        for key in keys {
             let known = key
                 .extract::<String>()
                 .is_ok_and(|k| KEYS.contains(&k.as_str()));
@@ -720,7 +856,7 @@ impl PyStopParams {
     ) -> PyResult<Self> {
         let ids = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Vec<u32>> {
             match o {
-                Some(o) if !o.is_none() => extract_ids(o, field),
+                Some(o) if !o.is_none() => extract_ids(o, field, limits::MAX_STOP_TOKEN_IDS),
                 _ => Ok(Vec::new()),
             }
         };
@@ -1035,7 +1171,7 @@ impl PyFinishTracker {
         texts: Option<&Bound<'_, PyAny>>,
         grammar_terminated_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyStepResult> {
-        let ids = extract_ids(token_ids, "token_ids")?;
+        let ids = extract_ids(token_ids, "token_ids", limits::MAX_STEP_TOKENS)?;
 
         let g = match opt_list(grammar_terminated_at) {
             None => None,
@@ -1342,9 +1478,13 @@ impl PyFinishBatch {
 
     /// Whether `slot` holds a sequence (anything that is not an in-range int
     /// is simply not there).
-    fn __contains__(&self, slot: &Bound<'_, PyAny>) -> bool {
-        slot.extract::<i64>()
-            .is_ok_and(|s| self.inner.get(s).is_ok())
+    fn __contains__(&self, slot: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match slot.extract::<i64>() {
+            Ok(s) => Ok(self.inner.get(s).is_ok()),
+            // An exception from the caller's `__index__` is theirs.
+            Err(e) if !is_conversion_error(&e, slot.py()) => Err(e),
+            Err(_) => Ok(false),
+        }
     }
 
     /// Advances every listed slot by one engine step.
@@ -1380,11 +1520,11 @@ impl PyFinishBatch {
         let py = slots.py();
         let slots_v: Vec<i64> = match slots.cast::<PyRange>() {
             Ok(r) => range_values(r, self.inner.max_slots())?,
-            Err(_) => extract_i64s(slots, "slots")?,
+            Err(_) => extract_i64s(slots, "slots", self.inner.max_slots())?,
         };
         let runs = opt_list(run_lengths)
             .map(|r| {
-                extract_i64s(r, "run_lengths")?
+                extract_i64s(r, "run_lengths", self.inner.max_slots())?
                     .into_iter()
                     .enumerate()
                     .map(|(i, v)| {
@@ -1396,7 +1536,7 @@ impl PyFinishBatch {
             })
             .transpose()?;
         let grammar = opt_list(grammar_terminated_at)
-            .map(|g| extract_i64s(g, "grammar_terminated_at"))
+            .map(|g| extract_i64s(g, "grammar_terminated_at", self.inner.max_slots()))
             .transpose()?;
         // Errors in the flat arrays name the slot that owns the element.
         let owner = |field: &'static str| {
@@ -1406,7 +1546,12 @@ impl PyFinishBatch {
                 None => format!("{field}[{j}]"),
             }
         };
-        let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
+        let ids = extract_ids_named(
+            token_ids,
+            "token_ids",
+            limits::MAX_STEP_TOKENS,
+            &owner("token_ids"),
+        )?;
         let texts = opt_list(texts);
         // One piece per slot in a plain list (the decode step): the result's
         // text deltas start as a private copy of that list, and the pieces
@@ -1549,6 +1694,9 @@ fn with_pieces<'py, R>(
         return f(None, &[]);
     };
     if let Ok(list) = texts.cast_exact::<PyList>() {
+        if list.len() > limits::MAX_STEP_TOKENS {
+            return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
+        }
         // SAFETY: the views and items are used only inside `f` (see above).
         if let Some(strs) = unsafe { list_strs_fast(list) } {
             let items: Vec<Borrowed<'_, 'py, PyAny>> = (0..strs.len())
@@ -1689,11 +1837,15 @@ unsafe fn list_strs_fast<'a>(list: &'a Bound<'_, PyList>) -> Option<Vec<&'a str>
     Some(strs)
 }
 
-fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
+/// At most `cap` ints (a longer sequence is refused naming `field`).
+fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec<i64>> {
     let one = |item: &Bound<'_, PyAny>, i: usize| -> PyResult<i64> {
         extract_int(item, &|| format!("{field}[{i}]"))
     };
     if let Ok(list) = obj.cast_exact::<PyList>() {
+        if list.len() > cap {
+            return Err(over_cap(field, Some(list.len()), cap));
+        }
         if let Some(v) = list_ints_fast(list, Some) {
             return Ok(v);
         }
@@ -1703,12 +1855,18 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
         }
         return Ok(out);
     }
-    if let Some(v) = buffer_i64s(obj) {
+    if let Some(v) = buffer_i64s(obj, field, cap)? {
         return Ok(v);
     }
+    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     iter_of(obj, field, "a sequence of ints")?
         .enumerate()
-        .map(|(i, x)| one(&x?, i))
+        .map(|(i, x)| {
+            if i == cap {
+                return Err(over_cap(field, None, cap));
+            }
+            one(&x?, i)
+        })
         .collect()
 }
 
@@ -1717,8 +1875,20 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
 /// read in one pass with no Python object per element. `None` when `obj`
 /// exports no such buffer (or a uint64 above `i64::MAX`); the caller's
 /// general path then iterates `obj` and names any bad element.
-fn buffer_i64s(obj: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
-    use pyo3::buffer::{ElementType, PyUntypedBuffer};
+fn buffer_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Option<Vec<i64>>> {
+    let Some(buf) = native_int_buffer(obj) else {
+        return Ok(None);
+    };
+    if buf.item_count() > cap {
+        return Err(over_cap(field, Some(buf.item_count()), cap));
+    }
+    Ok(read_int_buffer(&buf))
+}
+
+/// `obj`'s buffer when it is one-dimensional, C-contiguous, aligned and of
+/// native-order integers, the kind [`read_int_buffer`] reads.
+fn native_int_buffer(obj: &Bound<'_, PyAny>) -> Option<pyo3::buffer::PyUntypedBuffer> {
+    use pyo3::buffer::PyUntypedBuffer;
     // SAFETY: a type check; it runs no Python code.
     if unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
         return None;
@@ -1735,13 +1905,20 @@ fn buffer_i64s(obj: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
     if buf.dimensions() != 1 || !buf.is_c_contiguous() || !native {
         return None;
     }
-    let (n, ptr) = (buf.item_count(), buf.buf_ptr());
     // A buffer may start at any byte (`np.frombuffer(..., offset=1)`); the
-    // slices below need their items aligned, so such a buffer goes the
+    // slices read need their items aligned, so such a buffer goes the
     // general way. Every item size here is its type's alignment.
-    if (ptr as usize) % buf.item_size().max(1) != 0 {
+    if (buf.buf_ptr() as usize) % buf.item_size().max(1) != 0 {
         return None;
     }
+    Some(buf)
+}
+
+/// The ints of a buffer accepted by [`native_int_buffer`]; `None` for an
+/// element type it does not read (or a uint64 above `i64::MAX`).
+fn read_int_buffer(buf: &pyo3::buffer::PyUntypedBuffer) -> Option<Vec<i64>> {
+    use pyo3::buffer::ElementType;
+    let (n, ptr) = (buf.item_count(), buf.buf_ptr());
     fn widen<E: Copy + Into<i64>>(ptr: *mut std::ffi::c_void, n: usize) -> Vec<i64> {
         // SAFETY: the exporter guarantees `n` contiguous, aligned items of
         // this type at `ptr` while the buffer is held (by the caller), and
@@ -1772,13 +1949,15 @@ fn buffer_i64s(obj: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
 }
 
 /// [`buffer_i64s`] for token ids: `None` also when one is outside `u32`.
-fn buffer_ids(obj: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
-    let v = buffer_i64s(obj)?;
+fn buffer_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Option<Vec<u32>>> {
+    let Some(v) = buffer_i64s(obj, field, cap)? else {
+        return Ok(None);
+    };
     // Two branch-free passes the compiler vectorizes.
     if v.iter().any(|&x| u32::try_from(x).is_err()) {
-        return None;
+        return Ok(None);
     }
-    Some(v.iter().map(|&x| x as u32).collect())
+    Ok(Some(v.iter().map(|&x| x as u32).collect()))
 }
 
 /// Maps stopline's finish_reason to the OpenAI API's: "stop" becomes

@@ -16,10 +16,13 @@ __all__ = [
     "check_stop_strings",
     "to_openai_finish_reason",
     "__version__",
+    "LIMITS",
     "_panic_for_tests",  # PyO3 lists every added function in the runtime __all__
 ]
 
 __version__: str
+# The caps on every input from a request, by name (docs/errors.md, "Caps").
+LIMITS: dict[str, int]
 
 @final
 class StopMatch:

@@ -1,0 +1,219 @@
+"""Hostile requests, each in a child interpreter under a memory limit.
+
+An input that used to grow until an allocation failed (which aborts a Rust
+process) or that held the GIL for minutes must now be refused with an
+exception naming the field and the cap, or served within bounded memory.
+Each case runs in a fresh interpreter whose address space is capped with
+``RLIMIT_AS``, so a regression is a dead child (SIGABRT, SIGKILL) reported
+here, never a dead pytest. The children import stopline and never torch.
+Nothing here asserts a time; docs/errors.md has the measured costs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# Address space for a child: the interpreter, stopline and the case's own
+# data fit with room to spare; each refused input would need far more.
+LIMIT_BYTES = 1 << 30
+
+PRELUDE = """
+import itertools, json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+import stopline
+from stopline import FinishBatch, FinishTracker, StopParams, StopRegexes, StopStrings
+
+def outcome(f):
+    try:
+        value = f()
+    except BaseException as e:
+        return {{"raised": type(e).__name__, "message": str(e)}}
+    return {{"value": value}}
+"""
+
+
+def run_child(body: str, limit: int = LIMIT_BYTES) -> dict:
+    code = PRELUDE.format(limit=limit) + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"the child died ({r.returncode}): {r.stderr[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+CAPS: list[tuple[str, str, str, str]] = [
+    # (case, expression, exception, text the message contains)
+    ("stop list range(2**40)", "StopStrings(range(2**40))", "ValueError", "stop: has 1099511627776 entries"),
+    ("stop list endless", "StopStrings(itertools.repeat('a'))", "ValueError", "stop: has more than 1024 entries"),
+    ("one stop string of 50 MB", "StopStrings(['x' * 50_000_000])", "ValueError", "stop: totals more than 65536 UTF-8 bytes"),
+    ("200,000 copies of one stop string", "StopStrings(['abc'] * 200_000)", "ValueError", "stop: has 200000 entries"),
+    ("stop regexes endless", "StopRegexes(itertools.repeat('a'))", "ValueError", "stop_regex: has more than 64 entries"),
+    ("stop_token_ids endless", "StopParams(stop_token_ids=itertools.repeat(7))", "ValueError",
+     "stop_token_ids: has more than 65536 entries"),
+    ("eos_token_ids range(2**62)", "StopParams(eos_token_ids=range(2**62))", "ValueError",
+     "eos_token_ids: has 4611686018427387904 entries"),
+    ("eos_token_ids range(2**70)", "StopParams(eos_token_ids=range(2**70))", "ValueError",
+     "eos_token_ids: has more than 65536 entries"),
+    ("update token_ids endless", "FinishTracker(StopParams()).update(itertools.repeat(1))", "ValueError",
+     "token_ids: has more than 4194304 entries"),
+    ("update texts endless", "FinishTracker(StopParams()).update([1], itertools.repeat('a'))", "ValueError",
+     "texts: has more than 4194304 entries"),
+    ("step slots endless", "FinishBatch(8).step(itertools.repeat(0), [1])", "ValueError",
+     "slots: has more than 8 entries"),
+    ("step slots range(2**40)", "FinishBatch(8).step(range(2**40), [1])", "ValueError",
+     "slots=range(0, 1099511627776) has more entries than max_slots=8"),
+    ("step token_ids range(2**40)", "FinishBatch(8).step([0], range(2**40))", "ValueError",
+     "token_ids: has 1099511627776 entries"),
+    ("step grammar endless", "FinishBatch(8).step([0], [1], None, None, itertools.repeat(-1))", "ValueError",
+     "grammar_terminated_at: has more than 8 entries"),
+]
+
+
+@pytest.mark.parametrize("case,expr,exc,says", CAPS, ids=[c[0] for c in CAPS])
+def test_unbounded_inputs_are_refused_before_they_are_materialized(case: str, expr: str, exc: str, says: str) -> None:
+    out = run_child(f"print(json.dumps(outcome(lambda: {expr})))")
+    assert out.get("raised") == exc, out
+    assert says in out["message"], out
+    assert len(out["message"]) < 300
+
+
+def test_a_numpy_buffer_over_the_cap_is_refused_without_a_copy() -> None:
+    out = run_child("""
+        import numpy as np
+        ids = np.zeros(stopline.LIMITS["max_step_tokens"] + 1, dtype=np.int32)
+        print(json.dumps(outcome(lambda: FinishTracker(StopParams()).update(ids))))
+    """)
+    assert out.get("raised") == "ValueError" and "token_ids: has 4194305 entries" in out["message"], out
+
+
+def test_finish_batch_at_the_slot_cap_costs_the_slots_in_use() -> None:
+    # 2**24 slots of a few hundred bytes each would be GBs up front: far over
+    # the limit. The table follows the highest slot in use; one too high for
+    # the memory left is a MemoryError, and the batch keeps working.
+    out = run_child("""
+        b = FinishBatch(stopline.LIMITS["max_slots"])
+        p = StopParams(max_tokens=2)
+        for s in range(256):
+            b.add(s, p)
+        n = len(b)
+        b.step(range(0, 256, 16), [1] * 16)
+        for s in range(128, 256):
+            b.remove(s)
+        high = outcome(lambda: b.add(2**24 - 1, p))
+        print(json.dumps([n, len(b), b.result(0).num_tokens, high.get("raised"), 2**24 - 1 in b]))
+    """, limit=512 << 20)
+    assert out == [256, 128, 1, "MemoryError", False], out
+
+
+def test_duplicate_stop_strings_at_the_cap_compile_and_match_the_first() -> None:
+    out = run_child("""
+        stops = ['x' * 64] * 1023 + ['y']
+        s = StopStrings(stops)
+        m = s.matcher()
+        print(json.dumps(outcome(lambda: (len(s), m.feed('a' + 'x' * 64).index, m.feed('y').index))))
+    """)
+    assert out == {"value": [1024, 0, 1023]}, out
+
+
+def test_regex_rejection_names_a_pattern_and_is_cached() -> None:
+    # Each pattern alone fits; together they exceed the DFA size limit. The
+    # culprit search bisects to the first prefix that fails, and the second
+    # request is answered from the cache of rejections.
+    out = run_child(r"""
+        pats = [r'(?s).{0,11}END' + str(i) for i in range(64)]
+        first = outcome(lambda: StopRegexes(pats))
+        again = outcome(lambda: StopRegexes(pats))
+        print(json.dumps([first, again]))
+    """)
+    first, again = out
+    assert first.get("raised") == "ValueError", first
+    assert "needs an automaton larger than" in first["message"], first
+    index = int(first["message"].split("[", 1)[1].split("]", 1)[0])
+    assert 0 < index < 64
+    assert first == again
+    # The prefix before the culprit compiles; with the culprit it does not.
+    ok = run_child(f"pats = [r'(?s).{{0,11}}END' + str(i) for i in range(64)]\n"
+                   f"print(json.dumps([outcome(lambda: len(StopRegexes(pats[:{index}]))),"
+                   f" outcome(lambda: len(StopRegexes(pats[:{index + 1}])))]))")
+    assert ok[0] == {"value": index} and ok[1].get("raised") == "ValueError", ok
+
+
+def test_a_huge_pattern_gives_a_short_message() -> None:
+    out = run_child(r"""
+        print(json.dumps(outcome(lambda: StopRegexes(['(' + 'a' * 16_000]))))
+    """)
+    assert out.get("raised") == "ValueError", out
+    assert "16001 bytes in all" in out["message"] and len(out["message"]) < 1000, out
+
+
+def test_compile_errors_keep_the_process_alive_under_a_tight_limit() -> None:
+    # Patterns at the byte cap whose DFA is refused: bounded by the size
+    # limits, never an allocation failure.
+    out = run_child(r"""
+        pats = [r'\w{1,100}z' + str(i) for i in range(64)]
+        print(json.dumps(outcome(lambda: StopRegexes(pats))))
+    """, limit=512 << 20)
+    assert out.get("raised") == "ValueError", out
+
+
+GIL_PROBE = r"""
+import random, threading, time
+def other_thread_progress(f):
+    # Iterations a pure-Python thread makes while f runs, when it can get the
+    # GIL only from f giving it up (no forced switch for 1000 s).
+    counter = [0]
+    go, stop = threading.Event(), threading.Event()
+    def spin():
+        go.wait()
+        while not stop.is_set():
+            counter[0] += 1
+            if counter[0] % 256 == 0:
+                time.sleep(0)
+    sys.setswitchinterval(1000.0)
+    t = threading.Thread(target=spin)
+    t.start()
+    go.set()
+    before = counter[0]
+    f()
+    during = counter[0] - before
+    stop.set()
+    t.join()
+    return during
+
+rng = random.Random(7)
+alphabet = [chr(c) for c in range(0x21, 0x7F)] + [chr(c) for c in range(0xA1, 0x180)]
+def worst_stops(tag):
+    out = []
+    for i in range(stopline.LIMITS["max_stop_strings"]):
+        s = f"{tag}{i}"
+        while len(s.encode()) < 62:
+            s += rng.choice(alphabet)
+        out.append(s)
+    return out
+def worst_regexes(tag):
+    return [r"[ab]*a[ab]{8}x" + f"{tag}_{i}" for i in range(stopline.LIMITS["max_stop_regexes"])]
+"""
+
+
+def test_the_worst_case_request_compiles_without_the_gil() -> None:
+    # The request of benches/bench_worst_case.py (stop and stop_regex at their
+    # caps): another thread makes progress while it compiles, which it can
+    # only do when the compiling thread gives the GIL up. The control, a short
+    # list built in microseconds with the GIL held, lets it make none.
+    out = run_child(GIL_PROBE + r"""
+stops, regexes = worst_stops("a"), worst_regexes("a")
+assert sum(len(s.encode()) for s in stops) <= stopline.LIMITS["max_stop_bytes"]
+request = other_thread_progress(lambda: StopParams(stop=stops, stop_regex=regexes))
+stop_only = other_thread_progress(lambda: StopStrings(worst_stops("b")))
+regex_only = other_thread_progress(lambda: StopRegexes(worst_regexes("b")))
+control = other_thread_progress(lambda: StopStrings(["short", "list"]))
+p = StopParams(stop=stops, stop_regex=regexes)
+print(json.dumps([request, stop_only, regex_only, control, len(p.stop), len(p.stop_regex)]))
+""")
+    request, stop_only, regex_only, control, n_stop, n_regex = out
+    assert (n_stop, n_regex) == (1024, 64)
+    assert request > 0 and stop_only > 0 and regex_only > 0, out
+    assert control == 0, out
