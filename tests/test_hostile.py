@@ -217,3 +217,40 @@ print(json.dumps([request, stop_only, regex_only, control, len(p.stop), len(p.st
     assert (n_stop, n_regex) == (1024, 64)
     assert request > 0 and stop_only > 0 and regex_only > 0, out
     assert control == 0, out
+
+
+class _IndexInterrupts:
+    def __index__(self) -> int:
+        raise KeyboardInterrupt
+
+
+class _LenInterrupts:
+    def __len__(self) -> int:
+        raise KeyboardInterrupt
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter([1])
+
+
+class _GetItemInterrupts(dict):  # type: ignore[type-arg]
+    def __getitem__(self, key: str) -> int:
+        raise KeyboardInterrupt
+
+
+def test_caller_exceptions_propagate_unchanged() -> None:
+    import stopline
+
+    b = stopline.FinishBatch(2)
+    b.add(0, stopline.StopParams())
+    t = stopline.FinishTracker(stopline.StopParams())
+    with pytest.raises(KeyboardInterrupt):
+        t.update(_IndexInterrupts())  # one int-like id
+    with pytest.raises(KeyboardInterrupt):
+        _IndexInterrupts() in b  # noqa: B015
+    with pytest.raises(KeyboardInterrupt):
+        t.update(_LenInterrupts())
+    with pytest.raises(KeyboardInterrupt):
+        stopline.StopStrings(_LenInterrupts())
+    with pytest.raises(KeyboardInterrupt):
+        stopline.StopParams(repetition=_GetItemInterrupts(max_pattern_size=2, min_count=2))
+    assert t.num_tokens == 0 and len(b) == 1
