@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -254,3 +255,49 @@ def test_caller_exceptions_propagate_unchanged() -> None:
     with pytest.raises(KeyboardInterrupt):
         stopline.StopParams(repetition=_GetItemInterrupts(max_pattern_size=2, min_count=2))
     assert t.num_tokens == 0 and len(b) == 1
+
+
+def replay_child(path: str, limit: int = LIMIT_BYTES) -> subprocess.CompletedProcess:
+    code = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+        from stopline.cli import main
+        sys.exit(main(["replay", {path!r}]))
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def test_replay_reports_hostile_trace_lines_and_exits_non_zero(tmp_path: Any) -> None:
+    good = {"id": "ok", "params": {"max_tokens": 2}, "steps": [{"ids": [1]}, {"ids": [2]}]}
+    lines = [
+        json.dumps(good),
+        json.dumps({"id": "no-texts", "params": {"stop": ["x"]}, "steps": [{"ids": [1]}]}),
+        '{"id": "\\ud800", "params": {}, "steps": [{"ids": [1]}]}',
+        json.dumps({"id": "partial", "params": {"stop": ["a"]}, "steps": [{"ids": [1], "texts": ["b"]}, {"ids": [2]}]}),
+    ]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    p = replay_child(str(path))
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    assert f"{path}:2: steps[0] has no texts, but the params have stop strings" in p.stderr
+    assert f"{path}:3: 'id' '\\ud800' is not valid Unicode" in p.stderr
+    assert f"{path}:4: steps[1] has no texts" in p.stderr
+    assert "ok" in p.stdout
+
+
+def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
+    # 600 MB without a newline (a sparse file: no disk used) under a 512 MiB
+    # address-space limit: reading it whole would fail; line by line it is
+    # one malformed line, then the good request after it is replayed.
+    path = tmp_path / "huge.jsonl"
+    good = json.dumps({"id": "after", "params": {"max_tokens": 1}, "steps": [{"ids": [1]}]})
+    with open(path, "wb") as f:
+        f.truncate(600 << 20)
+        f.seek(0, 2)
+        f.write(b"\n" + good.encode() + b"\n")
+    p = replay_child(str(path), limit=512 << 20)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"{path}:1: line longer than {64 << 20} bytes" in p.stderr
+    assert "after" in p.stdout
