@@ -555,11 +555,13 @@ fn _panic_for_tests(message: &str) -> PyResult<()> {
     panic!("{message}")
 }
 
-// The batch fast paths read list items without taking references, which is
-// sound only while the GIL keeps other threads off the caller's lists: a
-// free-threaded CPython keeps its GIL on for this module. (The default abi3
-// wheel does not load there at all; this matters for source builds.)
-#[pymodule(gil_used = true)]
+// The fast paths that read a caller's list items without taking references
+// hold the list's critical section (the GIL's job on a GIL build), the batch
+// step reads its pieces from a private copy, and the compiled lists and
+// caches are immutable or behind a Mutex: the module is safe without the
+// GIL. (The default abi3 wheel does not load on a free-threaded CPython;
+// this matters for source builds. docs/reliability.md, "Threads".)
+#[pymodule(gil_used = false)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStopStrings>()?;
     m.add_class::<PyStopMatcher>()?;
@@ -1688,7 +1690,7 @@ fn batch_step<'py>(
 fn with_pieces<'py, R>(
     texts: Option<&Bound<'py, PyAny>>,
     name: &dyn Fn(usize) -> String,
-    f: impl FnOnce(Option<&[&str]>, &[Borrowed<'_, 'py, PyAny>]) -> PyResult<R>,
+    mut f: impl FnOnce(Option<&[&str]>, &[Borrowed<'_, 'py, PyAny>]) -> PyResult<R>,
 ) -> PyResult<R> {
     let Some(texts) = texts else {
         return f(None, &[]);
@@ -1697,8 +1699,13 @@ fn with_pieces<'py, R>(
         if list.len() > limits::MAX_STEP_TOKENS {
             return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
         }
-        // SAFETY: the views and items are used only inside `f` (see above).
-        if let Some(strs) = unsafe { list_strs_fast(list) } {
+        // Without the GIL (a free-threaded build) another thread could change
+        // the list while the views borrow its items: the list's critical
+        // section keeps it still (a no-op on a GIL build).
+        let mut f_once = Some(f);
+        let done = pyo3::sync::critical_section::with_critical_section(list.as_any(), || {
+            // SAFETY: the views and items are used only inside `f` (see above).
+            let strs = unsafe { list_strs_fast(list) }?;
             let items: Vec<Borrowed<'_, 'py, PyAny>> = (0..strs.len())
                 // SAFETY: in bounds, and the list is unchanged since; the
                 // items are borrowed like the views.
@@ -1709,7 +1716,13 @@ fn with_pieces<'py, R>(
                     )
                 })
                 .collect();
-            return f(Some(&strs), &items);
+            f_once.take().map(|f| f(Some(&strs), &items))
+        });
+        match (done, f_once.take()) {
+            (Some(result), _) => return result,
+            (None, Some(g)) => f = g,
+            // `f` is taken only to run it, which gives a result.
+            (None, None) => return Err(PyRuntimeError::new_err("internal: pieces lost")),
         }
     }
     // Pieces of a `str` subclass are handed on as plain `str` copies.
@@ -1769,6 +1782,17 @@ fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> 
 /// element (the hot path of `FinishBatch.step`). `None` when an element is
 /// not an int or `conv` rejects it; the caller's slow path then names it.
 fn list_ints_fast<T>(list: &Bound<'_, PyList>, conv: impl Fn(i64) -> Option<T>) -> Option<Vec<T>> {
+    // Items are borrowed one at a time: on a free-threaded build the list's
+    // critical section keeps other threads from freeing them meanwhile.
+    pyo3::sync::critical_section::with_critical_section(list.as_any(), || {
+        list_ints_locked(list, conv)
+    })
+}
+
+fn list_ints_locked<T>(
+    list: &Bound<'_, PyList>,
+    conv: impl Fn(i64) -> Option<T>,
+) -> Option<Vec<T>> {
     use pyo3::ffi;
     let n = list.len();
     let mut out = Vec::with_capacity(n);
