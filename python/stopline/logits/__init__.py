@@ -112,7 +112,11 @@ def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> 
         raise TypeError(f"{field_name}: expected a sequence of token ids, got {values!r}")
     if isinstance(values, torch.Tensor) and values.dim() != 1:
         raise TypeError(f"{field_name}: expected a 1-D sequence of token ids, got a {values.dim()}-d tensor")
-    return [_token_id(v, field_name, vocab_size) for v in _capped(values, field_name, cap)]
+    out = _capped(values, field_name, cap)
+    # Fast path: plain ints checked with two C-level passes.
+    if all(type(v) is int for v in out) and (not out or (min(out) >= 0 and max(out) < vocab_size)):
+        return out
+    return [_token_id(v, field_name, vocab_size) for v in out]
 
 
 def _dedupe(ids: Iterable[int]) -> list[int]:
@@ -349,7 +353,7 @@ class LogitsConstraints:
         if multi:
             self._check_bad_words_table(widths[3], widths[4])
         # Validation done; from here on only device writes.
-        self._release(s)
+        self._release(s, keep=widths)
         st = self.state
         self._ensure_width("stop_ids", widths[0])
         self._ensure_width("ban_ids", widths[1])
@@ -384,13 +388,12 @@ class LogitsConstraints:
             st.has_allowed[s] = 0
         if st.bad_prefix_len.shape[1]:
             C_bad, C_pfx = st.bad_prefix.shape[1:]
-            pre = torch.full((C_bad, C_pfx), -1, dtype=torch.int32)
-            plen = torch.zeros(C_bad, dtype=torch.int32)
-            last = torch.full((C_bad,), -1, dtype=torch.int32)
-            for i, (p, t) in enumerate(multi):
-                pre[i, : len(p)] = torch.tensor(p, dtype=torch.int32)
-                plen[i] = len(p)
-                last[i] = t
+            # One tensor built from padded rows (not one per word).
+            rows_ = [list(p) + [-1] * (C_pfx - len(p)) for p, _ in multi]
+            rows_ += [[-1] * C_pfx] * (C_bad - len(multi))
+            pre = torch.tensor(rows_, dtype=torch.int32).reshape(C_bad, C_pfx)
+            plen = torch.tensor([len(p) for p, _ in multi] + [0] * (C_bad - len(multi)), dtype=torch.int32)
+            last = torch.tensor([t for _, t in multi] + [-1] * (C_bad - len(multi)), dtype=torch.int32)
             st.bad_prefix[s] = pre.to(dev, non_blocking=True)
             st.bad_prefix_len[s] = plen.to(dev, non_blocking=True)
             st.bad_last[s] = last.to(dev, non_blocking=True)
@@ -466,7 +469,7 @@ class LogitsConstraints:
         return self._slots[self._slot(slot)].num_tokens
 
     # --------------------------------------------------------------- capacity
-    def _release(self, s: int) -> None:
+    def _release(self, s: int, keep: tuple[int, ...] = (0, 0, 0, 0, 0)) -> None:
         """Forget slot ``s``'s host record; when it was the one that made a
         table wide (more than 4x what every other live slot needs), shrink
         that table, so one large request does not make every later ``apply``
@@ -483,7 +486,8 @@ class LogitsConstraints:
         if not old.dense and all(4 * w <= c or c <= 4 for w, c in zip(old.widths, current)):
             return
         live = [h for h in self._slots if h.active]
-        need = [max((h.widths[i] for h in live), default=0) for i in range(5)]
+        need = [max((h.widths[i] for h in live), default=keep[i]) for i in range(5)]
+        need = [max(n, k) for n, k in zip(need, keep)]
         for i, name in enumerate(("stop_ids", "ban_ids", "bias_ids")):
             floor = 4 if name == "stop_ids" else 0
             if current[i] > 4 * max(need[i], 1) and current[i] > floor:
