@@ -88,12 +88,13 @@ fn check_regex_list(patterns: &[String]) -> Result<(), Error> {
 }
 
 /// Largest DFA (transition table and match data) a stop-regex list may
-/// compile to, in bytes. With [`DETERMINIZE_SIZE_LIMIT`] it bounds the time
-/// of any build, accepted or refused (docs/errors.md has the measurements).
-pub const DFA_SIZE_LIMIT: usize = 1 << 20;
+/// compile to, in bytes. With [`DETERMINIZE_SIZE_LIMIT`] (the state sets
+/// kept while building, whose hashing is most of the time) it bounds the
+/// time of any build, accepted or refused (docs/errors.md, "Caps").
+pub const DFA_SIZE_LIMIT: usize = 512 << 10;
 
 /// Heap the determinization of one list may use, in bytes.
-pub const DETERMINIZE_SIZE_LIMIT: usize = 4 << 20;
+pub const DETERMINIZE_SIZE_LIMIT: usize = 512 << 10;
 
 /// Largest Thompson NFA of one list, in bytes (the work per DFA state grows
 /// with it).
@@ -159,20 +160,6 @@ fn cache() -> &'static Mutex<ByteLru<Compiled>> {
     CACHE.get_or_init(|| Mutex::new(ByteLru::new(CACHE_CAPACITY, CACHE_MAX_BYTES)))
 }
 
-/// Determinization costs about (DFA states x NFA states): a list with a
-/// larger NFA gets a proportionally smaller DFA limit, so the worst build,
-/// accepted or refused, takes about as long as the worst small one.
-pub const DETERMINIZE_WORK: usize = DFA_SIZE_LIMIT * 512;
-
-/// The DFA limit never goes below this (every list of short literal stops
-/// at the caps fits well under it).
-pub const MIN_DFA_SIZE_LIMIT: usize = 512 << 10;
-
-/// The DFA size limit of a list whose NFA has `nfa_states` states.
-fn dfa_limit_for(nfa_states: usize) -> usize {
-    (DETERMINIZE_WORK / nfa_states.max(1)).clamp(MIN_DFA_SIZE_LIMIT, DFA_SIZE_LIMIT)
-}
-
 fn dfa_builder(dfa_limit: usize) -> dense::Builder {
     let mut b = dense::Builder::new();
     b.configure(
@@ -183,7 +170,7 @@ fn dfa_builder(dfa_limit: usize) -> dense::Builder {
             .accelerate(false)
             .minimize(false)
             .dfa_size_limit(Some(dfa_limit))
-            .determinize_size_limit(Some(DETERMINIZE_SIZE_LIMIT * dfa_limit / DFA_SIZE_LIMIT)),
+            .determinize_size_limit(Some(DETERMINIZE_SIZE_LIMIT)),
     );
     b
 }
@@ -207,7 +194,7 @@ fn build(hirs: &[Hir]) -> Result<dense::DFA<Vec<u32>>, BuildError> {
     let nfa = nfa_compiler()
         .build_many_from_hir(hirs)
         .map_err(|e| (e.size_limit(), e.to_string()))?;
-    let limit = dfa_limit_for(nfa.states().len());
+    let limit = DFA_SIZE_LIMIT;
     dfa_builder(limit)
         .build_from_nfa(&nfa)
         .map_err(|e| (e.is_size_limit_exceeded().then_some(limit), e.to_string()))

@@ -178,11 +178,12 @@ def other_thread_progress(f):
     t.start()
     go.set()
     before = counter[0]
-    f()
-    during = counter[0] - before
-    stop.set()
-    t.join()
-    return during
+    try:
+        f()
+        return counter[0] - before
+    finally:
+        stop.set()
+        t.join()
 
 rng = random.Random(7)
 alphabet = [chr(c) for c in range(0x21, 0x7F)] + [chr(c) for c in range(0xA1, 0x180)]
@@ -195,7 +196,7 @@ def worst_stops(tag):
         out.append(s)
     return out
 def worst_regexes(tag):
-    return [r"[ab]*a[ab]{8}x" + f"{tag}_{i}" for i in range(stopline.LIMITS["max_stop_regexes"])]
+    return [r"(?s).*a.{4}b" + f"{tag}_{i}" for i in range(stopline.LIMITS["max_stop_regexes"])]
 """
 
 
