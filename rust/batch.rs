@@ -23,7 +23,9 @@ pub const MAX_SLOTS: usize = 1 << 24;
 /// when the top slots are freed), so memory follows the slots in use, not
 /// `max_slots`; slots past the table are empty.
 pub struct FinishBatch {
-    slots: Vec<Option<FinishTracker>>,
+    /// Boxed: an empty slot costs a pointer, not a tracker's few hundred
+    /// bytes, so a sparse table stays small.
+    slots: Vec<Option<Box<FinishTracker>>>,
     /// `seen[slot] == epoch` while validating one step: catches duplicates.
     seen: Vec<u64>,
     epoch: u64,
@@ -118,7 +120,7 @@ impl FinishBatch {
         }
         let tracker = FinishTracker::new(params)?;
         self.grow_to(i)?;
-        self.slots[i] = Some(tracker);
+        self.slots[i] = Some(Box::new(tracker));
         self.occupied += 1;
         Ok(())
     }
@@ -130,6 +132,7 @@ impl FinishBatch {
             .slots
             .get_mut(i)
             .and_then(Option::take)
+            .map(|boxed| *boxed)
             .ok_or_else(|| slot_err(slot, "is empty"))?;
         self.occupied -= 1;
         if i + 1 == self.slots.len() {
@@ -142,7 +145,7 @@ impl FinishBatch {
         let i = self.index(slot)?;
         self.slots
             .get(i)
-            .and_then(Option::as_ref)
+            .and_then(Option::as_deref)
             .ok_or_else(|| slot_err(slot, "is empty"))
     }
 
@@ -150,7 +153,7 @@ impl FinishBatch {
         let i = self.index(slot)?;
         self.slots
             .get_mut(i)
-            .and_then(Option::as_mut)
+            .and_then(Option::as_deref_mut)
             .ok_or_else(|| slot_err(slot, "is empty"))
     }
 
@@ -221,7 +224,7 @@ impl FinishBatch {
         let mut start = 0;
         for (k, &slot) in slots.iter().enumerate() {
             // `check` has bounds-checked the slot and seen it occupied.
-            let Some(tracker) = self.slots[slot as usize].as_mut() else {
+            let Some(tracker) = self.slots[slot as usize].as_deref_mut() else {
                 unreachable!("checked above")
             };
             let (run, step) = match run_lengths {
@@ -322,7 +325,7 @@ impl FinishBatch {
             }
             self.seen[i] = self.epoch;
             let tracker = self.slots[i]
-                .as_ref()
+                .as_deref()
                 .ok_or_else(|| slot_err(slot, "is empty"))?;
             let len = run_lengths.map_or(1, |r| r[k]);
             let g = match grammar.map(|g| g[k]) {
