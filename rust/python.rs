@@ -612,6 +612,18 @@ fn extract_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec<
     extract_ids_named(obj, field, cap, &|i| format!("{field}[{i}]"))
 }
 
+/// An empty Vec with room for `n` items, or `MemoryError`: a failed
+/// allocation in Rust would abort the process. `n` is capped by the caller.
+fn try_vec<T>(n: usize, field: &str) -> PyResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        pyo3::exceptions::PyMemoryError::new_err(format!(
+            "{field}: cannot allocate room for {n} entries"
+        ))
+    })?;
+    Ok(v)
+}
+
 /// The error for a sequence of more than `cap` entries (`n` when known).
 fn over_cap(field: &str, n: Option<usize>, cap: usize) -> PyErr {
     let n = n.map_or_else(|| format!("more than {cap}"), |n| n.to_string());
@@ -631,10 +643,11 @@ fn extract_ids_named(
         if list.len() > cap {
             return Err(over_cap(field, Some(list.len()), cap));
         }
-        if let Some(ids) = list_ints_fast(list, |v| u32::try_from(v).ok()) {
+        let room = try_vec(list.len(), field)?;
+        if let Some(ids) = list_ints_fast(list, |v| u32::try_from(v).ok(), room) {
             return Ok(ids);
         }
-        let mut out = Vec::with_capacity(list.len());
+        let mut out = try_vec(list.len(), field)?;
         for (i, item) in list.iter().enumerate() {
             out.push(extract_id(&item, &|| name(i))?);
         }
@@ -1781,21 +1794,26 @@ fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> 
 /// The ints of a list, read through the C API without taking a reference per
 /// element (the hot path of `FinishBatch.step`). `None` when an element is
 /// not an int or `conv` rejects it; the caller's slow path then names it.
-fn list_ints_fast<T>(list: &Bound<'_, PyList>, conv: impl Fn(i64) -> Option<T>) -> Option<Vec<T>> {
+/// `out` comes with room for the list's items ([`try_vec`]).
+fn list_ints_fast<T>(
+    list: &Bound<'_, PyList>,
+    conv: impl Fn(i64) -> Option<T>,
+    out: Vec<T>,
+) -> Option<Vec<T>> {
     // Items are borrowed one at a time: on a free-threaded build the list's
     // critical section keeps other threads from freeing them meanwhile.
     pyo3::sync::critical_section::with_critical_section(list.as_any(), || {
-        list_ints_locked(list, conv)
+        list_ints_locked(list, conv, out)
     })
 }
 
 fn list_ints_locked<T>(
     list: &Bound<'_, PyList>,
     conv: impl Fn(i64) -> Option<T>,
+    mut out: Vec<T>,
 ) -> Option<Vec<T>> {
     use pyo3::ffi;
     let n = list.len();
-    let mut out = Vec::with_capacity(n);
     for i in 0..n {
         // SAFETY: the list is alive for the call; PyList_GetItem bounds-checks
         // and returns a borrowed reference; PyLong_AsLongAndOverflow on an
@@ -1870,10 +1888,10 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec
         if list.len() > cap {
             return Err(over_cap(field, Some(list.len()), cap));
         }
-        if let Some(v) = list_ints_fast(list, Some) {
+        if let Some(v) = list_ints_fast(list, Some, try_vec(list.len(), field)?) {
             return Ok(v);
         }
-        let mut out = Vec::with_capacity(list.len());
+        let mut out = try_vec(list.len(), field)?;
         for (i, item) in list.iter().enumerate() {
             out.push(one(&item, i)?);
         }
@@ -1906,7 +1924,7 @@ fn buffer_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Opti
     if buf.item_count() > cap {
         return Err(over_cap(field, Some(buf.item_count()), cap));
     }
-    Ok(read_int_buffer(&buf))
+    Ok(read_int_buffer(&buf, try_vec(buf.item_count(), field)?))
 }
 
 /// `obj`'s buffer when it is one-dimensional, C-contiguous, aligned and of
@@ -1940,33 +1958,41 @@ fn native_int_buffer(obj: &Bound<'_, PyAny>) -> Option<pyo3::buffer::PyUntypedBu
 
 /// The ints of a buffer accepted by [`native_int_buffer`]; `None` for an
 /// element type it does not read (or a uint64 above `i64::MAX`).
-fn read_int_buffer(buf: &pyo3::buffer::PyUntypedBuffer) -> Option<Vec<i64>> {
+/// `out` comes with room for the buffer's items ([`try_vec`]).
+fn read_int_buffer(buf: &pyo3::buffer::PyUntypedBuffer, out: Vec<i64>) -> Option<Vec<i64>> {
     use pyo3::buffer::ElementType;
     let (n, ptr) = (buf.item_count(), buf.buf_ptr());
-    fn widen<E: Copy + Into<i64>>(ptr: *mut std::ffi::c_void, n: usize) -> Vec<i64> {
+    fn widen<E: Copy + Into<i64>>(
+        ptr: *mut std::ffi::c_void,
+        n: usize,
+        mut out: Vec<i64>,
+    ) -> Vec<i64> {
         // SAFETY: the exporter guarantees `n` contiguous, aligned items of
         // this type at `ptr` while the buffer is held (by the caller), and
         // nothing here runs Python code that could resize it.
         let items = unsafe { std::slice::from_raw_parts(ptr as *const E, n) };
-        items.iter().map(|&e| e.into()).collect()
+        out.extend(items.iter().map(|&e| e.into()));
+        out
     }
     Some(
         match (ElementType::from_format(buf.format()), buf.item_size()) {
-            (ElementType::SignedInteger { bytes: 8 }, 8) => widen::<i64>(ptr, n),
-            (ElementType::SignedInteger { bytes: 4 }, 4) => widen::<i32>(ptr, n),
-            (ElementType::SignedInteger { bytes: 2 }, 2) => widen::<i16>(ptr, n),
-            (ElementType::SignedInteger { bytes: 1 }, 1) => widen::<i8>(ptr, n),
+            (ElementType::SignedInteger { bytes: 8 }, 8) => widen::<i64>(ptr, n, out),
+            (ElementType::SignedInteger { bytes: 4 }, 4) => widen::<i32>(ptr, n, out),
+            (ElementType::SignedInteger { bytes: 2 }, 2) => widen::<i16>(ptr, n, out),
+            (ElementType::SignedInteger { bytes: 1 }, 1) => widen::<i8>(ptr, n, out),
             (ElementType::UnsignedInteger { bytes: 8 }, 8) => {
                 // SAFETY: as in `widen`.
                 let items = unsafe { std::slice::from_raw_parts(ptr as *const u64, n) };
                 if items.iter().any(|&e| e > i64::MAX as u64) {
                     return None;
                 }
-                items.iter().map(|&e| e as i64).collect()
+                let mut out = out;
+                out.extend(items.iter().map(|&e| e as i64));
+                out
             }
-            (ElementType::UnsignedInteger { bytes: 4 }, 4) => widen::<u32>(ptr, n),
-            (ElementType::UnsignedInteger { bytes: 2 }, 2) => widen::<u16>(ptr, n),
-            (ElementType::UnsignedInteger { bytes: 1 }, 1) => widen::<u8>(ptr, n),
+            (ElementType::UnsignedInteger { bytes: 4 }, 4) => widen::<u32>(ptr, n, out),
+            (ElementType::UnsignedInteger { bytes: 2 }, 2) => widen::<u16>(ptr, n, out),
+            (ElementType::UnsignedInteger { bytes: 1 }, 1) => widen::<u8>(ptr, n, out),
             _ => return None,
         },
     )
@@ -1981,7 +2007,9 @@ fn buffer_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Optio
     if v.iter().any(|&x| u32::try_from(x).is_err()) {
         return Ok(None);
     }
-    Ok(Some(v.iter().map(|&x| x as u32).collect()))
+    let mut out = try_vec(v.len(), field)?;
+    out.extend(v.iter().map(|&x| x as u32));
+    Ok(Some(out))
 }
 
 /// Maps stopline's finish_reason to the OpenAI API's: "stop" becomes
