@@ -18,11 +18,20 @@ use crate::finish::{FinishTracker, Step, StopParams};
 pub const MAX_SLOTS: usize = 1 << 24;
 
 /// A fixed number of slots, each empty or holding one sequence.
+///
+/// The slot table grows on demand up to the highest slot in use (and shrinks
+/// when the top slots are freed), so memory follows the slots in use, not
+/// `max_slots`; slots past the table are empty.
 pub struct FinishBatch {
-    slots: Vec<Option<FinishTracker>>,
+    /// Boxed: an empty slot costs a pointer, not a tracker's few hundred
+    /// bytes, so a sparse table stays small.
+    slots: Vec<Option<Box<FinishTracker>>>,
     /// `seen[slot] == epoch` while validating one step: catches duplicates.
     seen: Vec<u64>,
     epoch: u64,
+    max_slots: usize,
+    /// Occupied slots (`len` in O(1)).
+    occupied: usize,
 }
 
 /// One slot's outcome of a batch step.
@@ -49,21 +58,54 @@ impl FinishBatch {
             });
         }
         Ok(FinishBatch {
-            slots: (0..max_slots).map(|_| None).collect(),
-            seen: vec![0; max_slots],
+            slots: Vec::new(),
+            seen: Vec::new(),
             epoch: 0,
+            max_slots,
+            occupied: 0,
         })
     }
 
     pub fn max_slots(&self) -> usize {
-        self.slots.len()
+        self.max_slots
     }
 
     fn index(&self, slot: i64) -> Result<usize, Error> {
         usize::try_from(slot)
             .ok()
-            .filter(|&s| s < self.slots.len())
+            .filter(|&s| s < self.max_slots)
             .ok_or_else(|| slot_err(slot, "is outside [0, max_slots)"))
+    }
+
+    /// Grows the table to hold slot `i` (doubling, up to `max_slots`); a
+    /// failed allocation is an error, never an abort.
+    fn grow_to(&mut self, i: usize) -> Result<(), Error> {
+        if i < self.slots.len() {
+            return Ok(());
+        }
+        let len = (i + 1).max(self.slots.len() * 2).min(self.max_slots);
+        let extra = len - self.slots.len();
+        let oom = |_| Error::Alloc {
+            what: format!("a slot table of {len} slots (for slot {i})"),
+        };
+        self.slots.try_reserve_exact(extra).map_err(oom)?;
+        self.seen.try_reserve_exact(extra).map_err(oom)?;
+        self.slots.resize_with(len, || None);
+        self.seen.resize(len, 0);
+        Ok(())
+    }
+
+    /// Drops empty slots at the top of the table, releasing the memory once
+    /// it is mostly unused.
+    fn shrink(&mut self) {
+        while matches!(self.slots.last(), Some(None)) {
+            self.slots.pop();
+        }
+        self.seen.truncate(self.slots.len());
+        if self.slots.capacity() > 2 * self.slots.len() + 64 {
+            self.slots.shrink_to(self.slots.len());
+            self.seen.shrink_to(self.slots.len());
+        }
     }
 
     /// Starts a sequence in an empty slot.
@@ -73,38 +115,51 @@ impl FinishBatch {
     /// if `params` does not validate.
     pub fn add(&mut self, slot: i64, params: Arc<StopParams>) -> Result<(), Error> {
         let i = self.index(slot)?;
-        if self.slots[i].is_some() {
+        if self.slots.get(i).is_some_and(Option::is_some) {
             return Err(slot_err(slot, "is already in use; remove() it first"));
         }
-        self.slots[i] = Some(FinishTracker::new(params)?);
+        let tracker = FinishTracker::new(params)?;
+        self.grow_to(i)?;
+        self.slots[i] = Some(Box::new(tracker));
+        self.occupied += 1;
         Ok(())
     }
 
     /// Frees a slot and returns its tracker.
     pub fn remove(&mut self, slot: i64) -> Result<FinishTracker, Error> {
         let i = self.index(slot)?;
-        self.slots[i]
-            .take()
-            .ok_or_else(|| slot_err(slot, "is empty"))
+        let tracker = self
+            .slots
+            .get_mut(i)
+            .and_then(Option::take)
+            .map(|boxed| *boxed)
+            .ok_or_else(|| slot_err(slot, "is empty"))?;
+        self.occupied -= 1;
+        if i + 1 == self.slots.len() {
+            self.shrink();
+        }
+        Ok(tracker)
     }
 
     pub fn get(&self, slot: i64) -> Result<&FinishTracker, Error> {
         let i = self.index(slot)?;
-        self.slots[i]
-            .as_ref()
+        self.slots
+            .get(i)
+            .and_then(Option::as_deref)
             .ok_or_else(|| slot_err(slot, "is empty"))
     }
 
     pub fn get_mut(&mut self, slot: i64) -> Result<&mut FinishTracker, Error> {
         let i = self.index(slot)?;
-        self.slots[i]
-            .as_mut()
+        self.slots
+            .get_mut(i)
+            .and_then(Option::as_deref_mut)
             .ok_or_else(|| slot_err(slot, "is empty"))
     }
 
     /// Number of occupied slots.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        self.occupied
     }
 
     pub fn is_empty(&self) -> bool {
@@ -169,7 +224,7 @@ impl FinishBatch {
         let mut start = 0;
         for (k, &slot) in slots.iter().enumerate() {
             // `check` has bounds-checked the slot and seen it occupied.
-            let Some(tracker) = self.slots[slot as usize].as_mut() else {
+            let Some(tracker) = self.slots[slot as usize].as_deref_mut() else {
                 unreachable!("checked above")
             };
             let (run, step) = match run_lengths {
@@ -262,12 +317,15 @@ impl FinishBatch {
         self.epoch += 1;
         for (k, &slot) in slots.iter().enumerate() {
             let i = self.index(slot)?;
+            if i >= self.slots.len() {
+                return Err(slot_err(slot, "is empty"));
+            }
             if self.seen[i] == self.epoch {
                 return Err(slot_err(slot, "appears twice in one step"));
             }
             self.seen[i] = self.epoch;
             let tracker = self.slots[i]
-                .as_ref()
+                .as_deref()
                 .ok_or_else(|| slot_err(slot, "is empty"))?;
             let len = run_lengths.map_or(1, |r| r[k]);
             let g = match grammar.map(|g| g[k]) {
@@ -387,5 +445,27 @@ mod tests {
         assert!(out.is_empty());
         assert!(b.get(0).unwrap().token_ids().is_empty());
         assert!(b.get(1).unwrap().token_ids().is_empty());
+    }
+
+    #[test]
+    fn memory_follows_the_slots_in_use() {
+        let mut b = FinishBatch::new(MAX_SLOTS).unwrap();
+        assert_eq!((b.len(), b.slots.capacity()), (0, 0));
+        let p = Arc::new(StopParams::default());
+        b.add(3, Arc::clone(&p)).unwrap();
+        b.add(1000, Arc::clone(&p)).unwrap();
+        assert_eq!(b.len(), 2);
+        assert!(b.slots.len() <= 2048, "{}", b.slots.len());
+        assert!(
+            b.get(5000).is_err() && b.get(5000).err().unwrap().to_string().contains("is empty")
+        );
+        let e = b
+            .step(&[5000], &[1], None, None::<&[&str]>, None, &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(e.to_string(), "slot 5000: is empty");
+        b.remove(1000).unwrap();
+        assert_eq!((b.len(), b.slots.len()), (1, 4));
+        b.remove(3).unwrap();
+        assert!(b.is_empty() && b.slots.is_empty());
     }
 }

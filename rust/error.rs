@@ -3,6 +3,39 @@
 
 use std::fmt;
 
+use crate::limits::{shown, MAX_SHOWN_BYTES};
+
+/// A parser's message, which quotes the whole pattern: for a long pattern
+/// only its last line (the kind of error) is kept, itself cut.
+fn short_message(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= 4 * MAX_SHOWN_BYTES {
+        return message.into();
+    }
+    let last = message.lines().last().unwrap_or("");
+    let mut end = last.len().min(2 * MAX_SHOWN_BYTES);
+    while !last.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &last[..end]).into()
+}
+
+impl Error {
+    /// Heap bytes held (what a cache of rejections counts).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match self {
+            Error::Build(m) => m.capacity(),
+            Error::RegexInvalid {
+                pattern, message, ..
+            } => pattern.capacity() + message.capacity(),
+            Error::RegexEmptyMatch { pattern, .. } | Error::RegexTooLarge { pattern, .. } => {
+                pattern.capacity()
+            }
+            Error::Param { message, .. } | Error::Step { message, .. } => message.capacity(),
+            _ => 0,
+        }
+    }
+}
+
 /// Everything the core can reject.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
@@ -47,6 +80,9 @@ pub enum Error {
     Slot { slot: i64, message: &'static str },
     /// A `tokenizer.json` that cannot be read or uses an unsupported decoder.
     Tokenizer { message: String },
+    /// A table could not be allocated (`what` says which and how large);
+    /// Python gets `MemoryError`, never an abort.
+    Alloc { what: String },
 }
 
 impl fmt::Display for Error {
@@ -60,10 +96,16 @@ impl fmt::Display for Error {
                 index,
                 pattern,
                 message,
-            } => write!(f, "stop_regex[{index}]={pattern:?} is not a valid stop regex: {message}"),
+            } => write!(
+                f,
+                "stop_regex[{index}]={} is not a valid stop regex: {}",
+                shown(pattern),
+                short_message(message)
+            ),
             Error::RegexEmptyMatch { index, pattern } => write!(
                 f,
-                "stop_regex[{index}]={pattern:?} can match the empty string; stop regexes must match at least one character"
+                "stop_regex[{index}]={} can match the empty string; stop regexes must match at least one character",
+                shown(pattern)
             ),
             Error::RegexTooLarge {
                 index,
@@ -71,7 +113,8 @@ impl fmt::Display for Error {
                 limit,
             } => write!(
                 f,
-                "stop_regex[{index}]={pattern:?} needs a DFA larger than the {limit}-byte limit (with the patterns before it); simplify it or bound its repetitions"
+                "stop_regex[{index}]={} needs an automaton larger than the {limit}-byte limit (with the patterns before it); simplify it or bound its repetitions",
+                shown(pattern)
             ),
             Error::NewCharCount { value, text_len } => write!(
                 f,
@@ -89,6 +132,7 @@ impl fmt::Display for Error {
             ),
             Error::Slot { slot, message } => write!(f, "slot {slot}: {message}"),
             Error::Tokenizer { message } => write!(f, "tokenizer: {message}"),
+            Error::Alloc { what } => write!(f, "cannot allocate {what}"),
         }
     }
 }

@@ -13,8 +13,10 @@
 pub mod batch;
 pub mod detok_batch;
 pub mod detokenize;
+mod cache;
 pub mod error;
 pub mod finish;
+pub mod limits;
 mod stop_dfa;
 pub mod stop_regex;
 pub mod stop_strings;

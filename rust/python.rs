@@ -11,6 +11,7 @@ use pyo3::IntoPyObjectExt;
 use crate::batch::FinishBatch;
 use crate::error::Error;
 use crate::finish::{Finish, FinishTracker, Matched, Repetition, Step, StopParams, StopReason};
+use crate::limits;
 use crate::stop_regex::{StopRegexMatcher as CoreRegexMatcher, StopRegexes as CoreRegexes};
 use crate::stop_strings::{
     StopMatch as CoreMatch, StopMatcher as CoreMatcher, StopStrings as CoreStops,
@@ -30,6 +31,7 @@ fn to_py_err(e: Error) -> PyErr {
         Error::Finished { .. } | Error::SlotFinished { .. } => {
             PyRuntimeError::new_err(e.to_string())
         }
+        Error::Alloc { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     }
 }
@@ -105,11 +107,9 @@ pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
             obj.extract::<String>().unwrap_or_default()
         )));
     }
-    let items: Vec<Bound<'_, PyAny>> = match obj.cast_exact::<PyList>() {
-        Ok(list) => list.iter().collect(),
-        Err(_) => iter_of(obj, field, "a sequence of str")?.collect::<PyResult<_>>()?,
-    };
+    let items = take_capped(obj, field, "a sequence of str", limits::MAX_STOP_STRINGS)?;
     let mut stops = Vec::with_capacity(items.len());
+    let mut bytes = 0;
     for (i, item) in items.iter().enumerate() {
         let s = extract_utf8(item, &|| format!("{field}[{i}]"))?;
         if s.is_empty() {
@@ -117,9 +117,87 @@ pub(crate) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
                 "{field}[{i}] is an empty string; stop strings must be non-empty"
             )));
         }
+        bytes += s.len();
+        if bytes > limits::MAX_STOP_BYTES {
+            return Err(PyValueError::new_err(format!(
+                "{field}: totals more than {} UTF-8 bytes (at {field}[{i}]); at most {} are accepted",
+                limits::MAX_STOP_BYTES,
+                limits::MAX_STOP_BYTES
+            )));
+        }
         stops.push(s);
     }
-    CoreStops::compile_strs(&stops).map_err(to_py_err)
+    if let Some(hit) = CoreStops::cached_strs(&stops) {
+        return Ok(hit);
+    }
+    // A short list builds in microseconds, less than it would cost to get
+    // the GIL back; a long one builds without it.
+    let compile = || CoreStops::compile_strs(&stops);
+    let compiled = if bytes >= DETACH_MIN_BYTES {
+        obj.py().detach(compile)
+    } else {
+        compile()
+    };
+    compiled.map_err(to_py_err)
+}
+
+/// Stop lists of at least this many bytes are compiled without the GIL.
+const DETACH_MIN_BYTES: usize = 2048;
+
+/// The items of `obj` (an iterable), refused with a `ValueError` naming
+/// `field` and `cap` when there are more than `cap`: before anything is
+/// materialized when `len()` tells, else after `cap + 1` items (an endless
+/// iterator ends there). "Not iterable" is a `TypeError` naming `field` and
+/// `what`; anything the caller's object raises propagates unchanged.
+fn take_capped<'py>(
+    obj: &Bound<'py, PyAny>,
+    field: &str,
+    what: &str,
+    cap: usize,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let over = |n: Option<usize>| {
+        let n = n.map_or_else(|| format!("more than {cap}"), |n| n.to_string());
+        PyValueError::new_err(format!(
+            "{field}: has {n} entries; at most {cap} are accepted"
+        ))
+    };
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        if list.len() > cap {
+            return Err(over(Some(list.len())));
+        }
+        return Ok(list.iter().collect());
+    }
+    known_len(obj, cap, &over)?;
+    let mut out = Vec::new();
+    for item in iter_of(obj, field, what)? {
+        if out.len() == cap {
+            return Err(over(None));
+        }
+        out.push(item?);
+    }
+    Ok(out)
+}
+
+/// Refuses `obj` when `len(obj)` says it has more than `cap` items (a length
+/// too large for an index counts as more). Objects without a length pass;
+/// an exception other than "no len" or "too large" propagates.
+fn known_len(
+    obj: &Bound<'_, PyAny>,
+    cap: usize,
+    over: &dyn Fn(Option<usize>) -> PyErr,
+) -> PyResult<()> {
+    if obj.is_instance_of::<PyString>() {
+        return Ok(());
+    }
+    match obj.len() {
+        Ok(n) if n > cap => Err(over(Some(n))),
+        Ok(_) => Ok(()),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(obj.py()) => {
+            Err(over(None))
+        }
+        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Compiles a sequence of regex patterns (a bare `str` is rejected, as for
@@ -131,13 +209,34 @@ fn compile_regexes(obj: &Bound<'_, PyAny>) -> PyResult<Arc<CoreRegexes>> {
             obj.extract::<String>().unwrap_or_default()
         )));
     }
-    let mut patterns = Vec::new();
-    for (i, item) in iter_of(obj, "stop_regex", "a sequence of str")?.enumerate() {
-        let item = item?;
-        let (s, _) = extract_str(&item, &|| format!("stop_regex[{i}]"))?;
+    let items = take_capped(
+        obj,
+        "stop_regex",
+        "a sequence of str",
+        limits::MAX_STOP_REGEXES,
+    )?;
+    let mut patterns = Vec::with_capacity(items.len());
+    let mut bytes = 0;
+    for (i, item) in items.iter().enumerate() {
+        let (s, _) = extract_str(item, &|| format!("stop_regex[{i}]"))?;
+        bytes += s.len();
+        if bytes > limits::MAX_STOP_REGEX_BYTES {
+            return Err(PyValueError::new_err(format!(
+                "stop_regex: totals more than {} UTF-8 bytes (at stop_regex[{i}]); at most {} are accepted",
+                limits::MAX_STOP_REGEX_BYTES,
+                limits::MAX_STOP_REGEX_BYTES
+            )));
+        }
         patterns.push(s.to_owned());
     }
-    CoreRegexes::compile(patterns).map_err(to_py_err)
+    if let Some(hit) = CoreRegexes::cached(&patterns) {
+        return hit.map_err(to_py_err);
+    }
+    // Building a DFA takes from tens of microseconds to the size limits'
+    // worth: never with the GIL held.
+    obj.py()
+        .detach(|| CoreRegexes::compile(patterns))
+        .map_err(to_py_err)
 }
 
 /// A compiled, immutable list of stop regexes (Rust regex syntax, one DFA),
@@ -460,11 +559,13 @@ fn _panic_for_tests(message: &str) -> PyResult<()> {
     panic!("{message}")
 }
 
-// The batch fast paths read list items without taking references, which is
-// sound only while the GIL keeps other threads off the caller's lists: a
-// free-threaded CPython keeps its GIL on for this module. (The default abi3
-// wheel does not load there at all; this matters for source builds.)
-#[pymodule(gil_used = true)]
+// The fast paths that read a caller's list items without taking references
+// hold the list's critical section (the GIL's job on a GIL build), the batch
+// step reads its pieces from a private copy, and the compiled lists and
+// caches are immutable or behind a Mutex: the module is safe without the
+// GIL. (The default abi3 wheel does not load on a free-threaded CPython;
+// this matters for source builds. docs/reliability.md, "Threads".)
+#[pymodule(gil_used = false)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStopStrings>()?;
     m.add_class::<PyStopMatcher>()?;
@@ -482,6 +583,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(to_openai_finish_reason, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    let caps = PyDict::new(m.py());
+    for (name, value) in limits::ALL {
+        caps.set_item(name, value)?;
+    }
+    m.add("LIMITS", caps)?;
     Ok(())
 }
 
@@ -506,43 +612,85 @@ fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u
     })
 }
 
-/// A sequence of token ids (list, tuple, any iterable of ints, or one int).
-fn extract_ids(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<u32>> {
-    extract_ids_named(obj, field, &|i| format!("{field}[{i}]"))
+/// A sequence of at most `cap` token ids (list, tuple, any iterable of
+/// ints, or one int).
+fn extract_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec<u32>> {
+    extract_ids_named(obj, field, cap, &|i| format!("{field}[{i}]"))
+}
+
+/// An empty Vec with room for `n` items, or `MemoryError`: a failed
+/// allocation in Rust would abort the process. `n` is capped by the caller.
+fn try_vec<T>(n: usize, field: &str) -> PyResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        pyo3::exceptions::PyMemoryError::new_err(format!(
+            "{field}: cannot allocate room for {n} entries"
+        ))
+    })?;
+    Ok(v)
+}
+
+/// The error for a sequence of more than `cap` entries (`n` when known).
+fn over_cap(field: &str, n: Option<usize>, cap: usize) -> PyErr {
+    let n = n.map_or_else(|| format!("more than {cap}"), |n| n.to_string());
+    PyValueError::new_err(format!(
+        "{field}: has {n} entries; at most {cap} are accepted"
+    ))
 }
 
 /// [`extract_ids`] with `name(i)` naming element i in errors.
 fn extract_ids_named(
     obj: &Bound<'_, PyAny>,
     field: &str,
+    cap: usize,
     name: &dyn Fn(usize) -> String,
 ) -> PyResult<Vec<u32>> {
     if let Ok(list) = obj.cast_exact::<PyList>() {
-        if let Some(ids) = list_ints_fast(list, |v| u32::try_from(v).ok()) {
+        if list.len() > cap {
+            return Err(over_cap(field, Some(list.len()), cap));
+        }
+        let room = try_vec(list.len(), field)?;
+        if let Some(ids) = list_ints_fast(list, |v| u32::try_from(v).ok(), room) {
             return Ok(ids);
         }
-        let mut out = Vec::with_capacity(list.len());
+        let mut out = try_vec(list.len(), field)?;
         for (i, item) in list.iter().enumerate() {
             out.push(extract_id(&item, &|| name(i))?);
         }
         return Ok(out);
     }
-    if let Some(ids) = buffer_ids(obj) {
+    if let Some(ids) = buffer_ids(obj, field, cap)? {
         return Ok(ids);
     }
     // One int (or int-like, as numpy integers are) for a one-token run.
-    if obj.is_instance_of::<pyo3::types::PyInt>()
-        || (obj.extract::<i64>().is_ok()
-            && !obj.is_instance_of::<PyString>()
-            && obj.try_iter().is_err())
-    {
+    if obj.is_instance_of::<pyo3::types::PyInt>() {
         return Ok(vec![extract_id(obj, &|| field.to_string())?]);
     }
+    if !obj.is_instance_of::<PyString>() {
+        match obj.extract::<i64>() {
+            Ok(_) if obj.try_iter().is_err() => {
+                return Ok(vec![extract_id(obj, &|| field.to_string())?])
+            }
+            Ok(_) => {}
+            Err(e) if !is_conversion_error(&e, obj.py()) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     let mut out = Vec::new();
     for (i, item) in iter_of(obj, field, "a sequence of ints")?.enumerate() {
+        if i == cap {
+            return Err(over_cap(field, None, cap));
+        }
         out.push(extract_id(&item?, &|| name(i))?);
     }
     Ok(out)
+}
+
+/// The errors of converting a value that is no int (TypeError) or too large
+/// (OverflowError); anything else came from the caller's code.
+fn is_conversion_error(e: &PyErr, py: Python<'_>) -> bool {
+    e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
 }
 
 /// An int that fits in i64: a wrong type is a TypeError, an int out of range
@@ -624,16 +772,10 @@ fn extract_piece_objects<'py>(
         })?;
         Ok(s)
     };
-    if let Ok(list) = obj.cast_exact::<PyList>() {
-        return list
-            .iter()
-            .enumerate()
-            .map(|(i, item)| one(i, item))
-            .collect();
-    }
-    iter_of(obj, field, "a sequence of str")?
+    take_capped(obj, field, "a sequence of str", limits::MAX_STEP_TOKENS)?
+        .into_iter()
         .enumerate()
-        .map(|(i, item)| one(i, item?))
+        .map(|(i, item)| one(i, item))
         .collect()
 }
 
@@ -642,6 +784,8 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
         let v = match obj.get_item(key) {
             Ok(v) => Some(v),
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(obj.py()) => None,
+            // Whatever else the caller's `__getitem__` raised is theirs.
+            Err(e) if !e.is_instance_of::<PyTypeError>(obj.py()) => return Err(e),
             Err(_) => {
                 return Err(PyTypeError::new_err(format!(
                     "repetition must be a mapping with keys max_pattern_size, min_pattern_size, min_count; got {}",
@@ -658,9 +802,16 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
         }
     };
     const KEYS: [&str; 3] = ["max_pattern_size", "min_pattern_size", "min_count"];
-    if let Ok(keys) = obj.call_method0("keys") {
-        for key in keys.try_iter()? {
-            let key = key?;
+    // A mapping's `keys()` is called and its errors propagate: a mapping
+    // whose keys cannot be listed is not silently taken as having none.
+    let keys = match obj.getattr("keys") {
+        Ok(keys) => Some(keys.call0()?),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(obj.py()) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(keys) = keys {
+        let keys = take_capped(&keys, "repetition.keys()", "an iterable of keys", 64)?;
+        for key in keys {
             let known = key
                 .extract::<String>()
                 .is_ok_and(|k| KEYS.contains(&k.as_str()));
@@ -726,7 +877,7 @@ impl PyStopParams {
     ) -> PyResult<Self> {
         let ids = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Vec<u32>> {
             match o {
-                Some(o) if !o.is_none() => extract_ids(o, field),
+                Some(o) if !o.is_none() => extract_ids(o, field, limits::MAX_STOP_TOKEN_IDS),
                 _ => Ok(Vec::new()),
             }
         };
@@ -1068,7 +1219,7 @@ impl PyFinishTracker {
         texts: Option<&Bound<'_, PyAny>>,
         grammar_terminated_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyStepResult> {
-        let ids = extract_ids(token_ids, "token_ids")?;
+        let ids = extract_ids(token_ids, "token_ids", limits::MAX_STEP_TOKENS)?;
 
         let g = match opt_list(grammar_terminated_at) {
             None => None,
@@ -1435,9 +1586,13 @@ impl PyFinishBatch {
 
     /// Whether `slot` holds a sequence (anything that is not an in-range int
     /// is simply not there).
-    fn __contains__(&self, slot: &Bound<'_, PyAny>) -> bool {
-        slot.extract::<i64>()
-            .is_ok_and(|s| self.inner.get(s).is_ok())
+    fn __contains__(&self, slot: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match slot.extract::<i64>() {
+            Ok(s) => Ok(self.inner.get(s).is_ok()),
+            // An exception from the caller's `__index__` is theirs.
+            Err(e) if !is_conversion_error(&e, slot.py()) => Err(e),
+            Err(_) => Ok(false),
+        }
     }
 
     /// Advances every listed slot by one engine step.
@@ -1478,11 +1633,11 @@ impl PyFinishBatch {
         let py = slots.py();
         let slots_v: Vec<i64> = match slots.cast::<PyRange>() {
             Ok(r) => range_values(r, self.inner.max_slots())?,
-            Err(_) => extract_i64s(slots, "slots")?,
+            Err(_) => extract_i64s(slots, "slots", self.inner.max_slots())?,
         };
         let runs = opt_list(run_lengths)
             .map(|r| {
-                extract_i64s(r, "run_lengths")?
+                extract_i64s(r, "run_lengths", self.inner.max_slots())?
                     .into_iter()
                     .enumerate()
                     .map(|(i, v)| {
@@ -1494,7 +1649,7 @@ impl PyFinishBatch {
             })
             .transpose()?;
         let grammar = opt_list(grammar_terminated_at)
-            .map(|g| extract_i64s(g, "grammar_terminated_at"))
+            .map(|g| extract_i64s(g, "grammar_terminated_at", self.inner.max_slots()))
             .transpose()?;
         // Errors in the flat arrays name the slot that owns the element.
         let owner = |field: &'static str| {
@@ -1504,7 +1659,12 @@ impl PyFinishBatch {
                 None => format!("{field}[{j}]"),
             }
         };
-        let ids = extract_ids_named(token_ids, "token_ids", &owner("token_ids"))?;
+        let ids = extract_ids_named(
+            token_ids,
+            "token_ids",
+            limits::MAX_STEP_TOKENS,
+            &owner("token_ids"),
+        )?;
         let texts = opt_list(texts);
         if let Some(dec) = self.detok.as_mut() {
             if texts.is_some() {
@@ -1657,14 +1817,22 @@ fn batch_step<'py>(
 fn with_pieces<'py, R>(
     texts: Option<&Bound<'py, PyAny>>,
     name: &dyn Fn(usize) -> String,
-    f: impl FnOnce(Option<&[&str]>, &[Borrowed<'_, 'py, PyAny>]) -> PyResult<R>,
+    mut f: impl FnOnce(Option<&[&str]>, &[Borrowed<'_, 'py, PyAny>]) -> PyResult<R>,
 ) -> PyResult<R> {
     let Some(texts) = texts else {
         return f(None, &[]);
     };
     if let Ok(list) = texts.cast_exact::<PyList>() {
-        // SAFETY: the views and items are used only inside `f` (see above).
-        if let Some(strs) = unsafe { list_strs_fast(list) } {
+        if list.len() > limits::MAX_STEP_TOKENS {
+            return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
+        }
+        // Without the GIL (a free-threaded build) another thread could change
+        // the list while the views borrow its items: the list's critical
+        // section keeps it still (a no-op on a GIL build).
+        let mut f_once = Some(f);
+        let done = pyo3::sync::critical_section::with_critical_section(list.as_any(), || {
+            // SAFETY: the views and items are used only inside `f` (see above).
+            let strs = unsafe { list_strs_fast(list) }?;
             let items: Vec<Borrowed<'_, 'py, PyAny>> = (0..strs.len())
                 // SAFETY: in bounds, and the list is unchanged since; the
                 // items are borrowed like the views.
@@ -1675,7 +1843,13 @@ fn with_pieces<'py, R>(
                     )
                 })
                 .collect();
-            return f(Some(&strs), &items);
+            f_once.take().map(|f| f(Some(&strs), &items))
+        });
+        match (done, f_once.take()) {
+            (Some(result), _) => return result,
+            (None, Some(g)) => f = g,
+            // `f` is taken only to run it, which gives a result.
+            (None, None) => return Err(PyRuntimeError::new_err("internal: pieces lost")),
         }
     }
     // Pieces of a `str` subclass are handed on as plain `str` copies.
@@ -1734,10 +1908,26 @@ fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> 
 /// The ints of a list, read through the C API without taking a reference per
 /// element (the hot path of `FinishBatch.step`). `None` when an element is
 /// not an int or `conv` rejects it; the caller's slow path then names it.
-fn list_ints_fast<T>(list: &Bound<'_, PyList>, conv: impl Fn(i64) -> Option<T>) -> Option<Vec<T>> {
+/// `out` comes with room for the list's items ([`try_vec`]).
+fn list_ints_fast<T>(
+    list: &Bound<'_, PyList>,
+    conv: impl Fn(i64) -> Option<T>,
+    out: Vec<T>,
+) -> Option<Vec<T>> {
+    // Items are borrowed one at a time: on a free-threaded build the list's
+    // critical section keeps other threads from freeing them meanwhile.
+    pyo3::sync::critical_section::with_critical_section(list.as_any(), || {
+        list_ints_locked(list, conv, out)
+    })
+}
+
+fn list_ints_locked<T>(
+    list: &Bound<'_, PyList>,
+    conv: impl Fn(i64) -> Option<T>,
+    mut out: Vec<T>,
+) -> Option<Vec<T>> {
     use pyo3::ffi;
     let n = list.len();
-    let mut out = Vec::with_capacity(n);
     for i in 0..n {
         // SAFETY: the list is alive for the call; PyList_GetItem bounds-checks
         // and returns a borrowed reference; PyLong_AsLongAndOverflow on an
@@ -1803,26 +1993,36 @@ unsafe fn list_strs_fast<'a>(list: &'a Bound<'_, PyList>) -> Option<Vec<&'a str>
     Some(strs)
 }
 
-fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
+/// At most `cap` ints (a longer sequence is refused naming `field`).
+fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec<i64>> {
     let one = |item: &Bound<'_, PyAny>, i: usize| -> PyResult<i64> {
         extract_int(item, &|| format!("{field}[{i}]"))
     };
     if let Ok(list) = obj.cast_exact::<PyList>() {
-        if let Some(v) = list_ints_fast(list, Some) {
+        if list.len() > cap {
+            return Err(over_cap(field, Some(list.len()), cap));
+        }
+        if let Some(v) = list_ints_fast(list, Some, try_vec(list.len(), field)?) {
             return Ok(v);
         }
-        let mut out = Vec::with_capacity(list.len());
+        let mut out = try_vec(list.len(), field)?;
         for (i, item) in list.iter().enumerate() {
             out.push(one(&item, i)?);
         }
         return Ok(out);
     }
-    if let Some(v) = buffer_i64s(obj) {
+    if let Some(v) = buffer_i64s(obj, field, cap)? {
         return Ok(v);
     }
+    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     iter_of(obj, field, "a sequence of ints")?
         .enumerate()
-        .map(|(i, x)| one(&x?, i))
+        .map(|(i, x)| {
+            if i == cap {
+                return Err(over_cap(field, None, cap));
+            }
+            one(&x?, i)
+        })
         .collect()
 }
 
@@ -1831,8 +2031,20 @@ fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<i64>> {
 /// read in one pass with no Python object per element. `None` when `obj`
 /// exports no such buffer (or a uint64 above `i64::MAX`); the caller's
 /// general path then iterates `obj` and names any bad element.
-fn buffer_i64s(obj: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
-    use pyo3::buffer::{ElementType, PyUntypedBuffer};
+fn buffer_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Option<Vec<i64>>> {
+    let Some(buf) = native_int_buffer(obj) else {
+        return Ok(None);
+    };
+    if buf.item_count() > cap {
+        return Err(over_cap(field, Some(buf.item_count()), cap));
+    }
+    Ok(read_int_buffer(&buf, try_vec(buf.item_count(), field)?))
+}
+
+/// `obj`'s buffer when it is one-dimensional, C-contiguous, aligned and of
+/// native-order integers, the kind [`read_int_buffer`] reads.
+fn native_int_buffer(obj: &Bound<'_, PyAny>) -> Option<pyo3::buffer::PyUntypedBuffer> {
+    use pyo3::buffer::PyUntypedBuffer;
     // SAFETY: a type check; it runs no Python code.
     if unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
         return None;
@@ -1849,50 +2061,69 @@ fn buffer_i64s(obj: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
     if buf.dimensions() != 1 || !buf.is_c_contiguous() || !native {
         return None;
     }
-    let (n, ptr) = (buf.item_count(), buf.buf_ptr());
     // A buffer may start at any byte (`np.frombuffer(..., offset=1)`); the
-    // slices below need their items aligned, so such a buffer goes the
+    // slices read need their items aligned, so such a buffer goes the
     // general way. Every item size here is its type's alignment.
-    if (ptr as usize) % buf.item_size().max(1) != 0 {
+    if (buf.buf_ptr() as usize) % buf.item_size().max(1) != 0 {
         return None;
     }
-    fn widen<E: Copy + Into<i64>>(ptr: *mut std::ffi::c_void, n: usize) -> Vec<i64> {
+    Some(buf)
+}
+
+/// The ints of a buffer accepted by [`native_int_buffer`]; `None` for an
+/// element type it does not read (or a uint64 above `i64::MAX`).
+/// `out` comes with room for the buffer's items ([`try_vec`]).
+fn read_int_buffer(buf: &pyo3::buffer::PyUntypedBuffer, out: Vec<i64>) -> Option<Vec<i64>> {
+    use pyo3::buffer::ElementType;
+    let (n, ptr) = (buf.item_count(), buf.buf_ptr());
+    fn widen<E: Copy + Into<i64>>(
+        ptr: *mut std::ffi::c_void,
+        n: usize,
+        mut out: Vec<i64>,
+    ) -> Vec<i64> {
         // SAFETY: the exporter guarantees `n` contiguous, aligned items of
         // this type at `ptr` while the buffer is held (by the caller), and
         // nothing here runs Python code that could resize it.
         let items = unsafe { std::slice::from_raw_parts(ptr as *const E, n) };
-        items.iter().map(|&e| e.into()).collect()
+        out.extend(items.iter().map(|&e| e.into()));
+        out
     }
     Some(
         match (ElementType::from_format(buf.format()), buf.item_size()) {
-            (ElementType::SignedInteger { bytes: 8 }, 8) => widen::<i64>(ptr, n),
-            (ElementType::SignedInteger { bytes: 4 }, 4) => widen::<i32>(ptr, n),
-            (ElementType::SignedInteger { bytes: 2 }, 2) => widen::<i16>(ptr, n),
-            (ElementType::SignedInteger { bytes: 1 }, 1) => widen::<i8>(ptr, n),
+            (ElementType::SignedInteger { bytes: 8 }, 8) => widen::<i64>(ptr, n, out),
+            (ElementType::SignedInteger { bytes: 4 }, 4) => widen::<i32>(ptr, n, out),
+            (ElementType::SignedInteger { bytes: 2 }, 2) => widen::<i16>(ptr, n, out),
+            (ElementType::SignedInteger { bytes: 1 }, 1) => widen::<i8>(ptr, n, out),
             (ElementType::UnsignedInteger { bytes: 8 }, 8) => {
                 // SAFETY: as in `widen`.
                 let items = unsafe { std::slice::from_raw_parts(ptr as *const u64, n) };
                 if items.iter().any(|&e| e > i64::MAX as u64) {
                     return None;
                 }
-                items.iter().map(|&e| e as i64).collect()
+                let mut out = out;
+                out.extend(items.iter().map(|&e| e as i64));
+                out
             }
-            (ElementType::UnsignedInteger { bytes: 4 }, 4) => widen::<u32>(ptr, n),
-            (ElementType::UnsignedInteger { bytes: 2 }, 2) => widen::<u16>(ptr, n),
-            (ElementType::UnsignedInteger { bytes: 1 }, 1) => widen::<u8>(ptr, n),
+            (ElementType::UnsignedInteger { bytes: 4 }, 4) => widen::<u32>(ptr, n, out),
+            (ElementType::UnsignedInteger { bytes: 2 }, 2) => widen::<u16>(ptr, n, out),
+            (ElementType::UnsignedInteger { bytes: 1 }, 1) => widen::<u8>(ptr, n, out),
             _ => return None,
         },
     )
 }
 
 /// [`buffer_i64s`] for token ids: `None` also when one is outside `u32`.
-fn buffer_ids(obj: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
-    let v = buffer_i64s(obj)?;
+fn buffer_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Option<Vec<u32>>> {
+    let Some(v) = buffer_i64s(obj, field, cap)? else {
+        return Ok(None);
+    };
     // Two branch-free passes the compiler vectorizes.
     if v.iter().any(|&x| u32::try_from(x).is_err()) {
-        return None;
+        return Ok(None);
     }
-    Some(v.iter().map(|&x| x as u32).collect())
+    let mut out = try_vec(v.len(), field)?;
+    out.extend(v.iter().map(|&x| x as u32));
+    Ok(Some(out))
 }
 
 /// Maps stopline's finish_reason to the OpenAI API's: "stop" becomes

@@ -63,10 +63,8 @@
 //! That is the price of never streaming text a later match cuts away; a caller
 //! who prefers to stream should bound the pattern (`.{0,200}`).
 
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use lru::LruCache;
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson;
 use regex_automata::util::primitives::StateID;
@@ -76,18 +74,31 @@ use regex_automata::{Anchored, MatchKind};
 use regex_syntax::hir::Hir;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::cache::{list_hash, lock, ByteLru, HeapBytes};
+pub use crate::cache::{CACHE_CAPACITY, CACHE_MAX_BYTES};
 use crate::error::Error;
+use crate::limits;
 use crate::stop_strings::{char_len, StopMatch};
 
+/// Refuses a list over the caps of [`limits`] before anything is parsed.
+fn check_regex_list(patterns: &[String]) -> Result<(), Error> {
+    limits::check_count("stop_regex", patterns.len(), limits::MAX_STOP_REGEXES)?;
+    let total = patterns.iter().map(String::len).sum();
+    limits::check_bytes("stop_regex", total, limits::MAX_STOP_REGEX_BYTES)
+}
+
 /// Largest DFA (transition table and match data) a stop-regex list may
-/// compile to, in bytes.
-pub const DFA_SIZE_LIMIT: usize = 4 << 20;
+/// compile to, in bytes. With [`DETERMINIZE_SIZE_LIMIT`] (the state sets
+/// kept while building, whose hashing is most of the time) it bounds the
+/// time of any build, accepted or refused (docs/errors.md, "Caps").
+pub const DFA_SIZE_LIMIT: usize = 512 << 10;
 
 /// Heap the determinization of one list may use, in bytes.
-pub const DETERMINIZE_SIZE_LIMIT: usize = 16 << 20;
+pub const DETERMINIZE_SIZE_LIMIT: usize = 512 << 10;
 
-/// Number of distinct regex lists the process-wide cache keeps.
-pub const CACHE_CAPACITY: usize = 256;
+/// Largest Thompson NFA of one list, in bytes (the work per DFA state grows
+/// with it).
+pub const NFA_SIZE_LIMIT: usize = 256 << 10;
 
 /// Threads beyond which duplicate states are found with a hash set instead of
 /// a linear scan.
@@ -124,16 +135,32 @@ pub struct StopRegexMatcher {
     include_in_output: bool,
 }
 
-fn cache() -> &'static Mutex<LruCache<Vec<String>, Arc<StopRegexes>>> {
-    static CACHE: OnceLock<Mutex<LruCache<Vec<String>, Arc<StopRegexes>>>> = OnceLock::new();
-    CACHE.get_or_init(|| {
-        Mutex::new(LruCache::new(
-            NonZeroUsize::new(CACHE_CAPACITY).expect("nonzero capacity"),
-        ))
-    })
+/// A compiled list or the error it was rejected with: rejections are cached
+/// too, so a client repeating a list that takes long to reject pays once.
+#[derive(Clone)]
+struct Compiled {
+    patterns: Arc<[String]>,
+    result: Result<Arc<StopRegexes>, Error>,
 }
 
-fn dfa_builder() -> dense::Builder {
+impl HeapBytes for Compiled {
+    fn heap_bytes(&self) -> usize {
+        let strings: usize = self.patterns.iter().map(String::capacity).sum();
+        strings
+            + match &self.result {
+                Ok(rx) => rx.memory_usage() + strings,
+                Err(e) => e.heap_bytes(),
+            }
+    }
+}
+
+/// The process-wide cache ([`crate::cache`]'s policy).
+fn cache() -> &'static Mutex<ByteLru<Compiled>> {
+    static CACHE: OnceLock<Mutex<ByteLru<Compiled>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(ByteLru::new(CACHE_CAPACITY, CACHE_MAX_BYTES)))
+}
+
+fn dfa_builder(dfa_limit: usize) -> dense::Builder {
     let mut b = dense::Builder::new();
     b.configure(
         dense::Config::new()
@@ -142,7 +169,7 @@ fn dfa_builder() -> dense::Builder {
             .starts_for_each_pattern(false)
             .accelerate(false)
             .minimize(false)
-            .dfa_size_limit(Some(DFA_SIZE_LIMIT))
+            .dfa_size_limit(Some(dfa_limit))
             .determinize_size_limit(Some(DETERMINIZE_SIZE_LIMIT)),
     );
     b
@@ -153,20 +180,24 @@ fn nfa_compiler() -> thompson::Compiler {
     c.configure(
         thompson::Config::new()
             .which_captures(thompson::WhichCaptures::None)
-            .nfa_size_limit(Some(DFA_SIZE_LIMIT)),
+            .nfa_size_limit(Some(NFA_SIZE_LIMIT)),
     );
     c
 }
 
-/// Builds the DFA of `hirs`; `Err(true)` when a size limit was exceeded,
-/// `Err(false)` with the message for any other failure.
-fn build(hirs: &[Hir]) -> Result<dense::DFA<Vec<u32>>, (bool, String)> {
+/// A failed build: the size limit in bytes it exceeded (`None` for any other
+/// failure) and the message.
+type BuildError = (Option<usize>, String);
+
+/// Builds the DFA of `hirs` under the limits above.
+fn build(hirs: &[Hir]) -> Result<dense::DFA<Vec<u32>>, BuildError> {
     let nfa = nfa_compiler()
         .build_many_from_hir(hirs)
-        .map_err(|e| (e.size_limit().is_some(), e.to_string()))?;
-    dfa_builder()
+        .map_err(|e| (e.size_limit(), e.to_string()))?;
+    let limit = DFA_SIZE_LIMIT;
+    dfa_builder(limit)
         .build_from_nfa(&nfa)
-        .map_err(|e| (e.is_size_limit_exceeded(), e.to_string()))
+        .map_err(|e| (e.is_size_limit_exceeded().then_some(limit), e.to_string()))
 }
 
 impl StopRegexes {
@@ -176,19 +207,34 @@ impl StopRegexes {
     /// # Errors
     /// See [`StopRegexes::new`].
     pub fn compile(patterns: Vec<String>) -> Result<Arc<StopRegexes>, Error> {
-        if let Some(hit) = cache()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&patterns)
-        {
-            return Ok(Arc::clone(hit));
+        if let Some(hit) = Self::cached(&patterns) {
+            return hit;
         }
-        let compiled = Arc::new(StopRegexes::new(patterns.clone())?);
-        cache()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .put(patterns, Arc::clone(&compiled));
-        Ok(compiled)
+        check_regex_list(&patterns)?;
+        let key = list_hash(&patterns);
+        let patterns: Arc<[String]> = patterns.into();
+        let result = StopRegexes::new(patterns.to_vec()).map(Arc::new);
+        lock(cache()).insert(
+            key,
+            Compiled {
+                patterns,
+                result: result.clone(),
+            },
+        );
+        result
+    }
+
+    /// What [`compile`](Self::compile) gives for `patterns` if the cache
+    /// holds it (a compiled list or its rejection); the cheap part of a
+    /// compile, which a caller can run before deciding to give up the GIL.
+    pub fn cached(patterns: &[String]) -> Option<Result<Arc<StopRegexes>, Error>> {
+        if let Err(e) = check_regex_list(patterns) {
+            return Some(Err(e));
+        }
+        let key = list_hash(patterns);
+        lock(cache())
+            .get(key, |c| *c.patterns == *patterns)
+            .map(|c| c.result)
     }
 
     /// Compiles `patterns` without consulting the cache.
@@ -199,6 +245,7 @@ impl StopRegexes {
     /// string, [`Error::RegexTooLarge`] when the DFA would exceed the size
     /// limits; each names the pattern.
     pub fn new(patterns: Vec<String>) -> Result<StopRegexes, Error> {
+        check_regex_list(&patterns)?;
         let mut hirs = Vec::with_capacity(patterns.len());
         for (index, p) in patterns.iter().enumerate() {
             let hir = syntax::parse(p).map_err(|e| Error::RegexInvalid {
@@ -226,9 +273,7 @@ impl StopRegexes {
         }
         let dfa = match build(&hirs) {
             Ok(dfa) => dfa,
-            Err((too_large, message)) => {
-                return Err(Self::blame(&patterns, &hirs, too_large, message))
-            }
+            Err(failure) => return Err(Self::blame(&patterns, &hirs, failure)),
         };
         let mut starts = Vec::with_capacity(257);
         for prev in std::iter::once(None).chain((0..=255u8).map(Some)) {
@@ -250,35 +295,40 @@ impl StopRegexes {
         })
     }
 
-    /// Turns a failed list build into an error naming one pattern: the first
-    /// that fails alone, else the first whose addition breaks the limit.
-    fn blame(patterns: &[String], hirs: &[Hir], too_large: bool, message: String) -> Error {
-        let named = |index: usize, too_large: bool, message: String| {
-            if too_large {
-                Error::RegexTooLarge {
-                    index,
-                    pattern: patterns[index].clone(),
-                    limit: DFA_SIZE_LIMIT,
-                }
-            } else {
-                Error::RegexInvalid {
-                    index,
-                    pattern: patterns[index].clone(),
-                    message,
-                }
-            }
+    /// Turns a failed list build into an error naming one pattern: the
+    /// first `i` such that `patterns[..=i]` fails, found by bisection (a
+    /// larger prefix never needs a smaller DFA), so a rejection costs at most
+    /// about log2(n) + 1 more builds, each cut off by the size limits.
+    fn blame(patterns: &[String], hirs: &[Hir], failure: BuildError) -> Error {
+        let named = |index: usize, (limit, message): BuildError| match limit {
+            Some(limit) => Error::RegexTooLarge {
+                index,
+                pattern: patterns[index].clone(),
+                limit,
+            },
+            None => Error::RegexInvalid {
+                index,
+                pattern: patterns[index].clone(),
+                message,
+            },
         };
-        for i in 0..hirs.len() {
-            if let Err((t, m)) = build(&hirs[i..=i]) {
-                return named(i, t, m);
+        // Invariant: patterns[..=hi] fails (with `failure`), patterns[..lo] builds.
+        let (mut lo, mut hi) = (0, hirs.len().saturating_sub(1));
+        if hirs.is_empty() {
+            return Error::Build(failure.1);
+        }
+        let mut failure = failure;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match build(&hirs[..=mid]) {
+                Ok(_) => lo = mid + 1,
+                Err(e) => {
+                    hi = mid;
+                    failure = e;
+                }
             }
         }
-        for i in 1..hirs.len() {
-            if let Err((t, m)) = build(&hirs[..=i]) {
-                return named(i, t, m);
-            }
-        }
-        named(0, too_large, message)
+        named(hi, failure)
     }
 
     /// A fresh per-sequence matcher.

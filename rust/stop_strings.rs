@@ -44,35 +44,41 @@
 //! assert_eq!((hit.index, hit.start, hit.end, hit.truncate_to), (0, 1, 3, 1));
 //! ```
 
-use std::hash::{Hash, Hasher};
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use aho_corasick::automaton::{Automaton, StateID};
 use aho_corasick::nfa::contiguous;
 use aho_corasick::{Anchored, MatchKind};
-use lru::LruCache;
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHashMap;
 
+use crate::cache::{list_hash, lock, ByteLru, HeapBytes};
 use crate::error::Error;
+use crate::limits;
 use crate::stop_dfa::StopDfa;
+
+/// Refuses a list with an empty string or over the caps of [`limits`]; the
+/// one check before anything is hashed, copied or built from a list.
+pub(crate) fn check_stop_list<S: AsRef<str>>(stops: &[S]) -> Result<(), Error> {
+    limits::check_count("stop", stops.len(), limits::MAX_STOP_STRINGS)?;
+    if let Some(index) = stops.iter().position(|s| s.as_ref().is_empty()) {
+        return Err(Error::EmptyStop { index });
+    }
+    let total = stops.iter().map(|s| s.as_ref().len()).sum();
+    limits::check_bytes("stop", total, limits::MAX_STOP_BYTES)
+}
 
 /// Lists whose stop strings total at most this many UTF-8 bytes are compiled
 /// to a DFA; larger ones to a contiguous NFA.
 pub const DFA_MAX_PATTERN_BYTES: usize = 16 * 1024;
 
-/// Number of distinct stop lists the process-wide cache keeps.
-pub const CACHE_CAPACITY: usize = 1024;
-
-/// Heap bytes of compiled lists the cache keeps at most (least recently used
-/// out first): a stream of distinct large lists cannot grow it without bound.
-pub const CACHE_MAX_BYTES: usize = 256 << 20;
+pub use crate::cache::{CACHE_CAPACITY, CACHE_MAX_BYTES};
 
 enum Engine {
     Dfa(StopDfa),
     /// With the hold-back of each state reachable at a code-point boundary
-    /// that holds anything back.
-    Nfa(contiguous::NFA, FxHashMap<u32, usize>),
+    /// that holds anything back, and, when the list has duplicates, the list
+    /// index of each of the NFA's (distinct) patterns.
+    Nfa(contiguous::NFA, FxHashMap<u32, usize>, Option<Vec<u32>>),
 }
 
 /// A compiled, immutable list of stop strings.
@@ -163,69 +169,31 @@ pub(crate) fn byte_offset_from_end(s: &str, k: usize) -> usize {
     }
 }
 
-/// The process-wide cache, keyed by a hash of the list; a hit is confirmed
-/// by comparing the strings, so a collision only costs a recompile. Bounded
-/// by [`CACHE_CAPACITY`] lists and [`CACHE_MAX_BYTES`].
-struct ListCache {
-    lists: LruCache<u64, Arc<StopStrings>>,
-    bytes: usize,
-    max_bytes: usize,
-}
-
-impl ListCache {
-    fn new(capacity: usize, max_bytes: usize) -> Self {
-        ListCache {
-            lists: LruCache::new(NonZeroUsize::new(capacity).expect("nonzero capacity")),
-            bytes: 0,
-            max_bytes,
-        }
-    }
-
-    fn insert(&mut self, key: u64, list: Arc<StopStrings>) {
-        self.bytes += list.heap_bytes();
-        if let Some((_, old)) = self.lists.push(key, list) {
-            self.bytes -= old.heap_bytes();
-        }
-        while self.bytes > self.max_bytes && self.lists.len() > 1 {
-            if let Some((_, old)) = self.lists.pop_lru() {
-                self.bytes -= old.heap_bytes();
-            }
-        }
+impl HeapBytes for Arc<StopStrings> {
+    fn heap_bytes(&self) -> usize {
+        StopStrings::heap_bytes(self)
     }
 }
 
-fn cache() -> &'static Mutex<ListCache> {
-    static CACHE: OnceLock<Mutex<ListCache>> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(ListCache::new(CACHE_CAPACITY, CACHE_MAX_BYTES)))
-}
-
-fn lock_cache() -> std::sync::MutexGuard<'static, ListCache> {
-    cache().lock().unwrap_or_else(|e| e.into_inner())
+/// The process-wide cache ([`crate::cache`]'s policy), keyed by a hash of the
+/// list; a hit is confirmed by comparing the strings.
+fn cache() -> &'static Mutex<ByteLru<Arc<StopStrings>>> {
+    static CACHE: OnceLock<Mutex<ByteLru<Arc<StopStrings>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(ByteLru::new(CACHE_CAPACITY, CACHE_MAX_BYTES)))
 }
 
 /// The cached list under `key` if it is exactly `stops`.
 fn cached<S: AsRef<str>>(key: u64, stops: &[S]) -> Option<Arc<StopStrings>> {
-    let mut cache = lock_cache();
-    let hit = cache.lists.get(&key)?;
-    let same =
-        hit.stops.len() == stops.len() && hit.stops.iter().zip(stops).all(|(a, b)| a == b.as_ref());
-    same.then(|| Arc::clone(hit))
+    lock(cache()).get(key, |hit| {
+        hit.stops.len() == stops.len() && hit.stops.iter().zip(stops).all(|(a, b)| a == b.as_ref())
+    })
 }
 
 /// Compiles `stops` and caches it under `key`.
 fn insert(key: u64, stops: Vec<String>) -> Result<Arc<StopStrings>, Error> {
     let compiled = Arc::new(StopStrings::new(stops)?);
-    lock_cache().insert(key, Arc::clone(&compiled));
+    lock(cache()).insert(key, Arc::clone(&compiled));
     Ok(compiled)
-}
-
-fn list_hash<S: AsRef<str>>(stops: &[S]) -> u64 {
-    let mut h = FxHasher::default();
-    h.write_usize(stops.len());
-    for s in stops {
-        s.as_ref().hash(&mut h);
-    }
-    h.finish()
 }
 
 impl StopStrings {
@@ -256,11 +224,21 @@ impl StopStrings {
         }
     }
 
+    /// The cached compile of `stops`, if any: the cheap part of
+    /// [`compile_strs`](Self::compile_strs), which a caller can run before
+    /// deciding to give up the GIL for the rest.
+    pub fn cached_strs(stops: &[&str]) -> Option<Arc<StopStrings>> {
+        cached(list_hash(stops), stops)
+    }
+
     /// Compiles `stops` without consulting the cache.
+    ///
+    /// # Errors
+    /// As [`compile`](Self::compile); lists over [`limits::MAX_STOP_STRINGS`]
+    /// strings or [`limits::MAX_STOP_BYTES`] bytes are refused
+    /// ([`Error::Param`]) before anything is built.
     pub fn new(stops: Vec<String>) -> Result<StopStrings, Error> {
-        if let Some(index) = stops.iter().position(|s| s.is_empty()) {
-            return Err(Error::EmptyStop { index });
-        }
+        check_stop_list(&stops)?;
         let total: usize = stops.iter().map(String::len).sum();
         let dfa = (total <= DFA_MAX_PATTERN_BYTES)
             .then(|| StopDfa::new(&stops))
@@ -268,21 +246,36 @@ impl StopStrings {
         let (engine, start) = if let Some(dfa) = dfa {
             (Engine::Dfa(dfa), StopDfa::START)
         } else {
+            // The crate's NFA keeps every pattern that ends at a state: n
+            // copies of one string would make each match cost O(n). A
+            // duplicate never wins (ties go to the lowest index), so only
+            // first occurrences go in, mapped back to their list index.
+            let mut first: FxHashMap<&str, u32> = FxHashMap::default();
+            let mut unique: Vec<&str> = Vec::new();
+            let mut index_of: Vec<u32> = Vec::new();
+            for (i, s) in stops.iter().enumerate() {
+                first.entry(s.as_str()).or_insert_with(|| {
+                    unique.push(s.as_str());
+                    index_of.push(i as u32);
+                    i as u32
+                });
+            }
             let nfa = contiguous::NFA::builder()
                 .match_kind(MatchKind::Standard)
                 .prefilter(false)
-                .build(&stops)
+                .build(&unique)
                 .map_err(|e| Error::Build(e.to_string()))?;
             let start = nfa
                 .start_state(Anchored::No)
                 .map_err(|e| Error::Build(e.to_string()))?
                 .as_u32();
-            let holdback = nfa_holdback_table(&nfa, start, &stops);
-            (Engine::Nfa(nfa, holdback), start)
+            let holdback = nfa_holdback_table(&nfa, start, &unique);
+            let index_of = (unique.len() < stops.len()).then_some(index_of);
+            (Engine::Nfa(nfa, holdback, index_of), start)
         };
         let never_holds_back = match &engine {
             Engine::Dfa(d) => d.never_holds_back(),
-            Engine::Nfa(_, h) => h.is_empty(),
+            Engine::Nfa(_, h, _) => h.is_empty(),
         };
         let stop_chars: Vec<usize> = stops.iter().map(|s| char_len(s)).collect();
         let max_stop_chars = stop_chars.iter().copied().max().unwrap_or(0);
@@ -300,7 +293,7 @@ impl StopStrings {
     fn step(&self, sid: u32, bytes: &[u8]) -> u32 {
         match &self.engine {
             Engine::Dfa(a) => a.step(sid, bytes),
-            Engine::Nfa(a, _) => step_only(a, sid, bytes),
+            Engine::Nfa(a, ..) => step_only(a, sid, bytes),
         }
     }
 
@@ -308,7 +301,11 @@ impl StopStrings {
     fn scan(&self, sid: u32, bytes: &[u8]) -> (u32, Option<(usize, usize)>) {
         match &self.engine {
             Engine::Dfa(a) => a.scan(sid, bytes),
-            Engine::Nfa(a, _) => scan(a, sid, bytes),
+            Engine::Nfa(a, _, None) => scan(a, sid, bytes),
+            Engine::Nfa(a, _, Some(index_of)) => {
+                let (sid, hit) = scan(a, sid, bytes);
+                (sid, hit.map(|(end, i)| (end, index_of[i] as usize)))
+            }
         }
     }
 
@@ -356,7 +353,9 @@ impl StopStrings {
     pub fn memory_usage(&self) -> usize {
         match &self.engine {
             Engine::Dfa(a) => a.memory_usage(),
-            Engine::Nfa(a, h) => a.memory_usage() + h.capacity() * 16,
+            Engine::Nfa(a, h, ix) => {
+                a.memory_usage() + h.capacity() * 16 + ix.as_ref().map_or(0, |v| 4 * v.len())
+            }
         }
     }
 
@@ -411,11 +410,7 @@ impl StopStrings {
 /// For every NFA state at a code-point boundary along some stop string: the
 /// longest suffix of its string that is a proper prefix of some stop string,
 /// in code points. States that hold nothing back are left out.
-fn nfa_holdback_table(
-    nfa: &contiguous::NFA,
-    start: u32,
-    stops: &[String],
-) -> FxHashMap<u32, usize> {
+fn nfa_holdback_table(nfa: &contiguous::NFA, start: u32, stops: &[&str]) -> FxHashMap<u32, usize> {
     let mut table = FxHashMap::default();
     // Nodes that are a complete stop string but no proper prefix of one,
     // with their string; resolved below through their failure suffix.
@@ -430,7 +425,7 @@ fn nfa_holdback_table(
             if end < stop.len() {
                 table.insert(sid, chars + 1);
             } else {
-                complete_only.push((sid, stop.as_str()));
+                complete_only.push((sid, stop));
             }
         }
     }
@@ -508,7 +503,7 @@ impl StopMatcher {
             Engine::Dfa(d) => d.holdback(self.state),
             // Most steps end outside every stop-string prefix: skip the lookup.
             Engine::Nfa(..) if self.state == self.stops.start => 0,
-            Engine::Nfa(_, h) => h.get(&self.state).copied().unwrap_or(0),
+            Engine::Nfa(_, h, _) => h.get(&self.state).copied().unwrap_or(0),
         }
     }
 
@@ -654,59 +649,57 @@ mod tests {
 
     #[test]
     fn large_lists_use_the_nfa() {
-        let stops: Vec<String> = (0..5000).map(|i| format!("stop-{i:05}")).collect();
+        let stops: Vec<String> = (0..1000)
+            .map(|i| format!("stop-{i:05}-padding!!"))
+            .collect();
         let s = StopStrings::new(stops).unwrap();
         assert!(matches!(s.engine, Engine::Nfa(..)));
         let s = Arc::new(s);
         let mut m = s.matcher(false);
         assert!(m.feed("xx stop-0").is_none());
         assert_eq!(m.holdback(), 6);
-        let hit = m.feed("4999 yy").unwrap();
-        assert_eq!((hit.index, hit.start), (4999, 3));
+        let hit = m.feed("0999-padding!! yy").unwrap();
+        assert_eq!((hit.index, hit.start), (999, 3));
     }
 
     #[test]
-    fn the_cache_is_bounded_by_bytes_and_count() {
-        let list = |i: usize, n: usize| -> Arc<StopStrings> {
-            Arc::new(StopStrings::new((0..n).map(|k| format!("<{i}-{k}>")).collect()).unwrap())
-        };
-        let one = list(0, 50).heap_bytes();
-        let mut c = ListCache::new(8, 3 * one + one / 2);
-        for i in 0..6 {
-            c.insert(i as u64, list(i, 50));
-            assert!(c.bytes <= 3 * one + one / 2 && c.lists.len() <= 3);
-        }
-        // The newest three stay; replacing a key keeps the count exact.
-        assert!(c.lists.contains(&5) && c.lists.contains(&3) && !c.lists.contains(&2));
-        c.insert(5, list(5, 50));
-        assert_eq!(c.lists.len(), 3);
-        let bytes: usize = c.lists.iter().map(|(_, l)| l.heap_bytes()).sum();
-        assert_eq!(c.bytes, bytes);
-        let mut small = ListCache::new(2, usize::MAX);
-        for i in 0..5 {
-            small.insert(i, list(i as usize, 2));
-        }
-        assert_eq!(small.lists.len(), 2);
-        // A list larger than the whole budget is still kept (alone).
-        let mut tiny = ListCache::new(8, 1);
-        tiny.insert(1, list(1, 3));
-        tiny.insert(2, list(2, 3));
-        assert_eq!(tiny.lists.len(), 1);
+    fn duplicates_report_their_first_index_on_the_nfa() {
+        // 1000 copies over the DFA's byte bound: the NFA gets one pattern.
+        let mut stops = vec!["x".repeat(30); 1000];
+        stops[3] = "yy".into();
+        stops.push("yy".into());
+        let s = Arc::new(StopStrings::new(stops).unwrap());
+        assert!(matches!(s.engine, Engine::Nfa(_, _, Some(_))));
+        let mut m = s.matcher(false);
+        assert_eq!(m.feed("a yy").unwrap().index, 3);
+        assert_eq!(m.feed(&"x".repeat(30)).unwrap().index, 0);
+    }
+
+    #[test]
+    fn lists_over_the_caps_are_refused() {
+        let too_many = vec!["a".to_string(); limits::MAX_STOP_STRINGS + 1];
+        let e = StopStrings::new(too_many).err().unwrap();
+        assert!(e.to_string().starts_with("stop: has 1025 entries"), "{e}");
+        let too_long = vec!["a".repeat(limits::MAX_STOP_BYTES + 1)];
+        let e = StopStrings::compile(too_long).err().unwrap();
+        assert!(e.to_string().contains("at most 65536"), "{e}");
+        let at_cap = vec!["ab".repeat(limits::MAX_STOP_BYTES / 2)];
+        assert!(StopStrings::new(at_cap).is_ok());
     }
 
     #[test]
     fn a_list_whose_dfa_would_be_huge_uses_the_nfa() {
         // ~16 KiB over ~190 distinct bytes: a dense table would be ~4M entries.
         let chars: Vec<char> = ('!'..='~').chain('\u{a1}'..='\u{7ff}').collect();
-        let stops: Vec<String> = (0..1300)
+        let stops: Vec<String> = (0..1000)
             .map(|i| (0..6).map(|k| chars[(i * 6 + k) % chars.len()]).collect())
             .collect();
         assert!(stops.iter().map(String::len).sum::<usize>() <= DFA_MAX_PATTERN_BYTES);
         let s = Arc::new(StopStrings::new(stops.clone()).unwrap());
         assert!(matches!(s.engine, Engine::Nfa(..)));
         let mut m = s.matcher(false);
-        let hit = m.feed(&format!("x{}y", stops[1234])).unwrap();
-        assert_eq!((hit.index, hit.start), (1234, 1));
+        let hit = m.feed(&format!("x{}y", stops[999])).unwrap();
+        assert_eq!((hit.index, hit.start), (999, 1));
     }
 
     fn alphabet() -> impl Strategy<Value = char> {

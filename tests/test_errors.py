@@ -21,6 +21,7 @@ reproduction, in docs/errors.md.
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 import sys
@@ -44,7 +45,7 @@ FT = stopline.FinishTracker
 FB = stopline.FinishBatch
 
 BIG = 10_000_000  # code points in an "enormous" text
-MANY = 100_000  # stop strings in an "enormous" list
+MANY = stopline.LIMITS["max_stop_strings"]  # stop strings in an "enormous" list (the cap)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,13 @@ def failing_source() -> Any:
     exception must come through unchanged."""
     yield "a"
     raise LookupError("the caller's source failed")
+
+
+class RaisingKeys(dict):  # type: ignore[type-arg]
+    """A mapping whose ``keys()`` fails: the failure must come through."""
+
+    def keys(self) -> Any:
+        raise LookupError("the caller's keys() failed")
 
 
 def many_stops() -> list[str]:
@@ -175,13 +183,22 @@ ROWS: list[Row] = [
         "stop[1] is not valid Unicode (it contains a lone surrogate)"),
     Row("StopStrings", "the iterable raises midway", lambda: SS(failing_source()), LookupError,
         "the caller's source failed"),
-    Row("StopStrings", "enormous: 100,000 stop strings", lambda: SS(many_stops()), None,
-        "accepted; len() == 100,000 and the last string matches",
-        check=lambda s: len(s) == MANY and s.matcher().feed("xx stop-099999|").index == MANY - 1),
-    Row("StopStrings", "enormous: one stop string of 1,000,000 code points",
-        lambda: SS(["é" * 1_000_000]).matcher().feed("é" * 1_000_000), None,
-        "accepted; matches at [0, 1,000,000)",
-        check=lambda m: (m.start, m.end) == (0, 1_000_000)),
+    Row("StopStrings", "enormous: 1,024 stop strings (the cap)", lambda: SS(many_stops()), None,
+        "accepted; len() == 1,024 and the last string matches",
+        check=lambda s: len(s) == MANY and s.matcher().feed("xx stop-001023|").index == MANY - 1),
+    Row("StopStrings", "over the cap: 1,025 stop strings", lambda: SS(many_stops() + ["x"]), ValueError,
+        "stop: has 1025 entries; at most 1024 are accepted"),
+    Row("StopStrings", "over the cap: range(2**40)", lambda: SS(range(2**40)), ValueError,
+        "stop: has 1099511627776 entries; at most 1024 are accepted"),
+    Row("StopStrings", "over the cap: an endless iterator", lambda: SS(itertools.repeat("a")), ValueError,
+        "stop: has more than 1024 entries; at most 1024 are accepted"),
+    Row("StopStrings", "over the cap: one stop string of 1,000,000 code points",
+        lambda: SS(["é" * 1_000_000]), ValueError,
+        "stop: totals more than 65536 UTF-8 bytes (at stop[0]); at most 65536 are accepted"),
+    Row("StopStrings", "enormous: one stop string of 32,768 code points (64 KiB, the cap)",
+        lambda: SS(["é" * 32_768]).matcher().feed("é" * 40_000), None,
+        "accepted; matches at [0, 32,768)",
+        check=lambda m: (m.start, m.end) == (0, 32_768)),
     Row("StopStrings.matcher", "include_in_output is not a bool", lambda: SS(["a"]).matcher("yes"),
         TypeError, "include_in_output"),
     Row("StopStrings.check", "output_text is not a str", lambda: SS(["a"]).check(5, 0), TypeError,
@@ -214,10 +231,10 @@ ROWS: list[Row] = [
         lambda: SS(["END", "x"]).matcher().feed("日" * BIG + "END"), None,
         "accepted; match at code points [10,000,000, 10,000,003)",
         check=lambda m: (m.index, m.start, m.end) == (0, BIG, BIG + 3)),
-    Row("StopMatcher.feed", "enormous: a 10 MB delta against 100,000 stop strings",
-        lambda: SS(many_stops()).matcher().feed("z" * BIG + "stop-054321|"), None,
-        "accepted; matches stop[54321] at 10,000,000",
-        check=lambda m: (m.index, m.start) == (54321, BIG)),
+    Row("StopMatcher.feed", "enormous: a 10 MB delta against 1,024 stop strings",
+        lambda: SS(many_stops()).matcher().feed("z" * BIG + "stop-000543|"), None,
+        "accepted; matches stop[543] at 10,000,000",
+        check=lambda m: (m.index, m.start) == (543, BIG)),
     # check_stop_strings
     Row("check_stop_strings", "output_text is not a str", lambda: stopline.check_stop_strings(5, 0, ["a"], False),
         TypeError, "output_text must be str, got int"),
@@ -233,7 +250,7 @@ ROWS: list[Row] = [
         TypeError, "include_in_output"),
     Row("check_stop_strings", "include_in_output is not a bool",
         lambda: stopline.check_stop_strings("ab", 1, ["a"], "x"), TypeError, "include_in_output"),
-    Row("check_stop_strings", "enormous: 100,000 stop strings, 10 MB text",
+    Row("check_stop_strings", "enormous: 1,024 stop strings, 10 MB text",
         lambda: stopline.check_stop_strings("y" * BIG + "stop-000042|", 12, many_stops(), False), None,
         "accepted; ('stop-000042|', 10,000,000)", check=lambda r: r == ("stop-000042|", BIG)),
     # StopParams
@@ -319,7 +336,7 @@ ROWS: list[Row] = [
     Row("StopParams", "a stop regex has a lone surrogate", lambda: SP(stop_regex=["\ud800"]), ValueError,
         "stop_regex[0] is not valid Unicode"),
     Row("StopParams", "enormous: a stop regex whose DFA is too large", lambda: SP(stop_regex=["a{100000}{1000}"]),
-        ValueError, "needs a DFA larger than the"),
+        ValueError, "needs an automaton larger than the"),
     Row("StopRegexes", "a regex does not parse", lambda: stopline.StopRegexes(["("]), ValueError,
         "is not a valid stop regex"),
     Row("StopRegexMatcher.feed", "delta is not a str", lambda: stopline.StopRegexes(["b+c"]).matcher().feed(5),
@@ -328,8 +345,22 @@ ROWS: list[Row] = [
         lambda: tracker(stop_regex=[r"E\w+D"]).update([1], ["x" * BIG + "ENDD"]), None,
         "accepted; 'stop', text cut at 10,000,000",
         check=lambda r: (r.finish_reason, r.text_len) == ("stop", BIG)),
-    Row("StopParams", "enormous: 100,000 stop strings", lambda: SP(stop=many_stops()), None,
-        "accepted; all 100,000 kept", check=lambda p: len(p.stop) == MANY),
+    Row("StopParams", "enormous: 1,024 stop strings", lambda: SP(stop=many_stops()), None,
+        "accepted; all 1,024 kept", check=lambda p: len(p.stop) == MANY),
+    Row("StopParams", "over the cap: 65 stop regexes", lambda: SP(stop_regex=[f"x{i}" for i in range(65)]),
+        ValueError, "stop_regex: has 65 entries; at most 64 are accepted"),
+    Row("StopParams", "over the cap: a 1 MB stop regex", lambda: SP(stop_regex=["a" * 1_000_000]),
+        ValueError, "stop_regex: totals more than 16384 UTF-8 bytes (at stop_regex[0]); at most 16384 are accepted"),
+    Row("StopParams", "a 16 KB stop regex that does not parse: the message stays short",
+        lambda: SP(stop_regex=["(" * 16_000]), ValueError, "... (16000 bytes in all) is not a valid stop regex",
+        check=None),
+    Row("StopParams", "over the cap: stop_token_ids is range(2**40)", lambda: SP(stop_token_ids=range(2**40)),
+        ValueError, "stop_token_ids: has 1099511627776 entries; at most 65536 are accepted"),
+    Row("StopParams", "over the cap: eos_token_ids is an endless iterator",
+        lambda: SP(eos_token_ids=itertools.repeat(1)), ValueError,
+        "eos_token_ids: has more than 65536 entries; at most 65536 are accepted"),
+    Row("StopParams", "repetition's keys() raises", lambda: SP(repetition=RaisingKeys()), LookupError,
+        "the caller's keys() failed"),
     # FinishTracker
     Row("FinishTracker", "params is not a StopParams", lambda: FT({"max_tokens": 3}), TypeError,
         "params must be a stopline.StopParams, got dict"),
@@ -389,6 +420,15 @@ ROWS: list[Row] = [
         lambda: tracker(stop=["END"]).update(list(range(1_000_000)), ["ab"] * 1_000_000), None,
         "accepted; 1,000,000 tokens kept, no match",
         check=lambda r: (r.finished, r.num_tokens, r.text_len) == (False, 1_000_000, 2_000_000)),
+    Row("FinishTracker.update", "over the cap: token_ids is an endless iterator",
+        lambda: tracker().update(itertools.repeat(1)), ValueError,
+        "token_ids: has more than 4194304 entries; at most 4194304 are accepted"),
+    Row("FinishTracker.update", "over the cap: token_ids is range(2**40)",
+        lambda: tracker().update(range(2**40)), ValueError,
+        "token_ids: has 1099511627776 entries; at most 4194304 are accepted"),
+    Row("FinishTracker.update", "over the cap: texts is an endless iterator",
+        lambda: tracker().update([1], itertools.repeat("a")), ValueError,
+        "texts: has more than 4194304 entries; at most 4194304 are accepted"),
     Row("FinishTracker.abort", "an argument", lambda: tracker().abort(1), TypeError, "takes no arguments"),
     Row("FinishTracker.abort", "abort after finish", lambda: finished_tracker().abort(), None,
         "accepted: a no-op, empty deltas, finish_reason stays",
@@ -480,6 +520,21 @@ ROWS: list[Row] = [
             (lambda b: [b.add(i, SP(max_tokens=1)) for i in range(100_000)] and b)(FB(100_000))), None,
         "accepted; 100,000 'length' finishes",
         check=lambda r: len(r) == 100_000 and set(r.finish_reasons) == {"length"}),
+    Row("FinishBatch.step", "over the cap: slots is an endless iterator",
+        lambda: batch().step(itertools.repeat(0), [1]), ValueError,
+        "slots: has more than 4 entries; at most 4 are accepted"),
+    Row("FinishBatch.step", "over the cap: run_lengths is longer than max_slots",
+        lambda: batch().step([0], [1], [1] * 5), ValueError,
+        "run_lengths: has 5 entries; at most 4 are accepted"),
+    Row("FinishBatch.step", "over the cap: token_ids is an endless iterator",
+        lambda: batch().step([0], itertools.repeat(1)), ValueError,
+        "token_ids: has more than 4194304 entries; at most 4194304 are accepted"),
+    Row("FinishBatch.step", "over the cap: texts is range(2**40)",
+        lambda: batch().step([0], [1], None, range(2**40)), ValueError,
+        "texts: has 1099511627776 entries; at most 4194304 are accepted"),
+    Row("FinishBatch", "max_slots = 2**24 (the cap): no memory up front, len() O(1)",
+        lambda: (lambda b: (b.add(2**20, SP()), len(b), 2**20 in b, 5 in b))(FB(2**24)), None,
+        "accepted; one sequence in slot 2**20 (a 16 MiB table)", check=lambda r: r[1:] == (1, True, False)),
     # to_openai_finish_reason
     Row("to_openai_finish_reason", "an unknown reason", lambda: stopline.to_openai_finish_reason("bogus"),
         ValueError, "finish_reason=\"bogus\" is not one of 'stop', 'length', 'abort', 'error', 'repetition'"),
@@ -530,6 +585,34 @@ ROWS: list[Row] = [
     Row("compat.vllm_detokenizer_stop", "num_new_tokens > len(texts)",
         lambda: compat.vllm_detokenizer_stop(["a"], stop=["a"], num_new_tokens=3), ValueError,
         "num_new_tokens=3 is outside [0, 1]"),
+    Row("compat.vllm_check_stop", "output_token_ids is an int",
+        lambda: compat.vllm_check_stop(5, num_prompt_tokens=1, max_model_len=10), TypeError,
+        "output_token_ids must be a sequence of ints, got int"),
+    Row("compat.vllm_check_stop", "an output token id is a str",
+        lambda: compat.vllm_check_stop([1, "x"], num_prompt_tokens=1, max_model_len=10), TypeError,
+        "output_token_ids[1] must be an int, got str"),
+    Row("compat.vllm_check_stop", "stop_token_ids is an int",
+        lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, stop_token_ids=3), TypeError,
+        "stop_token_ids must be a sequence of ints, got int"),
+    Row("compat.vllm_check_stop", "output_token_ids is an endless iterator",
+        lambda: compat.vllm_check_stop(itertools.repeat(1), num_prompt_tokens=1, max_model_len=10), ValueError,
+        "output_token_ids: has more than 4194304 entries; at most 4194304 are accepted"),
+    Row("compat.vllm_check_stop", "a repetition size is a str",
+        lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10,
+                                       repetition_detection={"max_pattern_size": "8"}), TypeError,
+        "repetition_detection.max_pattern_size must be an int, got str"),
+    Row("compat.vllm_detokenizer_stop", "texts is an int",
+        lambda: compat.vllm_detokenizer_stop(5, stop=["a"]), TypeError,
+        "texts must be a sequence of str (one piece per token), got int"),
+    Row("compat.vllm_detokenizer_stop", "stop is an int",
+        lambda: compat.vllm_detokenizer_stop(["a"], stop=5), TypeError,
+        "stop must be a str or a sequence of str, got int"),
+    Row("compat.sglang_check_finished", "an output id is a str",
+        lambda: compat.sglang_check_finished([1, "x"], max_new_tokens=5), TypeError,
+        "output_ids[1] must be an int, got str"),
+    Row("compat.sglang_check_finished", "output_texts is range(2**40)",
+        lambda: compat.sglang_check_finished([1], max_new_tokens=5, output_texts=range(2**40)), ValueError,
+        "output_texts: has 1099511627776 entries; at most 4194304 are accepted"),
     Row("compat.sglang_check_finished", "output_texts and output_ids differ in length",
         lambda: compat.sglang_check_finished([1, 2], max_new_tokens=5, output_texts=["a"]), ValueError,
         "output_texts has 1 pieces for 2 output ids"),

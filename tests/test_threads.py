@@ -94,10 +94,11 @@ def test_shared_stop_strings_from_8_threads_equal_single_threaded() -> None:
 
 def test_compiling_the_same_list_from_8_threads() -> None:
     # The process-wide cache hands every thread an automaton that answers alike.
-    stops = [f"stop-{i}-{'x' * (i % 7)}" for i in range(2000)]
-    text = "zz stop-1999-" + "x" * (1999 % 7) + " tail"
+    # 1,024 strings (the cap), over 2 KiB: compiled with the GIL released.
+    stops = [f"stop-{i}-{'x' * (i % 7)}" for i in range(1024)]
+    text = "zz stop-1023-" + "x" * (1023 % 7) + " tail"
     results = run_threads(THREADS, lambda i: stopline.StopStrings(stops).matcher().feed(text))
-    assert {(r.index, r.start, r.end) for r in results} == {(1999, 3, 3 + len(stops[1999]))}
+    assert {(r.index, r.start, r.end) for r in results} == {(1023, 3, 3 + len(stops[1023]))}
 
 
 # ------------------------------------------- per-sequence objects, overlap --

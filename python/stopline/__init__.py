@@ -42,3 +42,8 @@ __all__ = [
     "check_stop_strings",
     "to_openai_finish_reason",
 ]
+
+# The caps on every input from a request (docs/errors.md, "Caps").
+from stopline._core import LIMITS  # noqa: E402
+
+__all__ += ["LIMITS"]

@@ -51,6 +51,7 @@ __all__ = [
     "check_stop_strings",
     "to_openai_finish_reason",
     "__version__",
+    "LIMITS",
     "_panic_for_tests",  # PyO3 lists every added function in the runtime __all__
 ]
 
@@ -66,6 +67,9 @@ _OpenAIFinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "abort"
 
 __version__: str
 """The package version (``Cargo.toml``'s, the same as the wheel's)."""
+
+# The caps on every input from a request, by name (docs/errors.md, "Caps").
+LIMITS: dict[str, int]
 
 @final
 class StopMatch:

@@ -36,10 +36,13 @@ on the hot path should keep one ``FinishTracker`` per sequence, or a
 
 from __future__ import annotations
 
+import itertools
+import numbers
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from stopline._core import FinishTracker, StopParams
+from stopline._core import LIMITS
 
 __all__ = [
     "SglangFinishReason",
@@ -89,12 +92,50 @@ def to_vllm_status(finish_reason: Optional[str]) -> Optional[str]:
 # ------------------------------------------------------------------ shared --
 
 
+def _items(values: Any, field: str, what: str) -> list[Any]:
+    """The items of a caller's iterable, validated as the core does: a bare
+    str/bytes or a non-iterable is a TypeError naming ``field``; more than
+    ``LIMITS["max_step_tokens"]`` items (by ``len()`` or a counted take) a
+    ValueError naming the cap. Exceptions the iterable raises propagate."""
+    cap = LIMITS["max_step_tokens"]
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{field} must be {what}, got {type(values).__name__}")
+    try:
+        n: Optional[int] = len(values)  # type: ignore[arg-type]
+    except OverflowError:
+        n = cap + 1
+    except TypeError:
+        n = None
+    if n is not None and n > cap:
+        raise ValueError(f"{field}: has {n} entries; at most {cap} are accepted")
+    out = list(itertools.islice(values, cap + 1))
+    if len(out) > cap:
+        raise ValueError(f"{field}: has more than {cap} entries; at most {cap} are accepted")
+    return out
+
+
 def _ids(values: Optional[Iterable[int]], field: str) -> Tuple[int, ...]:
     if values is None:
         return ()
-    if isinstance(values, (str, bytes)):
-        raise TypeError(f"{field} must be a sequence of ints, got {type(values).__name__}")
-    return tuple(values)
+    out = _items(values, field, "a sequence of ints")
+    for i, v in enumerate(out):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{field}[{i}] must be an int, got {type(v).__name__}")
+    return tuple(out)
+
+
+def _texts(values: Any, field: str, what: str = "a sequence of str (one piece per token)") -> list[str]:
+    out = _items(values, field, what)
+    for i, v in enumerate(out):
+        if not isinstance(v, str):
+            raise TypeError(f"{field}[{i}] must be str, got {type(v).__name__}")
+    return out
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{field} must be an int, got {type(value).__name__}")
+    return int(value)
 
 
 def _split(count: int, new: int, field: str) -> int:
@@ -158,7 +199,7 @@ def _stops(stop: Union[str, Sequence[str], None]) -> Optional[list[str]]:
         return None
     if isinstance(stop, str):
         return [stop]
-    return list(stop)
+    return _texts(stop, "stop", "a str or a sequence of str")
 
 
 # -------------------------------------------------------------------- vLLM --
@@ -210,13 +251,16 @@ def _repetition(value: Any) -> Optional[Mapping[str, int]]:
     else:
         def get(key: str, default: Any = None) -> Any:
             return getattr(value, key, default)
-    max_size = get("max_pattern_size", 0) or 0
+    def field(key: str) -> int:
+        return _int(get(key, 0) or 0, f"repetition_detection.{key}")
+
+    max_size = field("max_pattern_size")
     if max_size <= 0:
         return None
     return {
         "max_pattern_size": max_size,
-        "min_pattern_size": get("min_pattern_size", 0) or 0,
-        "min_count": get("min_count", 0) or 0,
+        "min_pattern_size": field("min_pattern_size"),
+        "min_count": field("min_count"),
     }
 
 
@@ -428,7 +472,7 @@ def vllm_detokenizer_stop(
     ``max(len(stop)) - 1`` characters, stopline exactly the live prefix
     (``StopMatcher.holdback``, ``StepResult.text_delta``).
     """
-    pieces = list(texts)
+    pieces = _texts(texts, "texts")
     start = _split(len(pieces), num_new_tokens, "num_new_tokens")
     stops = _stops(stop)
     params = StopParams(
@@ -707,7 +751,7 @@ def sglang_check_finished(
         ids = [vocab_size if i < 0 else i for i in ids]
     stops = _stops(stop_strs)
     regexes = _stops(stop_regex_strs) or []
-    texts = None if output_texts is None else list(output_texts)
+    texts = None if output_texts is None else _texts(output_texts, "output_texts")
     if texts is not None and len(texts) != len(ids):
         raise ValueError(
             f"output_texts has {len(texts)} pieces for {len(ids)} output ids; "

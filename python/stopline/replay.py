@@ -213,47 +213,85 @@ def _parse_request(obj: Any, file: str, line: int, impl: Any) -> Request:
 
 
 def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list[Request], list[str]]:
-    """Read one JSONL trace file.
+    """Read one JSONL trace file, line by line.
 
     A name ending in ``.gz`` is read as gzip-compressed JSONL.
 
     Returns ``(requests, problems)``: each malformed line (bad JSON, invalid
     UTF-8, a missing or ill-typed field, params that ``StopParams`` rejects,
-    a duplicate id) becomes one ``"FILE:LINE: message"`` entry of
+    a duplicate id, an id that is not valid Unicode, a step without texts
+    when the params have stop strings or regexes, a line over
+    ``MAX_LINE_BYTES``) becomes one ``"FILE:LINE: message"`` entry of
     ``problems`` and is left out; the other lines still load. Blank lines are
-    skipped.
+    skipped. The file is never read whole: past ``MAX_REQUESTS`` requests or
+    ``MAX_PROBLEMS`` problems the rest of the file is left unread and that is
+    one more problem.
 
     Raises :class:`TraceFileError` when the file cannot be read at all.
     """
     name = os.fspath(path)
-    try:
-        with _open_trace(name) as f:
-            raw = f.read()
-    except OSError as e:
-        raise TraceFileError(f"cannot read trace file {name}: {e.strerror or e}") from None
     requests: list[Request] = []
     problems: list[str] = []
     seen: dict[str, int] = {}
-    for lineno, bline in enumerate(raw.split(b"\n"), start=1):
-        if not bline.strip():
-            continue
-        try:
-            obj = json.loads(bline.decode("utf-8"))
-            req = _parse_request(obj, name, lineno, impl)
-            if req.id in seen:
-                raise ValueError(f"duplicate id {req.id!r} (first on line {seen[req.id]})")
-        except UnicodeDecodeError as e:
-            problems.append(f"{name}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})")
-            continue
-        except json.JSONDecodeError as e:
-            problems.append(f"{name}:{lineno}: not valid JSON ({e.msg} at column {e.colno})")
-            continue
-        except (ValueError, RecursionError) as e:
-            problems.append(f"{name}:{lineno}: {e}")
-            continue
-        seen[req.id] = lineno
-        requests.append(req)
+    try:
+        with _open_trace(name) as f:
+            lineno = 0
+            while True:
+                bline = f.readline(MAX_LINE_BYTES + 1)
+                if not bline:
+                    break
+                lineno += 1
+                if len(bline) > MAX_LINE_BYTES and not bline.endswith(b"\n"):
+                    while bline and not bline.endswith(b"\n"):  # skip to the end of the line
+                        bline = f.readline(1 << 20)
+                    problems.append(f"{name}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
+                elif bline.strip():
+                    try:
+                        obj = json.loads(bline.decode("utf-8"))
+                        req = _parse_request(obj, name, lineno, impl)
+                        _check_loaded(req, impl)
+                        if req.id in seen:
+                            raise ValueError(f"duplicate id {req.id!r} (first on line {seen[req.id]})")
+                    except UnicodeDecodeError as e:
+                        problems.append(f"{name}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})")
+                    except json.JSONDecodeError as e:
+                        problems.append(f"{name}:{lineno}: not valid JSON ({e.msg} at column {e.colno})")
+                    except (ValueError, RecursionError) as e:
+                        problems.append(f"{name}:{lineno}: {e}")
+                    else:
+                        seen[req.id] = lineno
+                        requests.append(req)
+                if len(requests) >= MAX_REQUESTS or len(problems) >= MAX_PROBLEMS:
+                    if f.read(1):
+                        problems.append(
+                            f"{name}:{lineno + 1}: not read: a trace file holds at most {MAX_REQUESTS} "
+                            f"requests and {MAX_PROBLEMS} malformed lines"
+                        )
+                    break
+    except (OSError, EOFError) as e:  # EOFError: a truncated .gz
+        raise TraceFileError(f"cannot read trace file {name}: {getattr(e, 'strerror', None) or e}") from None
     return requests, problems
+
+
+#: Bounds on one trace file (untrusted input, like the requests it records).
+MAX_LINE_BYTES = 64 << 20
+MAX_REQUESTS = 100_000
+MAX_PROBLEMS = 1_000
+
+
+def _check_loaded(req: Request, impl: Any) -> None:
+    """What a parsed request must also satisfy to replay without an error:
+    an id that can be printed, and texts on every step when stop strings or
+    regexes (matched on text) are set."""
+    try:
+        req.id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"'id' {req.id!r} is not valid Unicode (lone surrogate)") from None
+    if req.params.get("stop") or req.params.get("stop_regex"):
+        for k, st in enumerate(req.steps):
+            if st.texts is None and st.ids:
+                raise ValueError(f"steps[{k}] has no texts, but the params have stop strings or regexes, "
+                                 "which are matched on text")
 
 
 # ------------------------------------------------------------------ replaying

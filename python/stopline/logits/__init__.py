@@ -34,6 +34,7 @@ does not import it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import os
@@ -48,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "pip install 'stopline[torch]'"
     ) from exc
 
-__all__ = ["LogitsConstraints", "RESTORE_POLICIES", "BACKENDS"]
+__all__ = ["LogitsConstraints", "RESTORE_POLICIES", "BACKENDS", "LIMITS"]
 
 #: Restore policies and their codes in the device state.
 RESTORE_POLICIES = {"never": 0, "structured": 1, "always": 2}
@@ -59,6 +60,23 @@ _INT_DTYPES = (torch.int32, torch.int64)
 # A slot with more single-token bans than this gets them folded into its dense
 # per-slot token mask (one pass over the row) instead of a sparse id list.
 SPARSE_BAN_LIMIT = 64
+
+#: Caps on what one ``LogitsConstraints`` or one ``set`` accepts (inputs come
+#: from clients; docs/errors.md, "Caps"). Each table is sized by the largest
+#: live request and shrinks when that request is cleared, so these bound the
+#: device memory: the id tables at ``max_slots x`` their entry cap, the
+#: multi-token bad words at ``max_bad_words_table_bytes`` (refused beyond),
+#: the dense token mask at ``max_dense_table_bytes`` (checked at construction).
+LIMITS = {
+    "max_slots": 1 << 14,
+    "max_stop_token_ids": 1 << 16,
+    "max_allowed_token_ids": 1 << 22,
+    "max_bad_words": 1024,
+    "max_bad_word_tokens": 64,
+    "max_bad_words_table_bytes": 256 << 20,
+    "max_logit_bias": 1 << 16,
+    "max_dense_table_bytes": 1 << 30,
+}
 
 
 def _next_pow2(n: int) -> int:
@@ -74,10 +92,34 @@ def _token_id(value, field_name: str, vocab_size: int) -> int:
     return value
 
 
-def _token_ids(values, field_name: str, vocab_size: int) -> list[int]:
+def _capped(values: Iterable, field_name: str, cap: int) -> list:
+    """The items of ``values``, refused (ValueError naming the field and the
+    cap) when ``len()`` says there are more than ``cap``, or after ``cap + 1``
+    items of an iterator without a length."""
+    try:
+        n = len(values)  # type: ignore[arg-type]
+    except OverflowError:
+        n = cap + 1
+    except TypeError:
+        n = None
+    if n is not None and n > cap:
+        raise ValueError(f"{field_name}: has {n if n <= 2**63 else 'more than 2**63'} entries; at most {cap} are accepted")
+    out = list(itertools.islice(values, cap + 1))
+    if len(out) > cap:
+        raise ValueError(f"{field_name}: has more than {cap} entries; at most {cap} are accepted")
+    return out
+
+
+def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> list[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"{field_name}: expected a sequence of token ids, got {values!r}")
-    return [_token_id(v, field_name, vocab_size) for v in values]
+    if isinstance(values, torch.Tensor) and values.dim() != 1:
+        raise TypeError(f"{field_name}: expected a 1-D sequence of token ids, got a {values.dim()}-d tensor")
+    out = _capped(values, field_name, cap)
+    # Fast path: plain ints checked with two C-level passes.
+    if all(type(v) is int for v in out) and (not out or (min(out) >= 0 and max(out) < vocab_size)):
+        return out
+    return [_token_id(v, field_name, vocab_size) for v in out]
 
 
 def _dedupe(ids: Iterable[int]) -> list[int]:
@@ -91,6 +133,9 @@ class _SlotHost:
     active: bool = False
     has_bad_multi: bool = False
     num_tokens: int = 0  # output tokens appended so far (history length)
+    # Table widths this slot needs (what a shrink must keep).
+    widths: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # stop, ban, bias, bad words, bad prefix
+    dense: bool = False
 
 
 @dataclass
@@ -157,6 +202,14 @@ class LogitsConstraints:
                 raise ValueError(f"{name} must be positive, got {value}")
         if int(vocab_size) >= 2**31 - 64:
             raise ValueError(f"vocab_size {vocab_size} does not fit int32 token ids")
+        if int(max_slots) > LIMITS["max_slots"]:
+            raise ValueError(f"max_slots={max_slots} is more than the supported {LIMITS['max_slots']}")
+        dense_bytes = int(max_slots) * ((int(vocab_size) + 31) // 32) * 4
+        if dense_bytes > LIMITS["max_dense_table_bytes"]:
+            raise ValueError(
+                f"max_slots={max_slots} x vocab_size={vocab_size} needs a {dense_bytes}-byte token-mask table "
+                f"(for allowed_token_ids); at most {LIMITS['max_dense_table_bytes']} bytes are supported"
+            )
         self.max_slots = int(max_slots)
         self.vocab_size = int(vocab_size)
         self.device = torch.device(device)
@@ -245,18 +298,18 @@ class LogitsConstraints:
             raise ValueError(f"min_tokens {min_tokens} does not fit int32")
         if not isinstance(restore, str) or restore not in RESTORE_POLICIES:
             raise ValueError(f"restore must be one of {sorted(RESTORE_POLICIES)}, got {restore!r}")
-        stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V))
+        stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V, LIMITS["max_stop_token_ids"]))
         allowed = None
         if allowed_token_ids is not None:
-            allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V))
+            allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V, LIMITS["max_allowed_token_ids"]))
             if not allowed:
                 raise ValueError("allowed_token_ids is empty: no token could ever be sampled")
         if isinstance(bad_words, (str, bytes)) or not isinstance(bad_words, Iterable):
             raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {bad_words!r}")
         single: list[int] = []
         multi: list[tuple[list[int], int]] = []
-        for word in bad_words:
-            toks = _token_ids(word, "bad_words", V)
+        for word in _capped(bad_words, "bad_words", LIMITS["max_bad_words"]):
+            toks = _token_ids(word, "bad_words", V, LIMITS["max_bad_word_tokens"])
             if not toks:
                 raise ValueError("bad_words: an empty word bans nothing; remove it")
             if len(toks) == 1:
@@ -269,7 +322,10 @@ class LogitsConstraints:
         bias_vals: list[float] = []
         if logit_bias is not None:
             items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
-            for item in items:
+            if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+                raise TypeError(f"logit_bias: expected a mapping or (token_id, bias) pairs, got {logit_bias!r}")
+            seen_ids: set[int] = set()
+            for item in _capped(items, "logit_bias", LIMITS["max_logit_bias"]):
                 try:
                     tid, val = item
                 except (TypeError, ValueError):
@@ -277,22 +333,36 @@ class LogitsConstraints:
                 tid = _token_id(tid, "logit_bias", V)
                 if isinstance(val, bool) or not isinstance(val, numbers.Real):
                     raise TypeError(f"logit_bias: bias for token {tid} is not a number: {val!r}")
-                val = float(val)
+                try:
+                    val = float(val)
+                except OverflowError:
+                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {val!r}") from None
                 if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
                     raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {val!r}")
-                if tid in bias_ids:
+                if tid in seen_ids:
                     raise ValueError(f"logit_bias: token id {tid} appears twice")
+                seen_ids.add(tid)
                 bias_ids.append(tid)
                 bias_vals.append(val)
 
-        # Validation done; from here on only device writes.
         dense_bans = allowed is not None or len(single) > SPARSE_BAN_LIMIT
-        st = self.state
-        self._ensure_width("stop_ids", len(stops))
-        self._ensure_width("ban_ids", 0 if dense_bans else len(single))
-        self._ensure_width("bias_ids", len(bias_ids))
+        widths = (
+            len(stops),
+            0 if dense_bans else len(single),
+            len(bias_ids),
+            len(multi),
+            max((len(p) for p, _ in multi), default=0),
+        )
         if multi:
-            self._ensure_bad_words(len(multi), max(len(p) for p, _ in multi))
+            self._check_bad_words_table(widths[3], widths[4])
+        # Validation done; from here on only device writes.
+        self._release(s, keep=widths)
+        st = self.state
+        self._ensure_width("stop_ids", widths[0])
+        self._ensure_width("ban_ids", widths[1])
+        self._ensure_width("bias_ids", widths[2])
+        if multi:
+            self._ensure_bad_words(widths[3], widths[4])
         dev = self.device
 
         def row(values, width, fill=-1, dtype=torch.int32):
@@ -321,13 +391,12 @@ class LogitsConstraints:
             st.has_allowed[s] = 0
         if st.bad_prefix_len.shape[1]:
             C_bad, C_pfx = st.bad_prefix.shape[1:]
-            pre = torch.full((C_bad, C_pfx), -1, dtype=torch.int32)
-            plen = torch.zeros(C_bad, dtype=torch.int32)
-            last = torch.full((C_bad,), -1, dtype=torch.int32)
-            for i, (p, t) in enumerate(multi):
-                pre[i, : len(p)] = torch.tensor(p, dtype=torch.int32)
-                plen[i] = len(p)
-                last[i] = t
+            # One tensor built from padded rows (not one per word).
+            rows_ = [list(p) + [-1] * (C_pfx - len(p)) for p, _ in multi]
+            rows_ += [[-1] * C_pfx] * (C_bad - len(multi))
+            pre = torch.tensor(rows_, dtype=torch.int32).reshape(C_bad, C_pfx)
+            plen = torch.tensor([len(p) for p, _ in multi] + [0] * (C_bad - len(multi)), dtype=torch.int32)
+            last = torch.tensor([t for _, t in multi] + [-1] * (C_bad - len(multi)), dtype=torch.int32)
             st.bad_prefix[s] = pre.to(dev, non_blocking=True)
             st.bad_prefix_len[s] = plen.to(dev, non_blocking=True)
             st.bad_last[s] = last.to(dev, non_blocking=True)
@@ -336,7 +405,7 @@ class LogitsConstraints:
         if st.bias_ids.shape[1]:
             st.bias_ids[s] = row(bias_ids, st.bias_ids.shape[1])
             st.bias_values[s] = row(bias_vals, st.bias_ids.shape[1], 0.0, torch.float32)
-        self._slots[s] = _SlotHost(active=True, has_bad_multi=bool(multi), num_tokens=0)
+        self._slots[s] = _SlotHost(active=True, has_bad_multi=bool(multi), num_tokens=0, widths=widths, dense=dense_bans)
 
     def clear(self, slot: int) -> None:
         """Remove the slot's constraints (its rows then get only a grammar bitmask).
@@ -358,7 +427,7 @@ class LogitsConstraints:
             st.history_len[s] = 0
         if st.bias_ids.shape[1]:
             st.bias_ids[s] = -1
-        self._slots[s] = _SlotHost()
+        self._release(s)
 
     def append_tokens(self, slot: int, token_ids) -> None:
         """Append sampled (accepted) output tokens of ``slot`` to its history.
@@ -403,6 +472,56 @@ class LogitsConstraints:
         return self._slots[self._slot(slot)].num_tokens
 
     # --------------------------------------------------------------- capacity
+    def _release(self, s: int, keep: tuple[int, ...] = (0, 0, 0, 0, 0)) -> None:
+        """Forget slot ``s``'s host record; when it was the one that made a
+        table wide (more than 4x what every other live slot needs), shrink
+        that table, so one large request does not make every later ``apply``
+        pay for it. O(max_slots) only when such a slot goes."""
+        old = self._slots[s]
+        self._slots[s] = _SlotHost()
+        if not old.active:
+            return
+        st = self.state
+        current = (
+            st.stop_ids.shape[1], st.ban_ids.shape[1], st.bias_ids.shape[1],
+            st.bad_prefix.shape[1], st.bad_prefix.shape[2],
+        )
+        if not old.dense and all(4 * w <= c or c <= 4 for w, c in zip(old.widths, current)):
+            return
+        live = [h for h in self._slots if h.active]
+        need = [max((h.widths[i] for h in live), default=keep[i]) for i in range(5)]
+        need = [max(n, k) for n, k in zip(need, keep)]
+        for i, name in enumerate(("stop_ids", "ban_ids", "bias_ids")):
+            floor = 4 if name == "stop_ids" else 0
+            if current[i] > 4 * max(need[i], 1) and current[i] > floor:
+                self._shrink_width(name, max(floor, _next_pow2(need[i]) if need[i] else 0))
+        if current[3] > 4 * max(need[3], 1) or current[4] > 4 * max(need[4], 1):
+            nb = _next_pow2(need[3]) if need[3] else 0
+            npfx = _next_pow2(need[4]) if need[4] else 0
+            self._resize_bad_words(nb, npfx)
+        if old.dense and st.any_allowed and not any(h.dense for h in live):
+            st.allowed = torch.zeros((0, self.num_words), dtype=torch.int32, device=self.device)
+            st.any_allowed = False
+
+    def _shrink_width(self, name: str, width: int) -> None:
+        st = self.state
+        old = getattr(st, name)
+        setattr(st, name, old[:, :width].clone())
+        if name == "bias_ids":
+            st.bias_values = st.bias_values[:, :width].clone()
+
+    def _check_bad_words_table(self, count: int, prefix_len: int) -> None:
+        S, C_bad, C_pfx = self.state.bad_prefix.shape
+        nb = max(C_bad, _next_pow2(count))
+        npfx = max(C_pfx, _next_pow2(prefix_len))
+        need = S * nb * npfx * 4
+        if need > LIMITS["max_bad_words_table_bytes"]:
+            raise ValueError(
+                f"bad_words: {count} multi-token words of up to {prefix_len + 1} tokens would make the batch's "
+                f"bad-words table {need} bytes ({S} slots x {nb} words x {npfx} tokens); at most "
+                f"{LIMITS['max_bad_words_table_bytes']} bytes are supported"
+            )
+
     def _ensure_width(self, name: str, width: int) -> None:
         st = self.state
         old = getattr(st, name)
@@ -428,24 +547,30 @@ class LogitsConstraints:
         S, C_bad, C_pfx = st.bad_prefix.shape
         if count <= C_bad and prefix_len <= C_pfx:
             return
-        nb = max(C_bad, _next_pow2(count))
-        npfx = max(C_pfx, _next_pow2(prefix_len))
+        self._resize_bad_words(max(C_bad, _next_pow2(count)), max(C_pfx, _next_pow2(prefix_len)))
+
+    def _resize_bad_words(self, nb: int, npfx: int) -> None:
+        """Grow or shrink the multi-token tables to ``nb`` words of ``npfx``
+        prefix tokens; every live slot's words and history still fit."""
+        st = self.state
+        S, C_bad, C_pfx = st.bad_prefix.shape
+        kb, kp = min(nb, C_bad), min(npfx, C_pfx)
         dev = self.device
         pre = torch.full((S, nb, npfx), -1, dtype=torch.int32, device=dev)
-        pre[:, :C_bad, :C_pfx] = st.bad_prefix
+        pre[:, :kb, :kp] = st.bad_prefix[:, :kb, :kp]
         plen = torch.zeros((S, nb), dtype=torch.int32, device=dev)
-        plen[:, :C_bad] = st.bad_prefix_len
+        plen[:, :kb] = st.bad_prefix_len[:, :kb]
         last = torch.full((S, nb), -1, dtype=torch.int32, device=dev)
-        last[:, :C_bad] = st.bad_last
+        last[:, :kb] = st.bad_last[:, :kb]
         hist = torch.full((S, npfx), -1, dtype=torch.int32, device=dev)
-        if npfx != C_pfx and C_pfx:
-            # Re-seat each live ring at the new modulus (positions n-C_pfx..n-1).
+        if npfx != C_pfx and kp:
+            # Re-seat each live ring at the new modulus (its last kp positions).
             for s, host in enumerate(self._slots):
                 if host.has_bad_multi and host.num_tokens:
-                    q = torch.arange(max(0, host.num_tokens - C_pfx), host.num_tokens)
+                    q = torch.arange(max(0, host.num_tokens - kp), host.num_tokens)
                     hist[s, (q % npfx).to(dev)] = st.history[s, (q % C_pfx).to(dev)]
-        elif C_pfx:
-            hist[:, :C_pfx] = st.history
+        elif kp:
+            hist[:, :kp] = st.history[:, :kp]
         st.bad_prefix, st.bad_prefix_len, st.bad_last, st.history = pre, plen, last, hist
 
     # ------------------------------------------------------------------ apply
@@ -553,10 +678,19 @@ class LogitsConstraints:
             return value
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
             raise TypeError(f"{name} must be an int tensor or a sequence of ints, got {value!r}")
-        vals = list(value)
+        try:
+            n = len(value)  # type: ignore[arg-type]
+        except TypeError:
+            n = None
+        if n is not None and n != rows:
+            raise ValueError(f"{name} must have one entry per logits row ({rows}), got {n}")
+        vals = _capped(value, name, rows)
         for v in vals:
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise TypeError(f"{name}: {v!r} is not an int")
+            if not -(2**31) <= int(v) < 2**31:
+                what = "slot" if check_slots else "position"
+                raise ValueError(f"{name}: {what} {v} is outside the int32 range")
         t = torch.tensor(vals, dtype=torch.int64)
         if t.shape != (rows,):
             raise ValueError(f"{name} must have one entry per logits row ({rows}), got {len(vals)}")

@@ -1,0 +1,96 @@
+//! Caps on what one request or one call may bring, in one place.
+//!
+//! Every input comes from an untrusted client, so each has a documented cap
+//! that keeps its cost (time, memory, GIL hold) bounded; `docs/errors.md`
+//! lists them with the measured worst case at each. Sizes are checked before
+//! anything is allocated from them: an allocation failure aborts a Rust
+//! process, which for stopline is the whole inference server.
+
+use crate::error::Error;
+
+/// Stop strings in one list.
+pub const MAX_STOP_STRINGS: usize = 1024;
+/// UTF-8 bytes of all stop strings of one list together.
+pub const MAX_STOP_BYTES: usize = 64 * 1024;
+/// Stop regexes in one list.
+pub const MAX_STOP_REGEXES: usize = 64;
+/// UTF-8 bytes of all stop-regex patterns of one list together.
+pub const MAX_STOP_REGEX_BYTES: usize = 16 * 1024;
+/// Token ids in `eos_token_ids` or `stop_token_ids`.
+pub const MAX_STOP_TOKEN_IDS: usize = 1 << 16;
+/// Token ids (and text pieces) in one `FinishTracker.update` or one
+/// `FinishBatch.step`.
+pub const MAX_STEP_TOKENS: usize = 1 << 22;
+/// Bytes shown of a rejected value (a pattern, a stop string) in an error
+/// message: a 1 MB pattern must not make a 2 MB message.
+pub const MAX_SHOWN_BYTES: usize = 200;
+
+/// All caps by name, for the binding's `stopline.LIMITS` and the docs.
+pub const ALL: &[(&str, usize)] = &[
+    ("max_stop_strings", MAX_STOP_STRINGS),
+    ("max_stop_bytes", MAX_STOP_BYTES),
+    ("max_stop_regexes", MAX_STOP_REGEXES),
+    ("max_stop_regex_bytes", MAX_STOP_REGEX_BYTES),
+    ("max_stop_token_ids", MAX_STOP_TOKEN_IDS),
+    ("max_step_tokens", MAX_STEP_TOKENS),
+    ("max_slots", crate::batch::MAX_SLOTS),
+];
+
+/// `Err` naming `field` when `n` entries exceed `cap`.
+pub fn check_count(field: &'static str, n: usize, cap: usize) -> Result<(), Error> {
+    if n > cap {
+        return Err(Error::Param {
+            field,
+            message: format!("has {n} entries; at most {cap} are accepted"),
+        });
+    }
+    Ok(())
+}
+
+/// `Err` naming `field` when `n` bytes exceed `cap`.
+pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Error> {
+    if n > cap {
+        return Err(Error::Param {
+            field,
+            message: format!("totals {n} UTF-8 bytes; at most {cap} are accepted"),
+        });
+    }
+    Ok(())
+}
+
+/// `s` cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary), with how much
+/// was left out; what error messages show of a caller's value.
+pub fn shown(s: &str) -> String {
+    if s.len() <= MAX_SHOWN_BYTES {
+        return format!("{s:?}");
+    }
+    let mut end = MAX_SHOWN_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes in all)", &s[..end], s.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_is_bounded_and_cut_at_a_char_boundary() {
+        let long = "é".repeat(1_000_000);
+        let s = shown(&long);
+        assert!(s.len() < 2 * MAX_SHOWN_BYTES + 40, "{}", s.len());
+        assert!(s.ends_with("(2000000 bytes in all)"));
+        assert_eq!(shown("ab"), "\"ab\"");
+    }
+
+    #[test]
+    fn counts_over_the_cap_name_the_field() {
+        assert!(check_count("stop", MAX_STOP_STRINGS, MAX_STOP_STRINGS).is_ok());
+        let e = check_count("stop", MAX_STOP_STRINGS + 1, MAX_STOP_STRINGS).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "stop: has 1025 entries; at most 1024 are accepted"
+        );
+    }
+}

@@ -1,0 +1,311 @@
+"""Hostile requests, each in a child interpreter under a memory limit.
+
+An input that used to grow until an allocation failed (which aborts a Rust
+process) or that held the GIL for minutes must now be refused with an
+exception naming the field and the cap, or served within bounded memory.
+Each case runs in a fresh interpreter whose address space is capped with
+``RLIMIT_AS``, so a regression is a dead child (SIGABRT, SIGKILL) reported
+here, never a dead pytest. The children import stopline and never torch.
+Nothing here asserts a time; docs/errors.md has the measured costs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+# Address space for a child: the interpreter, stopline and the case's own
+# data fit with room to spare; each refused input would need far more.
+LIMIT_BYTES = 1 << 30
+
+PRELUDE = """
+import itertools, json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+import stopline
+from stopline import FinishBatch, FinishTracker, StopParams, StopRegexes, StopStrings
+
+def outcome(f):
+    try:
+        value = f()
+    except BaseException as e:
+        return {{"raised": type(e).__name__, "message": str(e)}}
+    return {{"value": value}}
+"""
+
+
+def run_child(body: str, limit: int = LIMIT_BYTES) -> dict:
+    code = PRELUDE.format(limit=limit) + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"the child died ({r.returncode}): {r.stderr[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+CAPS: list[tuple[str, str, str, str]] = [
+    # (case, expression, exception, text the message contains)
+    ("stop list range(2**40)", "StopStrings(range(2**40))", "ValueError", "stop: has 1099511627776 entries"),
+    ("stop list endless", "StopStrings(itertools.repeat('a'))", "ValueError", "stop: has more than 1024 entries"),
+    ("one stop string of 50 MB", "StopStrings(['x' * 50_000_000])", "ValueError", "stop: totals more than 65536 UTF-8 bytes"),
+    ("200,000 copies of one stop string", "StopStrings(['abc'] * 200_000)", "ValueError", "stop: has 200000 entries"),
+    ("stop regexes endless", "StopRegexes(itertools.repeat('a'))", "ValueError", "stop_regex: has more than 64 entries"),
+    ("stop_token_ids endless", "StopParams(stop_token_ids=itertools.repeat(7))", "ValueError",
+     "stop_token_ids: has more than 65536 entries"),
+    ("eos_token_ids range(2**62)", "StopParams(eos_token_ids=range(2**62))", "ValueError",
+     "eos_token_ids: has 4611686018427387904 entries"),
+    ("eos_token_ids range(2**70)", "StopParams(eos_token_ids=range(2**70))", "ValueError",
+     "eos_token_ids: has more than 65536 entries"),
+    ("update token_ids endless", "FinishTracker(StopParams()).update(itertools.repeat(1))", "ValueError",
+     "token_ids: has more than 4194304 entries"),
+    ("update texts endless", "FinishTracker(StopParams()).update([1], itertools.repeat('a'))", "ValueError",
+     "texts: has more than 4194304 entries"),
+    ("step slots endless", "FinishBatch(8).step(itertools.repeat(0), [1])", "ValueError",
+     "slots: has more than 8 entries"),
+    ("step slots range(2**40)", "FinishBatch(8).step(range(2**40), [1])", "ValueError",
+     "slots=range(0, 1099511627776) has more entries than max_slots=8"),
+    ("step token_ids range(2**40)", "FinishBatch(8).step([0], range(2**40))", "ValueError",
+     "token_ids: has 1099511627776 entries"),
+    ("step grammar endless", "FinishBatch(8).step([0], [1], None, None, itertools.repeat(-1))", "ValueError",
+     "grammar_terminated_at: has more than 8 entries"),
+]
+
+
+@pytest.mark.parametrize("case,expr,exc,says", CAPS, ids=[c[0] for c in CAPS])
+def test_unbounded_inputs_are_refused_before_they_are_materialized(case: str, expr: str, exc: str, says: str) -> None:
+    out = run_child(f"print(json.dumps(outcome(lambda: {expr})))")
+    assert out.get("raised") == exc, out
+    assert says in out["message"], out
+    assert len(out["message"]) < 300
+
+
+def test_a_numpy_buffer_over_the_cap_is_refused_without_a_copy() -> None:
+    out = run_child("""
+        import numpy as np
+        ids = np.zeros(stopline.LIMITS["max_step_tokens"] + 1, dtype=np.int32)
+        print(json.dumps(outcome(lambda: FinishTracker(StopParams()).update(ids))))
+    """)
+    assert out.get("raised") == "ValueError" and "token_ids: has 4194305 entries" in out["message"], out
+
+
+def test_finish_batch_at_the_slot_cap_costs_the_slots_in_use() -> None:
+    # 2**24 slots of a few hundred bytes each would be GBs up front: far over
+    # the limit. Trackers are boxed and the table (16 B a slot) follows the
+    # highest slot in use: the last slot fits in 400 MiB and is released
+    # when freed; under 200 MiB it is a MemoryError, and the batch keeps
+    # working.
+    body = """
+        b = FinishBatch(stopline.LIMITS["max_slots"])
+        p = StopParams(max_tokens=2)
+        for s in range(256):
+            b.add(s, p)
+        n = len(b)
+        b.step(range(0, 256, 16), [1] * 16)
+        for s in range(128, 256):
+            b.remove(s)
+        high = outcome(lambda: b.add(2**24 - 1, p))
+        last = 2**24 - 1 in b
+        if last:
+            b.remove(2**24 - 1)
+        b.step([0], [1])
+        print(json.dumps([n, len(b), b.result(0).num_tokens, high.get("raised"), last]))
+    """
+    assert run_child(body, limit=400 << 20) == [256, 128, 2, None, True]
+    assert run_child(body, limit=200 << 20) == [256, 128, 2, "MemoryError", False]
+
+
+def test_duplicate_stop_strings_at_the_cap_compile_and_match_the_first() -> None:
+    out = run_child("""
+        stops = ['x' * 64] * 1023 + ['y']
+        s = StopStrings(stops)
+        m = s.matcher()
+        print(json.dumps(outcome(lambda: (len(s), m.feed('a' + 'x' * 64).index, m.feed('y').index))))
+    """)
+    assert out == {"value": [1024, 0, 1023]}, out
+
+
+def test_regex_rejection_names_a_pattern_and_is_cached() -> None:
+    # Each pattern alone fits; together they exceed the DFA size limit. The
+    # culprit search bisects to the first prefix that fails, and the second
+    # request is answered from the cache of rejections.
+    out = run_child(r"""
+        pats = [r'(?s).{0,11}END' + str(i) for i in range(64)]
+        first = outcome(lambda: StopRegexes(pats))
+        again = outcome(lambda: StopRegexes(pats))
+        print(json.dumps([first, again]))
+    """)
+    first, again = out
+    assert first.get("raised") == "ValueError", first
+    assert "needs an automaton larger than" in first["message"], first
+    index = int(first["message"].split("[", 1)[1].split("]", 1)[0])
+    assert 0 < index < 64
+    assert first == again
+    # The prefix before the culprit compiles; with the culprit it does not.
+    ok = run_child(f"pats = [r'(?s).{{0,11}}END' + str(i) for i in range(64)]\n"
+                   f"print(json.dumps([outcome(lambda: len(StopRegexes(pats[:{index}]))),"
+                   f" outcome(lambda: len(StopRegexes(pats[:{index + 1}])))]))")
+    assert ok[0] == {"value": index} and ok[1].get("raised") == "ValueError", ok
+
+
+def test_a_huge_pattern_gives_a_short_message() -> None:
+    out = run_child(r"""
+        print(json.dumps(outcome(lambda: StopRegexes(['(' + 'a' * 16_000]))))
+    """)
+    assert out.get("raised") == "ValueError", out
+    assert "16001 bytes in all" in out["message"] and len(out["message"]) < 1000, out
+
+
+def test_compile_errors_keep_the_process_alive_under_a_tight_limit() -> None:
+    # Patterns at the byte cap whose DFA is refused: bounded by the size
+    # limits, never an allocation failure.
+    out = run_child(r"""
+        pats = [r'\w{1,100}z' + str(i) for i in range(64)]
+        print(json.dumps(outcome(lambda: StopRegexes(pats))))
+    """, limit=512 << 20)
+    assert out.get("raised") == "ValueError", out
+
+
+GIL_PROBE = r"""
+import random, threading, time
+def other_thread_progress(f):
+    # Iterations a pure-Python thread makes while f runs, when it can get the
+    # GIL only from f giving it up (no forced switch for 1000 s).
+    counter = [0]
+    go, stop = threading.Event(), threading.Event()
+    def spin():
+        go.wait()
+        while not stop.is_set():
+            counter[0] += 1
+            if counter[0] % 256 == 0:
+                time.sleep(0)
+    sys.setswitchinterval(1000.0)
+    t = threading.Thread(target=spin)
+    t.start()
+    go.set()
+    before = counter[0]
+    try:
+        f()
+        return counter[0] - before
+    finally:
+        stop.set()
+        t.join()
+
+rng = random.Random(7)
+alphabet = [chr(c) for c in range(0x21, 0x7F)] + [chr(c) for c in range(0xA1, 0x180)]
+def worst_stops(tag):
+    out = []
+    for i in range(stopline.LIMITS["max_stop_strings"]):
+        s = f"{tag}{i}"
+        while len(s.encode()) < 62:
+            s += rng.choice(alphabet)
+        out.append(s)
+    return out
+def worst_regexes(tag):
+    return [r"(?s).*a.{4}b" + f"{tag}_{i}" for i in range(stopline.LIMITS["max_stop_regexes"])]
+"""
+
+
+def test_the_worst_case_request_compiles_without_the_gil() -> None:
+    # The request of benches/bench_worst_case.py (stop and stop_regex at their
+    # caps): another thread makes progress while it compiles, which it can
+    # only do when the compiling thread gives the GIL up. The control, a short
+    # list built in microseconds with the GIL held, lets it make none.
+    out = run_child(GIL_PROBE + r"""
+stops, regexes = worst_stops("a"), worst_regexes("a")
+assert sum(len(s.encode()) for s in stops) <= stopline.LIMITS["max_stop_bytes"]
+request = other_thread_progress(lambda: StopParams(stop=stops, stop_regex=regexes))
+stop_only = other_thread_progress(lambda: StopStrings(worst_stops("b")))
+regex_only = other_thread_progress(lambda: StopRegexes(worst_regexes("b")))
+control = other_thread_progress(lambda: StopStrings(["short", "list"]))
+p = StopParams(stop=stops, stop_regex=regexes)
+print(json.dumps([request, stop_only, regex_only, control, len(p.stop), len(p.stop_regex)]))
+""")
+    request, stop_only, regex_only, control, n_stop, n_regex = out
+    assert (n_stop, n_regex) == (1024, 64)
+    assert request > 0 and stop_only > 0 and regex_only > 0, out
+    assert control == 0, out
+
+
+class _IndexInterrupts:
+    def __index__(self) -> int:
+        raise KeyboardInterrupt
+
+
+class _LenInterrupts:
+    def __len__(self) -> int:
+        raise KeyboardInterrupt
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter([1])
+
+
+class _GetItemInterrupts(dict):  # type: ignore[type-arg]
+    def __getitem__(self, key: str) -> int:
+        raise KeyboardInterrupt
+
+
+def test_caller_exceptions_propagate_unchanged() -> None:
+    import stopline
+
+    b = stopline.FinishBatch(2)
+    b.add(0, stopline.StopParams())
+    t = stopline.FinishTracker(stopline.StopParams())
+    with pytest.raises(KeyboardInterrupt):
+        t.update(_IndexInterrupts())  # one int-like id
+    with pytest.raises(KeyboardInterrupt):
+        _IndexInterrupts() in b  # noqa: B015
+    with pytest.raises(KeyboardInterrupt):
+        t.update(_LenInterrupts())
+    with pytest.raises(KeyboardInterrupt):
+        stopline.StopStrings(_LenInterrupts())
+    with pytest.raises(KeyboardInterrupt):
+        stopline.StopParams(repetition=_GetItemInterrupts(max_pattern_size=2, min_count=2))
+    assert t.num_tokens == 0 and len(b) == 1
+
+
+def replay_child(path: str, limit: int = LIMIT_BYTES) -> subprocess.CompletedProcess:
+    code = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+        from stopline.cli import main
+        sys.exit(main(["replay", {path!r}]))
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def test_replay_reports_hostile_trace_lines_and_exits_non_zero(tmp_path: Any) -> None:
+    good = {"id": "ok", "params": {"max_tokens": 2}, "steps": [{"ids": [1]}, {"ids": [2]}]}
+    lines = [
+        json.dumps(good),
+        json.dumps({"id": "no-texts", "params": {"stop": ["x"]}, "steps": [{"ids": [1]}]}),
+        '{"id": "\\ud800", "params": {}, "steps": [{"ids": [1]}]}',
+        json.dumps({"id": "partial", "params": {"stop": ["a"]}, "steps": [{"ids": [1], "texts": ["b"]}, {"ids": [2]}]}),
+    ]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    p = replay_child(str(path))
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    assert f"{path}:2: steps[0] has no texts, but the params have stop strings" in p.stderr
+    assert f"{path}:3: 'id' '\\ud800' is not valid Unicode" in p.stderr
+    assert f"{path}:4: steps[1] has no texts" in p.stderr
+    assert "ok" in p.stdout
+
+
+def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
+    # 600 MB without a newline (a sparse file: no disk used) under a 512 MiB
+    # address-space limit: reading it whole would fail; line by line it is
+    # one malformed line, then the good request after it is replayed.
+    path = tmp_path / "huge.jsonl"
+    good = json.dumps({"id": "after", "params": {"max_tokens": 1}, "steps": [{"ids": [1]}]})
+    with open(path, "wb") as f:
+        f.truncate(600 << 20)
+        f.seek(0, 2)
+        f.write(b"\n" + good.encode() + b"\n")
+    p = replay_child(str(path), limit=512 << 20)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"{path}:1: line longer than {64 << 20} bytes" in p.stderr
+    assert "after" in p.stdout
