@@ -162,6 +162,12 @@ impl FinishBatch {
         self.occupied
     }
 
+    /// Occupied slots whose sequence finished and awaits `remove`; walks the
+    /// slot table allocated so far (up to the highest slot used), not `max_slots`.
+    pub fn finished_len(&self) -> usize {
+        self.slots.iter().flatten().filter(|t| t.is_finished()).count()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

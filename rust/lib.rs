@@ -11,9 +11,9 @@
 //! knows about Python; everything else is tested with plain `cargo test`.
 
 pub mod batch;
+mod cache;
 pub mod detok_batch;
 pub mod detokenize;
-mod cache;
 pub mod error;
 pub mod finish;
 pub mod limits;

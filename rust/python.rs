@@ -1576,11 +1576,7 @@ impl PyFinishBatch {
     /// sequence finished and awaits `remove()`.
     fn __repr__(&self) -> String {
         let max_slots = self.inner.max_slots();
-        let (occupied, finished) = (0..max_slots as i64)
-            .filter_map(|s| self.inner.get(s).ok())
-            .fold((0, 0), |(o, f), t| {
-                (o + 1, f + usize::from(t.is_finished()))
-            });
+        let (occupied, finished) = (self.inner.len(), self.inner.finished_len());
         format!("FinishBatch(max_slots={max_slots}, occupied={occupied}, finished={finished})")
     }
 

@@ -104,7 +104,7 @@ impl PyVocabulary {
         skip_special_tokens: bool,
         spaces_between_special_tokens: bool,
     ) -> PyResult<String> {
-        let ids = extract_ids(token_ids, "token_ids")?;
+        let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
         self.inner
             .decode(
                 &ids,
@@ -162,7 +162,7 @@ impl PyIncrementalDecoder {
     /// `ValueError` naming `token_ids[i]` for an id outside the vocabulary
     /// (nothing changes then).
     fn step(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<String> {
-        let ids = extract_ids(token_ids, "token_ids")?;
+        let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
         self.vocab.check_ids(&ids, "token_ids").map_err(to_py_err)?;
         let mut out = String::new();
         for &id in &ids {
@@ -189,7 +189,7 @@ impl PyIncrementalDecoder {
 fn prompt_ids(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {
     match obj.filter(|o| !o.is_none()) {
         None => Ok(Vec::new()),
-        Some(o) => extract_ids(o, "prompt_token_ids"),
+        Some(o) => extract_ids(o, "prompt_token_ids", crate::limits::MAX_STEP_TOKENS),
     }
 }
 
