@@ -165,7 +165,11 @@ impl FinishBatch {
     /// Occupied slots whose sequence finished and awaits `remove`; walks the
     /// slot table allocated so far (up to the highest slot used), not `max_slots`.
     pub fn finished_len(&self) -> usize {
-        self.slots.iter().flatten().filter(|t| t.is_finished()).count()
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|t| t.is_finished())
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {

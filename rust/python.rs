@@ -1390,7 +1390,7 @@ impl PyBatchStepResult {
         self.rows.iter().map(|r| r.slot).collect()
     }
     #[getter]
-    fn finished(&self) -> Vec<bool> {
+    fn finished_flags(&self) -> Vec<bool> {
         self.per_row(false, |_| true)
     }
     /// Slots that finished in this step.
@@ -1412,17 +1412,17 @@ impl PyBatchStepResult {
             .collect()
     }
     #[getter]
-    fn matched(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+    fn matches(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         (0..self.rows.len())
             .map(|i| self.outcome(i).matched(py))
             .collect()
     }
     #[getter]
-    fn num_tokens(&self) -> Vec<usize> {
+    fn token_counts(&self) -> Vec<usize> {
         self.rows.iter().map(|r| r.num_tokens).collect()
     }
     #[getter]
-    fn text_len(&self) -> Vec<usize> {
+    fn text_lengths(&self) -> Vec<usize> {
         self.rows.iter().map(|r| r.text_len).collect()
     }
     #[getter]
@@ -1433,7 +1433,7 @@ impl PyBatchStepResult {
     /// Per row, how many output tokens this step released (the length of
     /// its `token_ids_deltas` row, without building the lists).
     #[getter]
-    fn num_released(&self) -> Vec<usize> {
+    fn released_counts(&self) -> Vec<usize> {
         (0..self.rows.len())
             .map(|i| self.tokens_of(i).len())
             .collect()

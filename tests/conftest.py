@@ -30,8 +30,8 @@ RESULT_FIELDS = (
 )
 # BatchStepResult's list attribute for each StepResult field.
 _BATCH_LISTS = {
-    "finished": "finished", "finish_reason": "finish_reasons", "stop_reason": "stop_reasons",
-    "matched": "matched", "num_tokens": "num_tokens", "text_len": "text_len",
+    "finished": "finished_flags", "finish_reason": "finish_reasons", "stop_reason": "stop_reasons",
+    "matched": "matches", "num_tokens": "token_counts", "text_len": "text_lengths",
     "text_delta": "text_deltas", "token_ids_delta": "token_ids_deltas",
 }
 

@@ -335,9 +335,9 @@ def test_batch_ids_only_equals_pieces(name: str) -> None:
                 pieces.append(p)
             r1 = by_ids.step(live, ids)
             r2 = by_pieces.step(live, ids, texts=pieces)
-            for attr in ("text_deltas", "token_ids_deltas", "finish_reasons", "stop_reasons", "num_tokens", "text_len"):
+            for attr in ("text_deltas", "token_ids_deltas", "finish_reasons", "stop_reasons", "token_counts", "text_lengths"):
                 assert getattr(r1, attr) == getattr(r2, attr), attr
-            live = [s for s, f in zip(live, r1.finished) if not f]
+            live = [s for s, f in zip(live, r1.finished_flags) if not f]
             step += 1
         # The same streams as one run per slot.
         r3 = by_runs.step(range(n), [i for s in streams for i in s], run_lengths=[len(s) for s in streams])

@@ -710,7 +710,7 @@ def test_token_ids_from_buffers_equal_lists(rust):
         r = b.step(range(4), token_ids, None, ["a", "b", "c", "d"])
         t = rust.FinishTracker(rust.StopParams(eos_token_ids=[2]))
         u = t.update(token_ids, ["a", "b", "c", "d"])
-        return r.finished, r.token_ids_deltas, u.token_ids_delta, u.finish_reason
+        return r.finished_flags, r.token_ids_deltas, u.token_ids_delta, u.finish_reason
 
     want = run(ids)
     assert want[0] == [False, False, True, False]

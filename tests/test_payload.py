@@ -39,8 +39,8 @@ def test_payloads_follow_released_ids(stops, steps, include):
         released = held.step(res, [[t / 2 for t in ids]])
         flat = [v for chunk in released[0] for v in chunk]
         assert flat == [t / 2 for t in res.token_ids_deltas[0]]
-        assert res.num_released == [len(d) for d in res.token_ids_deltas]
-        if res.finished[0]:
+        assert res.released_counts == [len(d) for d in res.token_ids_deltas]
+        if res.finished_flags[0]:
             live.discard(slot)
             assert held.held(slot) == 0
 

@@ -642,8 +642,13 @@ class BatchStepResult:
     """Per-row results of one ``FinishBatch.step``, row i for ``slots[i]``
     (semantics.md 3.1). Immutable.
 
-    Each list attribute is a new list on every read, with one entry per row.
-    ``text_deltas[i]`` is the very ``str`` passed in as row i's piece when the
+    Each list attribute is a new list on every read, with one entry per row,
+    named in the plural of the ``StepResult`` field it lists: ``finished`` ->
+    ``finished_flags``, ``finish_reason`` -> ``finish_reasons``,
+    ``stop_reason`` -> ``stop_reasons``, ``matched`` -> ``matches``,
+    ``num_tokens`` -> ``token_counts``, ``text_len`` -> ``text_lengths``,
+    ``text_delta`` -> ``text_deltas``, ``token_ids_delta`` ->
+    ``token_ids_deltas``. ``text_deltas[i]`` is the very ``str`` passed in as row i's piece when the
     delta is exactly that piece (the common case); otherwise a new ``str``.
     """
 
@@ -660,7 +665,7 @@ class BatchStepResult:
     def slots(self) -> list[int]:
         """The slot of each row, as passed to ``step``."""
     @property
-    def finished(self) -> list[bool]:
+    def finished_flags(self) -> list[bool]:
         """Per row: whether the sequence finished in this step."""
     @property
     def finished_slots(self) -> list[int]:
@@ -672,13 +677,13 @@ class BatchStepResult:
     def stop_reasons(self) -> list[str | int | None]:
         """Per row: the ``stop_reason`` (see ``StepResult.stop_reason``)."""
     @property
-    def matched(self) -> list[str | int | None]:
+    def matches(self) -> list[str | int | None]:
         """Per row: what matched (see ``StepResult.matched``)."""
     @property
-    def num_tokens(self) -> list[int]:
+    def token_counts(self) -> list[int]:
         """Per row: output tokens kept after the step."""
     @property
-    def text_len(self) -> list[int]:
+    def text_lengths(self) -> list[int]:
         """Per row: output text kept after the step, in code points."""
     @property
     def text_deltas(self) -> list[str]:
@@ -687,7 +692,7 @@ class BatchStepResult:
     def token_ids_deltas(self) -> list[list[int]]:
         """Per row: the output token ids released by this step."""
     @property
-    def num_released(self) -> list[int]:
+    def released_counts(self) -> list[int]:
         """Per row: ``len(token_ids_deltas[i])``, without building the
         lists."""
 

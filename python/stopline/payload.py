@@ -6,7 +6,7 @@ stop string and releases them, with their ids, when the text is known; at a
 stop it releases exactly the kept tokens (everything after the token that
 completes the stop is dropped). :class:`HeldPayloads` keeps each slot's
 payloads in that same rhythm: push what a step produced, release as many
-tokens as the step's ``BatchStepResult.num_released`` says.
+tokens as the step's ``BatchStepResult.released_counts`` says.
 
 Payloads are kept as the chunks the engine pushed (a tensor of logprob rows,
 a NumPy array, a list...) and only sliced, never iterated: a step costs
@@ -81,7 +81,7 @@ class HeldPayloads:
         return out
 
     def step(self, result: Any, chunks: Sequence[Any] | None = None) -> list[list[Any]]:
-        """Push one chunk per row (optional), then release per ``result.num_released``.
+        """Push one chunk per row (optional), then release per ``result.released_counts``.
 
         ``result`` is the ``BatchStepResult`` of the step that fed these tokens;
         ``chunks[i]`` covers the tokens fed for row ``i`` (its run). Returns, per
@@ -94,7 +94,7 @@ class HeldPayloads:
                 raise ValueError(f"chunks has {len(chunks)} entries but the step has {len(slots)} rows")
             for slot, chunk in zip(slots, chunks):
                 self.push(slot, chunk)
-        out = [self.release(slot, n) for slot, n in zip(slots, result.num_released)]
+        out = [self.release(slot, n) for slot, n in zip(slots, result.released_counts)]
         for slot in result.finished_slots:
             self.clear(slot)
         return out
