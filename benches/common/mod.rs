@@ -1,5 +1,5 @@
 //! Inputs shared by the criterion benches: the real text pieces of the
-//! bundled SmolLM2 trace (python/stopline/traces/text_smollm2.jsonl, one
+//! bundled SmolLM2 trace (python/stopline/traces/text_smollm2.jsonl.gz, one
 //! piece per token as the tokenizer's DecodeStream emitted them) and stop
 //! lists shaped like the Python benchmark's (`stopline.tools.bench.data.stop_list`).
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use stopline::stop_strings::StopStrings;
 
-const TRACE: &str = include_str!("../../python/stopline/traces/text_smollm2.jsonl");
+const TRACE_GZ: &[u8] = include_bytes!("../../python/stopline/traces/text_smollm2.jsonl.gz");
 
 const REAL_STOPS: [&str; 12] = [
     "\n\nUser:",
@@ -28,8 +28,13 @@ const REAL_STOPS: [&str; 12] = [
 
 /// Every text piece of every request of the trace, in file order.
 pub fn pieces() -> Vec<String> {
+    use std::io::Read;
+    let mut trace = String::new();
+    flate2::read::GzDecoder::new(TRACE_GZ)
+        .read_to_string(&mut trace)
+        .expect("the bundled trace is gzip-compressed UTF-8");
     let mut out = Vec::new();
-    for line in TRACE.lines().filter(|l| !l.trim().is_empty()) {
+    for line in trace.lines().filter(|l| !l.trim().is_empty()) {
         let req: serde_json::Value = serde_json::from_str(line).expect("trace line is JSON");
         for step in req["steps"].as_array().into_iter().flatten() {
             for t in step["texts"].as_array().into_iter().flatten() {

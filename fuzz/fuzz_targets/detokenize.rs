@@ -35,7 +35,9 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
     let mut tokens: Vec<Vec<usize>> = Vec::new();
     for _ in 0..u.int_in_range(1..=24)? {
         let len = u.int_in_range(1..=4)?;
-        let t: Vec<usize> = (0..len).map(|_| u.int_in_range(0..=9)).collect::<Result<_>>()?;
+        let t: Vec<usize> = (0..len)
+            .map(|_| u.int_in_range(0..=9))
+            .collect::<Result<_>>()?;
         if !tokens.contains(&t) {
             tokens.push(t);
         }
