@@ -116,8 +116,8 @@ def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> 
     if isinstance(values, torch.Tensor) and values.dim() != 1:
         raise TypeError(f"{field_name}: expected a 1-D sequence of token ids, got a {values.dim()}-d tensor")
     out = _capped(values, field_name, cap)
-    # Fast path: plain ints checked with two C-level passes.
-    if all(type(v) is int for v in out) and (not out or (min(out) >= 0 and max(out) < vocab_size)):
+    # Fast path: plain ints checked with C-level passes only (type set, min, max).
+    if set(map(type, out)) <= {int} and (not out or (min(out) >= 0 and max(out) < vocab_size)):
         return out
     return [_token_id(v, field_name, vocab_size) for v in out]
 
