@@ -122,6 +122,30 @@ def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> 
     return [_token_id(v, field_name, vocab_size) for v in out]
 
 
+def _bad_words(words: list, vocab_size: int) -> tuple[list[int], list[tuple[tuple[int, ...], int]]]:
+    """One-token words, and (prefix, last token) of the longer ones, validated."""
+    cap = LIMITS["max_bad_word_tokens"]
+    # Fast path: lists of plain ints checked with C-level passes over the whole list at once.
+    if words and set(map(type, words)) <= {list, tuple}:
+        lens = list(map(len, words))
+        if min(lens) >= 1 and max(lens) <= cap:
+            flat = list(itertools.chain.from_iterable(words))
+            if set(map(type, flat)) <= {int} and min(flat) >= 0 and max(flat) < vocab_size:
+                return ([w[0] for w in words if len(w) == 1],
+                        [(tuple(w[:-1]), w[-1]) for w in words if len(w) > 1])
+    single: list[int] = []
+    multi: list[tuple[tuple[int, ...], int]] = []
+    for word in words:
+        toks = _token_ids(word, "bad_words", vocab_size, cap)
+        if not toks:
+            raise ValueError("bad_words: an empty word bans nothing; remove it")
+        if len(toks) == 1:
+            single.append(toks[0])
+        else:
+            multi.append((tuple(toks[:-1]), toks[-1]))
+    return single, multi
+
+
 def _dedupe(ids: Iterable[int]) -> list[int]:
     return list(dict.fromkeys(ids))
 
@@ -306,18 +330,9 @@ class LogitsConstraints:
                 raise ValueError("allowed_token_ids is empty: no token could ever be sampled")
         if isinstance(bad_words, (str, bytes)) or not isinstance(bad_words, Iterable):
             raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {bad_words!r}")
-        single: list[int] = []
-        multi: list[tuple[list[int], int]] = []
-        for word in _capped(bad_words, "bad_words", LIMITS["max_bad_words"]):
-            toks = _token_ids(word, "bad_words", V, LIMITS["max_bad_word_tokens"])
-            if not toks:
-                raise ValueError("bad_words: an empty word bans nothing; remove it")
-            if len(toks) == 1:
-                single.append(toks[0])
-            else:
-                multi.append((toks[:-1], toks[-1]))
+        single, multi = _bad_words(_capped(bad_words, "bad_words", LIMITS["max_bad_words"]), V)
         single = _dedupe(single)
-        multi = list({(tuple(p), last): None for p, last in multi})  # drop duplicate words
+        multi = list(dict.fromkeys(multi))  # drop duplicate words
         bias_ids: list[int] = []
         bias_vals: list[float] = []
         if logit_bias is not None:
@@ -391,10 +406,10 @@ class LogitsConstraints:
             st.has_allowed[s] = 0
         if st.bad_prefix_len.shape[1]:
             C_bad, C_pfx = st.bad_prefix.shape[1:]
-            # One tensor built from padded rows (not one per word).
-            rows_ = [list(p) + [-1] * (C_pfx - len(p)) for p, _ in multi]
-            rows_ += [[-1] * C_pfx] * (C_bad - len(multi))
-            pre = torch.tensor(rows_, dtype=torch.int32).reshape(C_bad, C_pfx)
+            # One tensor built from one flat list of padded rows (not one per word).
+            flat = list(itertools.chain.from_iterable(p + (-1,) * (C_pfx - len(p)) for p, _ in multi))
+            flat += [-1] * (C_pfx * (C_bad - len(multi)))
+            pre = torch.tensor(flat, dtype=torch.int32).reshape(C_bad, C_pfx)
             plen = torch.tensor([len(p) for p, _ in multi] + [0] * (C_bad - len(multi)), dtype=torch.int32)
             last = torch.tensor([t for _, t in multi] + [-1] * (C_bad - len(multi)), dtype=torch.int32)
             st.bad_prefix[s] = pre.to(dev, non_blocking=True)
