@@ -596,7 +596,7 @@ def run(
         try:
             vocabulary = stopline.Vocabulary.from_file(tokenizer)
         except (OSError, ValueError) as e:
-            print(f"stopline replay: error: {e}", file=err)
+            print(f"stopline replay: error: --tokenizer {tokenizer}: {e}", file=err)
             return 2
     files = list(paths) or bundled_traces()
     if not files:
