@@ -252,11 +252,6 @@ def test_generate_with_adapters_equals_generate_with_its_own(lm):
 
 def test_docs_example_runs():
     """The HF example in docs/integrations.md runs as written."""
-    import re
-    from pathlib import Path
+    from doc_blocks import run_python_blocks
 
-    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S) if "integrations.hf" in b]
-    assert blocks
-    for block in blocks:
-        exec(compile(block, str(doc), "exec"), {})
+    run_python_blocks("docs/integrations.md", "integrations.hf")

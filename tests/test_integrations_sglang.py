@@ -198,11 +198,6 @@ def test_custom_logit_processor_through_sglang():
 
 def test_docs_example_runs():
     """The SGLang example in docs/integrations.md runs as written."""
-    import re
-    from pathlib import Path
+    from doc_blocks import run_python_blocks
 
-    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S) if "integrations.sglang" in b]
-    assert blocks
-    for block in blocks:
-        exec(compile(block, str(doc), "exec"), {})
+    run_python_blocks("docs/integrations.md", "integrations.sglang")

@@ -58,11 +58,6 @@ def test_release_more_than_held_names_the_slot():
 
 def test_docs_integrations_examples_without_engines():
     """The engine-free example of docs/integrations.md (HeldPayloads) runs as written."""
-    import re
-    from pathlib import Path
+    from doc_blocks import run_python_blocks
 
-    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S) if "HeldPayloads" in b]
-    assert blocks
-    for block in blocks:
-        exec(compile(block, str(doc), "exec"), {})
+    run_python_blocks("docs/integrations.md", "HeldPayloads")

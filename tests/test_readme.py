@@ -1,13 +1,7 @@
 """The README's API tour runs as written."""
 
-import re
-from pathlib import Path
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+from doc_blocks import run_python_blocks
 
 
 def test_readme_python_blocks_run() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    assert blocks, "README has no python example"
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), {})
+    run_python_blocks("README.md")

@@ -36,11 +36,11 @@ on the hot path should keep one ``FinishTracker`` per sequence, or a
 
 from __future__ import annotations
 
-import itertools
 import numbers
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
+from stopline._caps import capped
 from stopline._core import FinishTracker, StopParams
 from stopline._core import LIMITS
 
@@ -97,21 +97,9 @@ def _items(values: Any, field: str, what: str) -> list[Any]:
     str/bytes or a non-iterable is a TypeError naming ``field``; more than
     ``LIMITS["max_step_tokens"]`` items (by ``len()`` or a counted take) a
     ValueError naming the cap. Exceptions the iterable raises propagate."""
-    cap = LIMITS["max_step_tokens"]
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"{field} must be {what}, got {type(values).__name__}")
-    try:
-        n: Optional[int] = len(values)  # type: ignore[arg-type]
-    except OverflowError:
-        n = cap + 1
-    except TypeError:
-        n = None
-    if n is not None and n > cap:
-        raise ValueError(f"{field}: has {n} entries; at most {cap} are accepted")
-    out = list(itertools.islice(values, cap + 1))
-    if len(out) > cap:
-        raise ValueError(f"{field}: has more than {cap} entries; at most {cap} are accepted")
-    return out
+    return capped(values, field, LIMITS["max_step_tokens"])
 
 
 def _ids(values: Optional[Iterable[int]], field: str) -> Tuple[int, ...]:

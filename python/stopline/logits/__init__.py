@@ -49,6 +49,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "pip install 'stopline[torch]'"
     ) from exc
 
+from stopline._caps import capped
+
 __all__ = ["LogitsConstraints", "RESTORE_POLICIES", "BACKENDS", "LIMITS"]
 
 #: Restore policies and their codes in the device state.
@@ -92,30 +94,12 @@ def _token_id(value, field_name: str, vocab_size: int) -> int:
     return value
 
 
-def _capped(values: Iterable, field_name: str, cap: int) -> list:
-    """The items of ``values``, refused (ValueError naming the field and the
-    cap) when ``len()`` says there are more than ``cap``, or after ``cap + 1``
-    items of an iterator without a length."""
-    try:
-        n = len(values)  # type: ignore[arg-type]
-    except OverflowError:
-        n = cap + 1
-    except TypeError:
-        n = None
-    if n is not None and n > cap:
-        raise ValueError(f"{field_name}: has {n if n <= 2**63 else 'more than 2**63'} entries; at most {cap} are accepted")
-    out = list(itertools.islice(values, cap + 1))
-    if len(out) > cap:
-        raise ValueError(f"{field_name}: has more than {cap} entries; at most {cap} are accepted")
-    return out
-
-
 def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> list[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"{field_name}: expected a sequence of token ids, got {values!r}")
     if isinstance(values, torch.Tensor) and values.dim() != 1:
         raise TypeError(f"{field_name}: expected a 1-D sequence of token ids, got a {values.dim()}-d tensor")
-    out = _capped(values, field_name, cap)
+    out = capped(values, field_name, cap)
     # Fast path: plain ints checked with C-level passes only (type set, min, max).
     if set(map(type, out)) <= {int} and (not out or (min(out) >= 0 and max(out) < vocab_size)):
         return out
@@ -330,7 +314,7 @@ class LogitsConstraints:
                 raise ValueError("allowed_token_ids is empty: no token could ever be sampled")
         if isinstance(bad_words, (str, bytes)) or not isinstance(bad_words, Iterable):
             raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {bad_words!r}")
-        single, multi = _bad_words(_capped(bad_words, "bad_words", LIMITS["max_bad_words"]), V)
+        single, multi = _bad_words(capped(bad_words, "bad_words", LIMITS["max_bad_words"]), V)
         single = _dedupe(single)
         multi = list(dict.fromkeys(multi))  # drop duplicate words
         bias_ids: list[int] = []
@@ -340,7 +324,7 @@ class LogitsConstraints:
             if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
                 raise TypeError(f"logit_bias: expected a mapping or (token_id, bias) pairs, got {logit_bias!r}")
             seen_ids: set[int] = set()
-            for item in _capped(items, "logit_bias", LIMITS["max_logit_bias"]):
+            for item in capped(items, "logit_bias", LIMITS["max_logit_bias"]):
                 try:
                     tid, val = item
                 except (TypeError, ValueError):
@@ -699,7 +683,7 @@ class LogitsConstraints:
             n = None
         if n is not None and n != rows:
             raise ValueError(f"{name} must have one entry per logits row ({rows}), got {n}")
-        vals = _capped(value, name, rows)
+        vals = capped(value, name, rows)
         for v in vals:
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise TypeError(f"{name}: {v!r} is not an int")
