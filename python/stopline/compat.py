@@ -252,6 +252,45 @@ def _repetition(value: Any) -> Optional[Mapping[str, int]]:
     }
 
 
+def _vllm_params(
+    *,
+    num_prompt_tokens: int,
+    max_model_len: int,
+    max_tokens: Optional[int],
+    min_tokens: int,
+    eos_token_id: Optional[int],
+    stop_token_ids: Optional[Iterable[int]],
+    ignore_eos: bool,
+    all_stop_token_ids: Optional[Iterable[int]],
+    repetition_detection: Any,
+) -> StopParams:
+    """The ``StopParams`` of a vLLM request's scheduler-side checks (the rules in
+    :func:`vllm_check_stop`'s docstring)."""
+    stop_ids = _ids(stop_token_ids, "stop_token_ids")
+    eos_ids = () if eos_token_id is None else (eos_token_id,)
+    if all_stop_token_ids is not None:
+        declared = set(_ids(all_stop_token_ids, "all_stop_token_ids"))
+        needed = set(stop_ids) | (set() if ignore_eos else set(eos_ids))
+        missing = sorted(needed - declared)
+        if missing:
+            raise ValueError(
+                f"all_stop_token_ids lacks {missing}; vLLM builds it from "
+                f"eos_token_id and stop_token_ids, so the params are inconsistent"
+            )
+    if max_tokens is not None and min_tokens > max_tokens:
+        min_tokens = max_tokens
+    return StopParams(
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        prompt_len=num_prompt_tokens,
+        max_model_len=max_model_len,
+        eos_token_ids=eos_ids,
+        ignore_eos=ignore_eos,
+        stop_token_ids=stop_ids,
+        repetition=_repetition(repetition_detection),
+    )
+
+
 def vllm_check_stop(
     output_token_ids: Sequence[int],
     *,
@@ -318,28 +357,16 @@ def vllm_check_stop(
     """
     ids = _ids(output_token_ids, "output_token_ids")
     start = _split(len(ids), num_new_tokens, "num_new_tokens")
-    stop_ids = _ids(stop_token_ids, "stop_token_ids")
-    eos_ids = () if eos_token_id is None else (eos_token_id,)
-    if all_stop_token_ids is not None:
-        declared = set(_ids(all_stop_token_ids, "all_stop_token_ids"))
-        needed = set(stop_ids) | (set() if ignore_eos else set(eos_ids))
-        missing = sorted(needed - declared)
-        if missing:
-            raise ValueError(
-                f"all_stop_token_ids lacks {missing}; vLLM builds it from "
-                f"eos_token_id and stop_token_ids, so the params are inconsistent"
-            )
-    if max_tokens is not None and min_tokens > max_tokens:
-        min_tokens = max_tokens
-    params = StopParams(
+    params = _vllm_params(
+        num_prompt_tokens=num_prompt_tokens,
+        max_model_len=max_model_len,
         max_tokens=max_tokens,
         min_tokens=min_tokens,
-        prompt_len=num_prompt_tokens,
-        max_model_len=max_model_len,
-        eos_token_ids=eos_ids,
+        eos_token_id=eos_token_id,
+        stop_token_ids=stop_token_ids,
         ignore_eos=ignore_eos,
-        stop_token_ids=stop_ids,
-        repetition=_repetition(repetition_detection),
+        all_stop_token_ids=all_stop_token_ids,
+        repetition_detection=repetition_detection,
     )
     r = _replay(params, ids, None, start)
     kept_new = ids[start:r.num_tokens] if r.num_tokens > start else ()
@@ -375,6 +402,17 @@ def vllm_check_stop_request(
         ValueError: for a pooling request (``request.pooling_params`` set):
             pooling has no generation finish for stopline to decide.
     """
+    return vllm_check_stop(
+        list(request.output_token_ids),
+        max_model_len=max_model_len,
+        num_new_tokens=num_new_tokens,
+        **_vllm_request_fields(request),
+    )
+
+
+def _vllm_request_fields(request: Any) -> dict[str, Any]:
+    """What vLLM's ``check_stop`` reads from a ``Request``, as :func:`_vllm_params`'
+    keywords (all but ``max_model_len``); see :func:`vllm_check_stop_request`."""
     if getattr(request, "pooling_params", None):
         raise ValueError(
             "this is a pooling request; stopline decides generation finishes only"
@@ -388,10 +426,8 @@ def vllm_check_stop_request(
     max_tokens = getattr(request, "max_tokens", None)
     if max_tokens is None:
         max_tokens = getattr(sp, "max_tokens", None)
-    return vllm_check_stop(
-        list(request.output_token_ids),
+    return dict(
         num_prompt_tokens=request.num_prompt_tokens,
-        max_model_len=max_model_len,
         max_tokens=max_tokens,
         min_tokens=getattr(sp, "min_tokens", 0) or 0,
         eos_token_id=eos,
@@ -399,7 +435,6 @@ def vllm_check_stop_request(
         ignore_eos=bool(getattr(sp, "ignore_eos", False)),
         all_stop_token_ids=getattr(sp, "all_stop_token_ids", None),
         repetition_detection=getattr(sp, "repetition_detection", None),
-        num_new_tokens=num_new_tokens,
     )
 
 
@@ -644,6 +679,41 @@ def _sglang_prefill_only(
     )
 
 
+def _sglang_ids(ids: Sequence[int], vocab_size: Optional[int]) -> list[int]:
+    """SGLang marks a NaN row with a negative id; the core accepts only ids
+    >= 0, so such an id is sent as one the vocabulary check rejects."""
+    if vocab_size is None:
+        return list(ids)
+    return [vocab_size if i < 0 else i for i in ids]
+
+
+def _sglang_params(
+    *,
+    max_new_tokens: int,
+    min_new_tokens: int,
+    eos_token_ids: Optional[Iterable[int]],
+    ignore_eos: bool,
+    stop_token_ids: Optional[Iterable[int]],
+    stop_strs: Union[str, Sequence[str], None],
+    stop_regex: Sequence[str],
+    no_stop_trim: bool,
+    vocab_size: Optional[int],
+) -> StopParams:
+    """The ``StopParams`` of an SGLang request (the rules in
+    :func:`sglang_check_finished`'s docstring)."""
+    return StopParams(
+        max_tokens=max_new_tokens,
+        min_tokens=min(min_new_tokens, max_new_tokens),
+        eos_token_ids=_ids(eos_token_ids, "eos_token_ids"),
+        ignore_eos=ignore_eos,
+        stop_token_ids=_ids(stop_token_ids, "stop_token_ids"),
+        stop=_stops(stop_strs) or None,
+        stop_regex=list(stop_regex) or None,
+        include_stop_str_in_output=no_stop_trim,
+        vocab_size=vocab_size,
+    )
+
+
 def sglang_check_finished(
     output_ids: Sequence[int],
     *,
@@ -733,11 +803,7 @@ def sglang_check_finished(
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if max_new_tokens == 0 and not isinstance(max_new_tokens, bool):
         return _sglang_prefill_only(ids, output_texts, start, bool(_stops(stop_strs)))
-    if vocab_size is not None:
-        # SGLang marks a NaN row with a negative id; the core accepts only
-        # ids >= 0, so send it as an id the vocabulary check rejects.
-        ids = [vocab_size if i < 0 else i for i in ids]
-    stops = _stops(stop_strs)
+    ids = _sglang_ids(ids, vocab_size)
     regexes = _stops(stop_regex_strs) or []
     texts = None if output_texts is None else _texts(output_texts, "output_texts")
     if texts is not None and len(texts) != len(ids):
@@ -745,17 +811,15 @@ def sglang_check_finished(
             f"output_texts has {len(texts)} pieces for {len(ids)} output ids; "
             "pass one piece per id"
         )
-    if min_new_tokens > max_new_tokens:
-        min_new_tokens = max_new_tokens
-    params = StopParams(
-        max_tokens=max_new_tokens,
-        min_tokens=min_new_tokens,
-        eos_token_ids=_ids(eos_token_ids, "eos_token_ids"),
+    params = _sglang_params(
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=min_new_tokens,
+        eos_token_ids=eos_token_ids,
         ignore_eos=ignore_eos,
-        stop_token_ids=_ids(stop_token_ids, "stop_token_ids"),
-        stop=stops or None,
-        stop_regex=regexes or None,
-        include_stop_str_in_output=no_stop_trim,
+        stop_token_ids=stop_token_ids,
+        stop_strs=stop_strs,
+        stop_regex=regexes,
+        no_stop_trim=no_stop_trim,
         vocab_size=vocab_size,
     )
     r = _replay(params, ids, texts, start, grammar_at_end=grammar_terminated)

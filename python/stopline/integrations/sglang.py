@@ -21,8 +21,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import FinishTracker, StopParams
-from ..compat import SglangFinishResult, to_sglang_finish_reason
+from .. import FinishTracker
+from ..compat import SglangFinishResult, _sglang_ids, _sglang_params, to_sglang_finish_reason
 
 __all__ = ["ReqFinish", "StoplineLogitProcessor"]
 
@@ -76,17 +76,16 @@ class ReqFinish:
         sp = sampling_params
         self._regexes = tuple(_as_list(getattr(sp, "stop_regex_strs", None)))
         self.max_new_tokens = int(sp.max_new_tokens)
-        min_new = min(int(getattr(sp, "min_new_tokens", 0) or 0), self.max_new_tokens)
         self._tracker = FinishTracker(
-            StopParams(
-                max_tokens=self.max_new_tokens,
-                min_tokens=min_new,
+            _sglang_params(
+                max_new_tokens=self.max_new_tokens,
+                min_new_tokens=int(getattr(sp, "min_new_tokens", 0) or 0),
                 eos_token_ids=sorted(set(eos_token_ids)),
                 ignore_eos=bool(getattr(sp, "ignore_eos", False)),
                 stop_token_ids=sorted(set(_as_list(getattr(sp, "stop_token_ids", None)))),
-                stop=_as_list(getattr(sp, "stop_strs", None)) or None,
-                stop_regex=list(self._regexes) or None,
-                include_stop_str_in_output=bool(getattr(sp, "no_stop_trim", False)),
+                stop_strs=_as_list(getattr(sp, "stop_strs", None)),
+                stop_regex=self._regexes,
+                no_stop_trim=bool(getattr(sp, "no_stop_trim", False)),
                 vocab_size=vocab_size,
             )
         )
@@ -113,15 +112,9 @@ class ReqFinish:
         ``FINISH_LENGTH``, ``FINISH_ABORT``) and ``finished_len`` (output ids
         kept through the stop, SGLang's ``finished_len``).
         """
-        ids = list(new_accepted_ids)
-        if self._vocab_size is not None:
-            # SGLang marks a NaN row with a negative id: an out-of-range id for the core.
-            ids = [self._vocab_size if i < 0 else i for i in ids]
-        if texts is None:
-            if self._stream is None:
-                texts = None
-            else:
-                texts = [self._piece(i) for i in ids]
+        ids = _sglang_ids(new_accepted_ids, self._vocab_size)
+        if texts is None and self._stream is not None:
+            texts = [self._piece(i) for i in ids]
         decided_before = self._tracker.finished
         if not decided_before:
             r = self._tracker.update(ids, texts)

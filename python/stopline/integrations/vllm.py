@@ -55,7 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
 from .. import FinishTracker, StopParams
-from ..compat import _VLLM_STATUS, VllmStopResult, _repetition, to_vllm_status
+from ..compat import _VLLM_STATUS, VllmStopResult, _vllm_params, _vllm_request_fields, to_vllm_status
 from ..logits import LogitsConstraints
 
 if TYPE_CHECKING:
@@ -279,11 +279,12 @@ class RequestStop:
     the length of the request (``stopline.compat.vllm_check_stop_request``
     replays the whole history instead).
 
-    Read once, at construction: ``request.num_prompt_tokens``,
-    ``request.max_tokens``, and from ``request.sampling_params``:
-    ``eos_token_id`` (vLLM leaves it None under ``ignore_eos``),
-    ``stop_token_ids`` (vLLM adds the generation config's extra EOS ids there),
-    ``min_tokens`` and ``repetition_detection``.
+    Read once, at construction, as :func:`stopline.compat.vllm_check_stop_request`
+    reads them: ``request.num_prompt_tokens``, ``request.max_tokens``, and from
+    ``request.sampling_params``: ``eos_token_id`` (vLLM leaves it None under
+    ``ignore_eos``), ``stop_token_ids`` (vLLM adds the generation config's extra
+    EOS ids there), ``min_tokens``, ``ignore_eos``, ``all_stop_token_ids`` (checked
+    for consistency) and ``repetition_detection``.
 
     The decision is vLLM 0.33's order (docs/semantics.md section 3): EOS, then a
     stop token id (``stop_reason`` = the id), both even below ``min_tokens``;
@@ -291,32 +292,12 @@ class RequestStop:
     ``num_output_tokens >= max_tokens``); then repetition from ``min_tokens`` on.
 
     Raises:
-        ValueError: a pooling request or one without sampling params (at
-            construction).
+        ValueError: a pooling request, one without sampling params or with
+            inconsistent ``all_stop_token_ids`` (at construction).
     """
 
     def __init__(self, request: Any, max_model_len: int):
-        if getattr(request, "pooling_params", None):
-            raise ValueError("this is a pooling request; stopline decides generation finishes only")
-        sp = getattr(request, "sampling_params", None)
-        if sp is None:
-            raise ValueError("request.sampling_params is None; nothing to decide")
-        max_tokens = getattr(request, "max_tokens", None) or sp.max_tokens
-        min_tokens = sp.min_tokens or 0
-        if max_tokens is not None:
-            min_tokens = min(min_tokens, max_tokens)  # vLLM clamps max_tokens after validating
-        eos = sp.eos_token_id
-        self._tracker = FinishTracker(
-            StopParams(
-                max_tokens=max_tokens,
-                min_tokens=min_tokens,
-                prompt_len=request.num_prompt_tokens,
-                max_model_len=max_model_len,
-                eos_token_ids=() if eos is None else (eos,),
-                stop_token_ids=sp.stop_token_ids or (),
-                repetition=_repetition(getattr(sp, "repetition_detection", None)),
-            )
-        )
+        self._tracker = FinishTracker(_vllm_params(max_model_len=max_model_len, **_vllm_request_fields(request)))
         self._seen = 0
         self._fed_before = 0
         self._done = False
