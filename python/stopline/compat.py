@@ -402,11 +402,9 @@ def vllm_check_stop_request(
         ValueError: for a pooling request (``request.pooling_params`` set):
             pooling has no generation finish for stopline to decide.
     """
+    fields = _vllm_request_fields(request)  # refuses pooling requests before reading their ids
     return vllm_check_stop(
-        list(request.output_token_ids),
-        max_model_len=max_model_len,
-        num_new_tokens=num_new_tokens,
-        **_vllm_request_fields(request),
+        list(request.output_token_ids), max_model_len=max_model_len, num_new_tokens=num_new_tokens, **fields
     )
 
 
