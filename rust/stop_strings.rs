@@ -73,6 +73,21 @@ pub const DFA_MAX_PATTERN_BYTES: usize = 16 * 1024;
 
 pub use crate::cache::{CACHE_CAPACITY, CACHE_MAX_BYTES};
 
+/// Which automaton [`StopStrings::with_engine`] builds. Only for tests and
+/// fuzz targets, which run the same cases on both engines; callers get
+/// [`Auto`](EngineKind::Auto) through [`StopStrings::new`].
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// The choice by size described in the module docs.
+    Auto,
+    /// The dense DFA, whatever the size ([`Error::Build`] if its table would
+    /// be over the bound).
+    Dfa,
+    /// The `aho-corasick` crate's contiguous NFA, whatever the size.
+    Nfa,
+}
+
 enum Engine {
     Dfa(StopDfa),
     /// With the hold-back of each state reachable at a code-point boundary
@@ -238,11 +253,25 @@ impl StopStrings {
     /// strings or [`limits::MAX_STOP_BYTES`] bytes are refused
     /// ([`Error::Param`]) before anything is built.
     pub fn new(stops: Vec<String>) -> Result<StopStrings, Error> {
+        Self::with_engine(stops, EngineKind::Auto)
+    }
+
+    /// [`new`](Self::new) on the engine `kind` (tests and fuzz targets only).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); [`Error::Build`] for [`EngineKind::Dfa`] when
+    /// the table would be over its bound.
+    #[doc(hidden)]
+    pub fn with_engine(stops: Vec<String>, kind: EngineKind) -> Result<StopStrings, Error> {
         check_stop_list(&stops)?;
         let total: usize = stops.iter().map(String::len).sum();
-        let dfa = (total <= DFA_MAX_PATTERN_BYTES)
-            .then(|| StopDfa::new(&stops))
-            .flatten();
+        let too_big = || Error::Build("the DFA's table would be over its bound".into());
+        let dfa = match kind {
+            EngineKind::Auto if total > DFA_MAX_PATTERN_BYTES => None,
+            EngineKind::Auto => StopDfa::new(&stops),
+            EngineKind::Dfa => Some(StopDfa::new(&stops).ok_or_else(too_big)?),
+            EngineKind::Nfa => None,
+        };
         let (engine, start) = if let Some(dfa) = dfa {
             (Engine::Dfa(dfa), StopDfa::START)
         } else {
@@ -534,8 +563,50 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn compile(stops: &[&str]) -> Arc<StopStrings> {
-        StopStrings::compile(stops.iter().map(|s| s.to_string()).collect()).unwrap()
+    /// Every matcher test runs on both engines, as aho-corasick runs its
+    /// suite on every automaton kind: the choice by size must never change
+    /// an answer.
+    const KINDS: [EngineKind; 2] = [EngineKind::Dfa, EngineKind::Nfa];
+
+    /// Runs each listed `fn name(kind: EngineKind)` once per engine, as the
+    /// tests `dfa::name` and `nfa::name`.
+    macro_rules! on_each_engine {
+        ($($name:ident),* $(,)?) => {
+            mod dfa {
+                $( #[test] fn $name() { super::$name(super::EngineKind::Dfa) } )*
+            }
+            mod nfa {
+                $( #[test] fn $name() { super::$name(super::EngineKind::Nfa) } )*
+            }
+        };
+    }
+
+    on_each_engine!(
+        earliest_end_then_list_order,
+        match_may_start_in_earlier_text_but_must_end_in_new_text,
+        code_point_offsets,
+        holdback_is_exact,
+        holdback_after_a_completed_stop_uses_its_suffix,
+        empty_list_and_empty_stop,
+        stateless_check_matches_vllm_shape,
+        a_thousand_stops,
+        duplicates_report_their_first_index,
+        lists_over_the_caps_are_refused,
+    );
+
+    fn kind_of(s: &StopStrings) -> EngineKind {
+        match s.engine {
+            Engine::Dfa(_) => EngineKind::Dfa,
+            Engine::Nfa(..) => EngineKind::Nfa,
+        }
+    }
+
+    /// `stops` on engine `kind`, uncached.
+    fn build<S: AsRef<str>>(kind: EngineKind, stops: &[S]) -> Arc<StopStrings> {
+        let owned = stops.iter().map(|s| s.as_ref().to_owned()).collect();
+        let s = StopStrings::with_engine(owned, kind).unwrap();
+        assert_eq!(kind_of(&s), kind);
+        Arc::new(s)
     }
 
     /// Naive reference: the first (end, index) of a stop ending in text[from..].
@@ -563,23 +634,21 @@ mod tests {
         best
     }
 
-    #[test]
-    fn earliest_end_then_list_order() {
-        let s = compile(&["a", "is"]);
+    fn earliest_end_then_list_order(kind: EngineKind) {
+        let s = build(kind, &["a", "is"]);
         let mut m = s.matcher(false);
         m.feed(" The user");
         let hit = m.feed(" is a").unwrap();
         assert_eq!((hit.index, hit.start, hit.end), (1, 10, 12));
-        let s = compile(&["ab", "b"]);
+        let s = build(kind, &["ab", "b"]);
         let hit = s.matcher(false).feed("ab").unwrap();
         assert_eq!(hit.index, 0);
-        let s = compile(&["b", "ab"]);
+        let s = build(kind, &["b", "ab"]);
         assert_eq!(s.matcher(false).feed("ab").unwrap().index, 0);
     }
 
-    #[test]
-    fn match_may_start_in_earlier_text_but_must_end_in_new_text() {
-        let s = compile(&["bcd"]);
+    fn match_may_start_in_earlier_text_but_must_end_in_new_text(kind: EngineKind) {
+        let s = build(kind, &["bcd"]);
         let mut m = s.matcher(true);
         assert!(m.feed("abc").is_none());
         let hit = m.feed("dx").unwrap();
@@ -587,18 +656,16 @@ mod tests {
         assert!(m.feed("").is_none());
     }
 
-    #[test]
-    fn code_point_offsets() {
-        let s = compile(&["キス", "テ"]);
+    fn code_point_offsets(kind: EngineKind) {
+        let s = build(kind, &["キス", "テ"]);
         let mut m = s.matcher(false);
         m.feed("日本語の");
         let hit = m.feed("テキスト").unwrap();
         assert_eq!((hit.index, hit.start, hit.end), (1, 4, 5));
     }
 
-    #[test]
-    fn holdback_is_exact() {
-        let s = compile(&["aab", "ab"]);
+    fn holdback_is_exact(kind: EngineKind) {
+        let s = build(kind, &["aab", "ab"]);
         let mut m = s.matcher(false);
         let mut seen = vec![];
         for c in ["x", "a", "a", "a", "c"] {
@@ -609,36 +676,34 @@ mod tests {
         assert_eq!(s.matcher(true).holdback(), 0);
     }
 
-    #[test]
-    fn holdback_after_a_completed_stop_uses_its_suffix() {
+    fn holdback_after_a_completed_stop_uses_its_suffix(kind: EngineKind) {
         // "cd" completes (a caller may ignore it below min_tokens); "d" is
         // still a live prefix of "dz".
-        let s = compile(&["cd", "dz"]);
+        let s = build(kind, &["cd", "dz"]);
         let mut m = s.matcher(false);
         assert!(m.feed("cd").is_some());
         assert_eq!(m.holdback(), 1);
     }
 
-    #[test]
-    fn empty_list_and_empty_stop() {
-        let s = compile(&[]);
+    fn empty_list_and_empty_stop(kind: EngineKind) {
+        let s = build::<&str>(kind, &[]);
         assert!(s.matcher(false).feed("anything").is_none());
         assert!(matches!(
-            StopStrings::new(vec!["a".into(), "".into()]),
+            StopStrings::with_engine(vec!["a".into(), "".into()], kind),
             Err(Error::EmptyStop { index: 1 })
         ));
     }
 
     #[test]
     fn identical_lists_share_one_automaton() {
+        let compile = |l: &[&str]| StopStrings::compile_strs(l).unwrap();
         let a = compile(&["cache", "me"]);
         let b = compile(&["cache", "me"]);
         assert!(Arc::ptr_eq(&a, &b));
     }
 
-    #[test]
-    fn stateless_check_matches_vllm_shape() {
-        let s = compile(&["."]);
+    fn stateless_check_matches_vllm_shape(kind: EngineKind) {
+        let s = build(kind, &["."]);
         assert_eq!(
             s.check("hello world.", 12, 1, false).unwrap(),
             Some((0, 11))
@@ -647,14 +712,23 @@ mod tests {
         assert!(s.check("hello", 5, 6, false).is_err());
     }
 
-    #[test]
-    fn large_lists_use_the_nfa() {
-        let stops: Vec<String> = (0..1000)
+    fn thousand_stops() -> Vec<String> {
+        (0..1000)
             .map(|i| format!("stop-{i:05}-padding!!"))
-            .collect();
-        let s = StopStrings::new(stops).unwrap();
-        assert!(matches!(s.engine, Engine::Nfa(..)));
-        let s = Arc::new(s);
+            .collect()
+    }
+
+    #[test]
+    fn the_engine_is_chosen_by_size() {
+        let big = thousand_stops();
+        assert!(big.iter().map(String::len).sum::<usize>() > DFA_MAX_PATTERN_BYTES);
+        assert_eq!(kind_of(&StopStrings::new(big).unwrap()), EngineKind::Nfa);
+        let small = vec!["stop".to_string(); 2];
+        assert_eq!(kind_of(&StopStrings::new(small).unwrap()), EngineKind::Dfa);
+    }
+
+    fn a_thousand_stops(kind: EngineKind) {
+        let s = build(kind, &thousand_stops());
         let mut m = s.matcher(false);
         assert!(m.feed("xx stop-0").is_none());
         assert_eq!(m.holdback(), 6);
@@ -662,29 +736,29 @@ mod tests {
         assert_eq!((hit.index, hit.start), (999, 3));
     }
 
-    #[test]
-    fn duplicates_report_their_first_index_on_the_nfa() {
-        // 1000 copies over the DFA's byte bound: the NFA gets one pattern.
+    fn duplicates_report_their_first_index(kind: EngineKind) {
+        // 1000 copies: over the DFA's byte bound, and the NFA gets one pattern.
         let mut stops = vec!["x".repeat(30); 1000];
         stops[3] = "yy".into();
         stops.push("yy".into());
-        let s = Arc::new(StopStrings::new(stops).unwrap());
-        assert!(matches!(s.engine, Engine::Nfa(_, _, Some(_))));
+        let s = build(kind, &stops);
+        if kind == EngineKind::Nfa {
+            assert!(matches!(s.engine, Engine::Nfa(_, _, Some(_))));
+        }
         let mut m = s.matcher(false);
         assert_eq!(m.feed("a yy").unwrap().index, 3);
         assert_eq!(m.feed(&"x".repeat(30)).unwrap().index, 0);
     }
 
-    #[test]
-    fn lists_over_the_caps_are_refused() {
+    fn lists_over_the_caps_are_refused(kind: EngineKind) {
         let too_many = vec!["a".to_string(); limits::MAX_STOP_STRINGS + 1];
-        let e = StopStrings::new(too_many).err().unwrap();
+        let e = StopStrings::with_engine(too_many, kind).err().unwrap();
         assert!(e.to_string().starts_with("stop: has 1025 entries"), "{e}");
         let too_long = vec!["a".repeat(limits::MAX_STOP_BYTES + 1)];
-        let e = StopStrings::compile(too_long).err().unwrap();
+        let e = StopStrings::with_engine(too_long, kind).err().unwrap();
         assert!(e.to_string().contains("at most 65536"), "{e}");
         let at_cap = vec!["ab".repeat(limits::MAX_STOP_BYTES / 2)];
-        assert!(StopStrings::new(at_cap).is_ok());
+        assert!(StopStrings::with_engine(at_cap, kind).is_ok());
     }
 
     #[test]
@@ -695,8 +769,10 @@ mod tests {
             .map(|i| (0..6).map(|k| chars[(i * 6 + k) % chars.len()]).collect())
             .collect();
         assert!(stops.iter().map(String::len).sum::<usize>() <= DFA_MAX_PATTERN_BYTES);
+        let forced = StopStrings::with_engine(stops.clone(), EngineKind::Dfa);
+        assert!(matches!(forced, Err(Error::Build(_))));
         let s = Arc::new(StopStrings::new(stops.clone()).unwrap());
-        assert!(matches!(s.engine, Engine::Nfa(..)));
+        assert_eq!(kind_of(&s), EngineKind::Nfa);
         let mut m = s.matcher(false);
         let hit = m.feed(&format!("x{}y", stops[999])).unwrap();
         assert_eq!((hit.index, hit.start), (999, 1));
@@ -715,24 +791,33 @@ mod tests {
             include in any::<bool>(),
         ) {
             let stop_strs: Vec<String> = stops.iter().map(|s| s.iter().collect()).collect();
-            let compiled = Arc::new(StopStrings::new(stop_strs).unwrap());
-            let mut m = compiled.matcher(include);
             let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c <= text.len()).collect();
             cuts.push(text.len());
             cuts.sort_unstable();
-            let mut prev = 0;
-            for cut in cuts {
-                let delta: String = text[prev..cut].iter().collect();
-                let got = m.feed(&delta);
-                let want = naive_first(&text[..cut], prev, &stops);
-                prop_assert_eq!(got.map(|h| (h.end, h.index)), want);
-                if let Some(h) = got {
-                    prop_assert_eq!(h.start, h.end - stops[h.index].len());
-                    prop_assert_eq!(h.truncate_to, if include { h.end } else { h.start });
+            for kind in KINDS {
+                let compiled = build(kind, &stop_strs);
+                let mut m = compiled.matcher(include);
+                let mut prev = 0;
+                for &cut in &cuts {
+                    let delta: String = text[prev..cut].iter().collect();
+                    // The finish machine's fast path: feeds only when nothing
+                    // ends in the delta, else leaves the matcher as it was.
+                    let mut probe = m.clone();
+                    let fed = probe.feed_unless_match(&delta, cut - prev);
+                    let got = m.feed(&delta);
+                    let want = naive_first(&text[..cut], prev, &stops);
+                    prop_assert_eq!(got.map(|h| (h.end, h.index)), want, "{:?}", kind);
+                    prop_assert_eq!(fed, got.is_none(), "{:?}", kind);
+                    let probe_chars = if fed { cut } else { prev };
+                    prop_assert_eq!(probe.chars_fed(), probe_chars, "{:?}", kind);
+                    if let Some(h) = got {
+                        prop_assert_eq!(h.start, h.end - stops[h.index].len());
+                        prop_assert_eq!(h.truncate_to, if include { h.end } else { h.start });
+                    }
+                    let hold = if include { 0 } else { naive_holdback(&text[..cut], &stops) };
+                    prop_assert_eq!(m.holdback(), hold, "{:?}", kind);
+                    prev = cut;
                 }
-                let hold = if include { 0 } else { naive_holdback(&text[..cut], &stops) };
-                prop_assert_eq!(m.holdback(), hold);
-                prev = cut;
             }
         }
 
@@ -744,12 +829,13 @@ mod tests {
         ) {
             let new = new.min(text.len());
             let stop_strs: Vec<String> = stops.iter().map(|s| s.iter().collect()).collect();
-            let compiled = Arc::new(StopStrings::new(stop_strs).unwrap());
             let s: String = text.iter().collect();
-            let got = compiled.check(&s, text.len(), new, false).unwrap();
             let want = naive_first(&text, text.len() - new, &stops)
                 .map(|(end, i)| (i, (end - stops[i].len()) as isize));
-            prop_assert_eq!(got, want);
+            for kind in KINDS {
+                let got = build(kind, &stop_strs).check(&s, text.len(), new, false).unwrap();
+                prop_assert_eq!(got, want, "{:?}", kind);
+            }
         }
     }
 }
