@@ -311,6 +311,13 @@ fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_char
     pending.ends.push(kept.text_chars);
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Steps `plain_token` took on this thread: the tests check that their
+    /// inputs reach the fast path, not only the general loop.
+    static PLAIN_STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// The finish state of one sequence.
 #[derive(Clone)]
 pub struct FinishTracker {
@@ -630,6 +637,8 @@ impl FinishTracker {
                 && self.emitted_bytes == self.kept.text.len()
                 && self.emitted_tokens == tokens_before + 1
         };
+        #[cfg(test)]
+        PLAIN_STEPS.with(|c| c.set(c.get() + 1));
         Some(Step {
             text_delta: text_before..self.emitted_bytes,
             token_ids_delta: tokens_before..self.emitted_tokens,
@@ -1032,6 +1041,114 @@ mod tests {
         b.sort_unstable();
         b.dedup();
         b
+    }
+
+    /// `drive`'s outcome through a [`FinishBatch`] decode step (one token
+    /// per slot, no run lengths), next to a slot that takes a token too.
+    fn drive_batch_decode(
+        p: &Arc<StopParams>,
+        ids: &[u32],
+        texts: &[&str],
+        grammar_at: Option<usize>,
+    ) -> Run {
+        let mut b = crate::batch::FinishBatch::new(4).unwrap();
+        b.add(3, Arc::clone(p)).unwrap();
+        b.add(1, Arc::new(StopParams::default())).unwrap();
+        let (mut text, mut tokens, mut out) = (String::new(), Vec::new(), Vec::new());
+        for (i, (&id, &piece)) in ids.iter().zip(texts).enumerate() {
+            if b.get(3).unwrap().is_finished() {
+                break;
+            }
+            let grammar = (grammar_at == Some(i)).then_some(&[0i64, -1][..]);
+            out.clear();
+            b.step(
+                &[3, 1],
+                &[id, 7],
+                None,
+                Some(&[piece, "z"]),
+                grammar,
+                &mut out,
+            )
+            .unwrap();
+            let t = b.get(3).unwrap();
+            text.push_str(&t.text()[out[0].step.text_delta.clone()]);
+            tokens.extend_from_slice(&t.token_ids()[out[0].step.token_ids_delta.clone()]);
+        }
+        let t = b.get_mut(3).unwrap();
+        if !t.is_finished() {
+            let s = t.abort();
+            text.push_str(&t.text()[s.text_delta]);
+            tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta]);
+        }
+        let t = b.remove(3).unwrap();
+        let (finish, kept_text, kept_ids) =
+            (t.finish(), t.text().to_string(), t.token_ids().to_vec());
+        (
+            finish,
+            kept_text,
+            kept_ids,
+            t.regex_matched().to_string(),
+            text,
+            tokens,
+        )
+    }
+
+    /// Neither stop regexes nor the repetition rule, so a one-token update
+    /// goes through `plain_token` wherever no finish rule applies. One-token
+    /// updates and a batch's decode steps must give what one accept run
+    /// through the general loop gives, on both matcher engines.
+    #[test]
+    fn plain_token_path_equals_the_general_loop() {
+        use crate::stop_strings::EngineKind;
+        let stop_lists: Vec<&[&str]> = vec![&[], &["c"], &["ab", "STOP", "a日"], &["日本🙂", "x"]];
+        let strategy = (
+            prop::collection::vec((0u32..14, piece()), 1..30),
+            prop::sample::select(stop_lists),
+            prop::sample::select(vec![EngineKind::Dfa, EngineKind::Nfa]),
+            (prop::option::of(4u64..30), 0u64..4, any::<bool>()),
+            (prop::option::of(12u32..14), any::<bool>()),
+            prop::option::of(0usize..30),
+        );
+        let (plain, singles) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let mut runner = proptest::test_runner::TestRunner::default();
+        let result = runner.run(&strategy, |(toks, list, kind, lengths, ids, grammar_at)| {
+            let (max_tokens, min_tokens, include) = lengths;
+            let (vocab_size, ignore_eos) = ids;
+            let stop = StopStrings::with_engine(list.iter().map(|s| s.to_string()).collect(), kind)
+                .unwrap();
+            let p = params(|p| {
+                p.stop = Some(Arc::new(stop));
+                p.eos_token_ids = vec![11];
+                p.stop_token_ids = vec![10];
+                p.ignore_eos = ignore_eos;
+                p.max_tokens = max_tokens;
+                p.min_tokens = min_tokens;
+                p.include_stop_str_in_output = include;
+                p.vocab_size = vocab_size;
+            });
+            let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
+            let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
+            let one_run = drive(&p, &ids, &texts, &[ids.len()], grammar_at);
+            let before = PLAIN_STEPS.with(std::cell::Cell::get);
+            let one_by_one: Vec<usize> = (1..=ids.len()).collect();
+            let a = drive(&p, &ids, &texts, &one_by_one, grammar_at);
+            plain.set(plain.get() + PLAIN_STEPS.with(std::cell::Cell::get) - before);
+            singles.set(singles.get() + a.2.len() as u64);
+            prop_assert_eq!(&a, &one_run);
+            prop_assert_eq!(&a.1, &a.4);
+            prop_assert_eq!(&a.2, &a.5);
+            prop_assert_eq!(&drive_batch_decode(&p, &ids, &texts, grammar_at), &one_run);
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+        // Most kept tokens are ordinary ones: the fast path must take them.
+        let (plain, singles) = (plain.get(), singles.get());
+        assert!(
+            2 * plain > singles,
+            "plain_token took {plain} of {singles} steps"
+        );
     }
 
     proptest! {
