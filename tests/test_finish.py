@@ -9,6 +9,14 @@ from hypothesis import strategies as st
 from conftest import RESULT_FIELDS, brute_holdback
 from vectors import load_vectors
 
+try:
+    import numpy as np
+except ImportError:  # NumPy is optional: the decode-step tests then pass ids as lists
+    np = None
+
+# Token ids of a decode step: a list, or a NumPy array of one of these dtypes.
+ID_FORMS = [None] + (["int64", "int32", "uint32"] if np is not None else [])
+
 FINISH_CASES = load_vectors("finish.json")
 REPETITION_CASES = load_vectors("repetition.json")
 
@@ -628,6 +636,63 @@ def test_batch_equals_trackers(impl, scs):
 @given(st.lists(scenarios(), min_size=1, max_size=4))
 def test_batch_rust_equals_baseline(base, rust, scs):
     assert drive_batch(rust, scs) == drive_batch(base, scs)
+
+
+def _slots_arg(slots, form):
+    """``slots`` as a list, or as a ``range`` where they are evenly spaced."""
+    if form == "range" and len(slots) == 1:
+        return range(slots[0], slots[0] + 1)
+    step = slots[1] - slots[0] if len(slots) > 1 else 0
+    if form == "range" and step and all(b - a == step for a, b in zip(slots, slots[1:])):
+        return range(slots[0], slots[-1] + step, step)
+    return list(slots)
+
+
+def drive_decode(impl, scs, slot_form, id_dtype, max_slots=8):
+    """All scenarios in one batch, in the decode-step form: one token per
+    slot and batch step, no run lengths, a grammar list only on a step where
+    some slot's grammar ends; slots as a list or a range, ids as a list or a
+    NumPy array of ``id_dtype``."""
+    batch = impl.FinishBatch(max_slots)
+    slots = [1 + 2 * k for k in range(len(scs))]
+    for s, sc in zip(slots, scs):
+        batch.add(s, impl.StopParams(**sc[0]))
+    any_text = any(sc[3] for sc in scs)
+    per_slot = [[] for _ in scs]
+    done = [False] * len(scs)
+    for i in range(max(len(sc[1]) for sc in scs)):
+        live = [k for k, sc in enumerate(scs) if i < len(sc[1]) and not done[k]]
+        if not live:
+            break
+        ids = [scs[k][1][i] for k in live]
+        pieces = [scs[k][2][i] for k in live] if any_text else None
+        gtas = [0 if scs[k][4] == i else -1 for k in live]
+        if id_dtype is not None:
+            ids = np.array(ids, dtype=id_dtype)
+        out = impl.batch_step(batch, _slots_arg([slots[k] for k in live], slot_form), ids,
+                              None, pieces, gtas if 0 in gtas else None)
+        for k, r in zip(live, out):
+            per_slot[k].append(result(r))
+            done[k] = r.finished
+    return per_slot
+
+
+@given(st.lists(scenarios(), min_size=1, max_size=4), st.sampled_from(["list", "range"]),
+       st.sampled_from(ID_FORMS))
+def test_batch_decode_steps_equal_trackers(impl, scs, slot_form, id_dtype):
+    """The engine's usual call (one token per slot, no run lengths) against
+    one-token updates of a FinishTracker per sequence."""
+    per_slot = drive_decode(impl, scs, slot_form, id_dtype)
+    for sc, got in zip(scs, per_slot):
+        singles = [(i, i + 1) for i in range(len(sc[1]))]
+        _, results, _ = drive(impl, sc[:6] + (False,), runs=singles)
+        assert got == [result(r) for r in results]
+
+
+@given(st.lists(scenarios(), min_size=1, max_size=4), st.sampled_from(["list", "range"]),
+       st.sampled_from(ID_FORMS))
+def test_batch_decode_steps_rust_equals_baseline(base, rust, scs, slot_form, id_dtype):
+    assert drive_decode(rust, scs, slot_form, id_dtype) == drive_decode(base, scs, "list", None)
 
 
 def test_batch_membership_never_raises():
