@@ -254,6 +254,23 @@ def test_matcher_against_brute_force(impl, case):
     assert first == first1
 
 
+# A stop that never occurs in the texts here (U+E000, private use, 3 UTF-8
+# bytes) and takes a list past 16 KiB: such lists run on the crate's NFA
+# instead of the dense DFA (docs/semantics.md section 2), so the same case
+# runs on both engines through the public API.
+NFA_PAD = "\ue000" * (16 * 1024 // 3 + 1)
+
+
+@given(cases(), st.data())
+def test_matcher_and_check_on_the_nfa_equal_the_dfa(rust, case, data):
+    text, stops, chunks, include = case
+    padded = stops + [NFA_PAD]
+    assert _run(rust.matcher(padded, include), chunks) == _run(rust.matcher(stops, include), chunks)
+    new = data.draw(st.integers(0, len(text)))
+    got = rust.check_stop_strings(text, new, padded, include)
+    assert got == rust.check_stop_strings(text, new, stops, include)
+
+
 @given(cases(), st.data())
 def test_check_stop_strings_properties(base, rust, case, data):
     text, stops, _, include = case

@@ -1,8 +1,10 @@
 //! The finish-state machine: no panic on any input, and step invariance.
 //!
 //! Random parameters (anything, valid or not: invalid ones must be rejected
-//! with an error, never a panic), a random stream of (token id, text piece)
-//! and a random split of it into accept runs. The same stream is run
+//! with an error, never a panic; stop strings on either matcher engine, stop
+//! regexes with end-of-text and word-boundary assertions), a random stream of
+//! (token id, text piece) and a random split of it into accept runs. The same
+//! stream is run
 //!
 //! * as single-token updates,
 //! * as the random runs, through `FinishTracker::update`,
@@ -17,12 +19,27 @@ use std::sync::Arc;
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use stopline::stop_regex::StopRegexes;
+use stopline::stop_strings::EngineKind;
 use stopline::{FinishBatch, FinishTracker, Repetition, StopParams, StopStrings};
 
 const PIECES: [&str; 12] = [
     "", "a", "b", "ab", "END", "E", "ND", "é", "日本", "🙂", "\n", "x\u{301}",
 ];
 const STOP_WORDS: [&str; 8] = ["END", "ab", "b", "日", "本🙂", "\n\n", "x\u{301}", "é"];
+/// Over the pieces' alphabet: `$` and `(?-u:\b)` (decided at token
+/// boundaries), `^`, repetition, alternation, classes.
+const STOP_REGEXES: [&str; 7] = [
+    r"a?b$",
+    r"(?-u:\b)ab(?-u:\b)",
+    r"日本+",
+    r"E\w*D",
+    r"\n\n+",
+    r"(?m)^END|é$",
+    r"x\x{301}|🙂{2}",
+];
+/// Refused at compile (empty match, Unicode `\b`, syntax), never a panic.
+const BAD_REGEXES: [&str; 3] = ["a*", r"\bab", "(ab"];
 
 fn params(u: &mut Unstructured<'_>) -> Result<StopParams> {
     let mut p = StopParams::default();
@@ -56,7 +73,22 @@ fn params(u: &mut Unstructured<'_>) -> Result<StopParams> {
     let stops: Vec<String> = (0..n)
         .map(|_| Ok(u.choose(&STOP_WORDS)?.to_string()))
         .collect::<Result<_>>()?;
-    p.stop = Some(StopStrings::compile(stops).expect("non-empty stop strings compile"));
+    p.stop = Some(if u.arbitrary()? {
+        Arc::new(StopStrings::with_engine(stops, EngineKind::Nfa).expect("the NFA builds"))
+    } else {
+        StopStrings::compile(stops).expect("non-empty stop strings compile")
+    });
+    let n = u.int_in_range(0..=2)?;
+    let mut regexes: Vec<String> = (0..n)
+        .map(|_| Ok(u.choose(&STOP_REGEXES)?.to_string()))
+        .collect::<Result<_>>()?;
+    if u.ratio(1, 16)? {
+        let at = u.int_in_range(0..=regexes.len())?;
+        regexes.insert(at, u.choose(&BAD_REGEXES)?.to_string());
+        assert!(StopRegexes::compile(regexes).is_err());
+    } else {
+        p.stop_regex = Some(StopRegexes::compile(regexes).expect("valid stop regexes compile"));
+    }
     p.include_stop_str_in_output = u.arbitrary()?;
     p.vocab_size = if u.arbitrary()? {
         Some(u.int_in_range(0..=18)?)

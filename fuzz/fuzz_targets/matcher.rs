@@ -5,7 +5,8 @@
 //! the naive answer (the earliest-ending stop string that ends inside the new
 //! chunk, ties to the lowest index) and `holdback` must be the longest suffix
 //! of the text fed so far that is a proper prefix of some stop string. The
-//! stateless `check` is compared too. Half the inputs draw from a small
+//! stateless `check` is compared too. Every input runs on both engines (the
+//! dense DFA and the crate's NFA). Half the inputs draw from a small
 //! alphabet (so stop strings overlap and match often, with multi-byte and
 //! combining characters); the other half are arbitrary Unicode.
 #![no_main]
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use stopline::stop_strings::EngineKind;
 use stopline::StopStrings;
 
 const ALPHABET: [char; 8] = ['a', 'b', 'c', 'é', '日', '🙂', '\u{301}', '\n'];
@@ -100,8 +102,14 @@ fn naive_holdback(text: &[char], stops: &[Vec<char>]) -> usize {
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     let Ok(c) = case(&mut u) else { return };
+    check(&c, EngineKind::Dfa);
+    check(&c, EngineKind::Nfa);
+});
+
+fn check(c: &Case, kind: EngineKind) {
     let stop_strs: Vec<String> = c.stops.iter().map(|s| s.iter().collect()).collect();
-    let compiled = Arc::new(StopStrings::new(stop_strs).expect("non-empty stop strings compile"));
+    // At most 8 strings of 64 code points: the dense table fits its bound.
+    let compiled = Arc::new(StopStrings::with_engine(stop_strs, kind).expect("both engines build"));
     let mut m = compiled.matcher(c.include);
     let mut prev = 0;
     for &cut in &c.cuts {
@@ -111,7 +119,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(
             got.map(|h| (h.end, h.index)),
             want,
-            "first match of feed #{cut}"
+            "first match of feed #{cut} on {kind:?}"
         );
         if let Some(h) = got {
             assert_eq!(h.start, h.end - c.stops[h.index].len());
@@ -122,7 +130,11 @@ fuzz_target!(|data: &[u8]| {
         } else {
             naive_holdback(&c.text[..cut], &c.stops)
         };
-        assert_eq!(m.holdback(), hold, "holdback after {cut} code points");
+        assert_eq!(
+            m.holdback(),
+            hold,
+            "holdback after {cut} code points on {kind:?}"
+        );
         assert_eq!(m.chars_fed(), cut);
 
         // The stateless check on the same prefix, new text = this chunk.
@@ -150,4 +162,4 @@ fuzz_target!(|data: &[u8]| {
     assert!(compiled
         .check(&all, c.text.len(), c.text.len() + 1, false)
         .is_err());
-});
+}
