@@ -1017,6 +1017,12 @@ mod tests {
             tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta.clone()]);
             prev = b;
         }
+        close(&mut t, text, tokens)
+    }
+
+    /// Aborts `t` if still running, adding the released rest to the streamed
+    /// `text` and `tokens`, and returns the outcome.
+    fn close(t: &mut FinishTracker, mut text: String, mut tokens: Vec<u32>) -> Run {
         if !t.is_finished() {
             let s = t.abort();
             text.push_str(&t.text()[s.text_delta]);
@@ -1074,23 +1080,7 @@ mod tests {
             text.push_str(&t.text()[out[0].step.text_delta.clone()]);
             tokens.extend_from_slice(&t.token_ids()[out[0].step.token_ids_delta.clone()]);
         }
-        let t = b.get_mut(3).unwrap();
-        if !t.is_finished() {
-            let s = t.abort();
-            text.push_str(&t.text()[s.text_delta]);
-            tokens.extend_from_slice(&t.token_ids()[s.token_ids_delta]);
-        }
-        let t = b.remove(3).unwrap();
-        let (finish, kept_text, kept_ids) =
-            (t.finish(), t.text().to_string(), t.token_ids().to_vec());
-        (
-            finish,
-            kept_text,
-            kept_ids,
-            t.regex_matched().to_string(),
-            text,
-            tokens,
-        )
+        close(&mut b.remove(3).unwrap(), text, tokens)
     }
 
     /// Neither stop regexes nor the repetition rule, so a one-token update

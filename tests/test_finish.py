@@ -595,30 +595,49 @@ def test_rust_equals_baseline(base, rust, sc):
     assert state(tr_r) == state(tr_b)
 
 
-def drive_batch(impl, scs, max_slots=8):
+def _slots_arg(slots, form):
+    """``slots`` as a list, or as a ``range`` where they are evenly spaced."""
+    step = slots[1] - slots[0] if len(slots) > 1 else 1
+    if form == "range" and step and all(b - a == step for a, b in zip(slots, slots[1:])):
+        return range(slots[0], slots[-1] + step, step)
+    return list(slots)
+
+
+def drive_batch(impl, scs, max_slots=8, decode=None):
     """All scenarios in one batch (sparse slots); runs of each scenario
-    advance one per batch step."""
+    advance one per batch step. With ``decode=(slot_form, id_dtype)``, the
+    engine's usual decode step instead: one token per slot and batch step, no
+    run lengths, a grammar list only on a step where some slot's grammar
+    ends; slots as a list or a ``range``, ids as a list or a NumPy array of
+    ``id_dtype``."""
     batch = impl.FinishBatch(max_slots)
     slots = [max_slots - 1 - 2 * k for k in range(len(scs))]
     for s, sc in zip(slots, scs):
         batch.add(s, impl.StopParams(**sc[0]))
+    runs = [[(i, i + 1) for i in range(len(sc[1]))] if decode else sc[5] for sc in scs]
     any_text = any(sc[3] for sc in scs)
     per_slot = [[] for _ in scs]
     done = [False] * len(scs)
-    for step in range(max(len(sc[5]) for sc in scs)):
-        live = [k for k, sc in enumerate(scs) if step < len(sc[5]) and not done[k]]
+    for step in range(max(len(r) for r in runs)):
+        live = [k for k in range(len(scs)) if step < len(runs[k]) and not done[k]]
         if not live:
             break
         ids, pieces, lens, gtas = [], [], [], []
         for k in live:
-            _, sid, spc, _, gpos, runs, _ = scs[k]
-            a, b = runs[step]
+            _, sid, spc, _, gpos, _, _ = scs[k]
+            a, b = runs[k][step]
             ids += sid[a:b]
             pieces += spc[a:b]
             lens.append(b - a)
             gtas.append(gpos - a if gpos is not None and a <= gpos < b else -1)
-        out = impl.batch_step(batch, [slots[k] for k in live], ids, lens,
-                              pieces if any_text else None, gtas)
+        live_slots = [slots[k] for k in live]
+        if decode is None:
+            out = impl.batch_step(batch, live_slots, ids, lens, pieces if any_text else None, gtas)
+        else:
+            slot_form, id_dtype = decode
+            out = impl.batch_step(batch, _slots_arg(live_slots, slot_form),
+                                  ids if id_dtype is None else np.array(ids, dtype=id_dtype), None,
+                                  pieces if any_text else None, gtas if max(gtas) >= 0 else None)
         for k, r in zip(live, out):
             per_slot[k].append(result(r))
             done[k] = r.finished
@@ -638,51 +657,12 @@ def test_batch_rust_equals_baseline(base, rust, scs):
     assert drive_batch(rust, scs) == drive_batch(base, scs)
 
 
-def _slots_arg(slots, form):
-    """``slots`` as a list, or as a ``range`` where they are evenly spaced."""
-    if form == "range" and len(slots) == 1:
-        return range(slots[0], slots[0] + 1)
-    step = slots[1] - slots[0] if len(slots) > 1 else 0
-    if form == "range" and step and all(b - a == step for a, b in zip(slots, slots[1:])):
-        return range(slots[0], slots[-1] + step, step)
-    return list(slots)
-
-
-def drive_decode(impl, scs, slot_form, id_dtype, max_slots=8):
-    """All scenarios in one batch, in the decode-step form: one token per
-    slot and batch step, no run lengths, a grammar list only on a step where
-    some slot's grammar ends; slots as a list or a range, ids as a list or a
-    NumPy array of ``id_dtype``."""
-    batch = impl.FinishBatch(max_slots)
-    slots = [1 + 2 * k for k in range(len(scs))]
-    for s, sc in zip(slots, scs):
-        batch.add(s, impl.StopParams(**sc[0]))
-    any_text = any(sc[3] for sc in scs)
-    per_slot = [[] for _ in scs]
-    done = [False] * len(scs)
-    for i in range(max(len(sc[1]) for sc in scs)):
-        live = [k for k, sc in enumerate(scs) if i < len(sc[1]) and not done[k]]
-        if not live:
-            break
-        ids = [scs[k][1][i] for k in live]
-        pieces = [scs[k][2][i] for k in live] if any_text else None
-        gtas = [0 if scs[k][4] == i else -1 for k in live]
-        if id_dtype is not None:
-            ids = np.array(ids, dtype=id_dtype)
-        out = impl.batch_step(batch, _slots_arg([slots[k] for k in live], slot_form), ids,
-                              None, pieces, gtas if 0 in gtas else None)
-        for k, r in zip(live, out):
-            per_slot[k].append(result(r))
-            done[k] = r.finished
-    return per_slot
-
-
 @given(st.lists(scenarios(), min_size=1, max_size=4), st.sampled_from(["list", "range"]),
        st.sampled_from(ID_FORMS))
 def test_batch_decode_steps_equal_trackers(impl, scs, slot_form, id_dtype):
     """The engine's usual call (one token per slot, no run lengths) against
     one-token updates of a FinishTracker per sequence."""
-    per_slot = drive_decode(impl, scs, slot_form, id_dtype)
+    per_slot = drive_batch(impl, scs, decode=(slot_form, id_dtype))
     for sc, got in zip(scs, per_slot):
         singles = [(i, i + 1) for i in range(len(sc[1]))]
         _, results, _ = drive(impl, sc[:6] + (False,), runs=singles)
@@ -692,7 +672,7 @@ def test_batch_decode_steps_equal_trackers(impl, scs, slot_form, id_dtype):
 @given(st.lists(scenarios(), min_size=1, max_size=4), st.sampled_from(["list", "range"]),
        st.sampled_from(ID_FORMS))
 def test_batch_decode_steps_rust_equals_baseline(base, rust, scs, slot_form, id_dtype):
-    assert drive_decode(rust, scs, slot_form, id_dtype) == drive_decode(base, scs, "list", None)
+    assert drive_batch(rust, scs, decode=(slot_form, id_dtype)) == drive_batch(base, scs, decode=("list", None))
 
 
 def test_batch_membership_never_raises():
