@@ -41,6 +41,8 @@ const STOP_REGEXES: [&str; 7] = [
 /// Refused at compile (empty match, Unicode `\b`, syntax), never a panic.
 const BAD_REGEXES: [&str; 3] = ["a*", r"\bab", "(ab"];
 
+// Fields are drawn one after another, some overwritten by later draws.
+#[allow(clippy::field_reassign_with_default)]
 fn params(u: &mut Unstructured<'_>) -> Result<StopParams> {
     let mut p = StopParams::default();
     // Wide ranges on purpose: zero, huge and inconsistent values must be
