@@ -128,3 +128,84 @@ def test_tables_shrink_when_the_large_request_is_cleared(backend: str) -> None:
         c_.append_tokens(1, [5])
     got = masked(c, [1, 1], [3, 0], backend)
     assert got == masked(fresh, [1, 1], [3, 0], backend) and got[0] == [6]
+
+
+# ------------------------------------------- bad_words read by the core
+
+
+def _table(words: Any, vocab: int = V) -> tuple[list[int], list[tuple[tuple[int, ...], int]]]:
+    """The core's layout, back as (one-token words, (prefix, last) pairs)."""
+    from stopline import _core
+
+    single, prefix, plen, last, width = _core._bad_words_table(
+        words, vocab, LIMITS["max_bad_words"], LIMITS["max_bad_word_tokens"])
+    ints = [memoryview(b).cast("i").tolist() for b in (single, prefix, plen, last)]
+    rows = [ints[1][i * width:(i + 1) * width] for i in range(len(ints[3]))]
+    assert all(r[n:] == [-1] * (width - n) for r, n in zip(rows, ints[2]))
+    return ints[0], [(tuple(r[:n]), t) for r, n, t in zip(rows, ints[2], ints[3])]
+
+
+def test_the_core_lays_out_bad_words_as_the_python_reader_did() -> None:
+    # The rule the Python code applied before the core took it over: one-token
+    # words and (prefix, last) of the longer ones, each deduplicated keeping
+    # the first occurrence.
+    import random
+
+    rng = random.Random(5)
+    for _ in range(200):
+        words = [[rng.randrange(6) for _ in range(rng.choice([1, 1, 2, 3, 5]))] for _ in range(rng.randrange(40))]
+        single = list(dict.fromkeys(w[0] for w in words if len(w) == 1))
+        multi = list(dict.fromkeys((tuple(w[:-1]), w[-1]) for w in words if len(w) > 1))
+        assert _table(words) == (single, multi)
+        assert _table([tuple(w) for w in words]) == (single, multi)
+
+
+def test_bad_words_of_every_container_kind() -> None:
+    np = pytest.importorskip("numpy")
+    words = [[1], (2, 3), np.array([4, 5, 6], dtype=np.int32), bytearray(b"\x07\x08"), iter([9, 9]), [np.int64(3)]]
+    assert _table(words) == ([1, 3], [((2,), 3), ((4, 5), 6), ((7,), 8), ((9,), 9)])
+
+
+@pytest.mark.parametrize(
+    "words,exc,says",
+    [
+        # The first bad word in order is reported, whatever kind of error a later one has.
+        ([[1], [2, V], ["x"]], ValueError, f"bad_words: token id {V} is outside"),
+        ([[1], ["x"], [V]], TypeError, "bad_words: token id 'x' is not an int"),
+        ([[3, V, "x"]], ValueError, f"bad_words: token id {V} is outside"),
+        ([[], [V]], ValueError, "bad_words: an empty word bans nothing"),
+        ([[V], list(range(65))], ValueError, f"bad_words: token id {V} is outside"),
+        ([list(range(65)), [V]], ValueError, "bad_words: has 65 entries; at most 64"),
+        ([[0, True]], TypeError, "bad_words: token id True is not an int"),
+        ([[2**70]], ValueError, "bad_words: token id 1180591620717411303424 is outside"),
+        ([[10**500]], ValueError, r"bad_words: token id 1000000000\d+\.\.\. \(501 digits\) is outside"),
+        (["ab"], TypeError, "bad_words: expected a sequence of token ids, got 'ab'"),
+        ([b"\x01"], TypeError, "bad_words: expected a sequence of token ids, got b"),
+        ([5], TypeError, "bad_words: expected a sequence of token ids, got 5"),
+        ([torch.tensor(5)], TypeError, "bad_words: expected a 1-D sequence of token ids, got a 0-d Tensor"),
+        ([torch.tensor([1, 2])], TypeError, r"bad_words: token id tensor\(1\) is not an int"),
+    ],
+)
+def test_bad_words_errors_come_in_request_order(words: list[Any], exc: type, says: str) -> None:
+    with pytest.raises(exc, match=says):
+        _table(words)
+    with pytest.raises(exc, match=says):
+        lc().set(0, bad_words=words)
+
+
+def test_a_bad_word_id_whose_index_raises_propagates() -> None:
+    import numbers
+
+    class Interrupts:
+        def __index__(self) -> int:
+            raise KeyboardInterrupt
+
+    numbers.Integral.register(Interrupts)
+
+    class Iterates:
+        def __iter__(self) -> Any:
+            raise KeyboardInterrupt
+
+    for words in ([[1, Interrupts()]], [(Interrupts(),)], [[1], Iterates()]):
+        with pytest.raises(KeyboardInterrupt):
+            lc().set(0, bad_words=words)

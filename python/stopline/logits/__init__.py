@@ -34,7 +34,6 @@ does not import it.
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import os
@@ -49,6 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "pip install 'stopline[torch]'"
     ) from exc
 
+from stopline import _core
 from stopline._caps import capped
 
 __all__ = ["LogitsConstraints", "RESTORE_POLICIES", "BACKENDS", "LIMITS"]
@@ -106,28 +106,22 @@ def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> 
     return [_token_id(v, field_name, vocab_size) for v in out]
 
 
-def _bad_words(words: list, vocab_size: int) -> tuple[list[int], list[tuple[tuple[int, ...], int]]]:
-    """One-token words, and (prefix, last token) of the longer ones, validated."""
-    cap = LIMITS["max_bad_word_tokens"]
-    # Fast path: lists of plain ints checked with C-level passes over the whole list at once.
-    if words and set(map(type, words)) <= {list, tuple}:
-        lens = list(map(len, words))
-        if min(lens) >= 1 and max(lens) <= cap:
-            flat = list(itertools.chain.from_iterable(words))
-            if set(map(type, flat)) <= {int} and min(flat) >= 0 and max(flat) < vocab_size:
-                return ([w[0] for w in words if len(w) == 1],
-                        [(tuple(w[:-1]), w[-1]) for w in words if len(w) > 1])
-    single: list[int] = []
-    multi: list[tuple[tuple[int, ...], int]] = []
-    for word in words:
-        toks = _token_ids(word, "bad_words", vocab_size, cap)
-        if not toks:
-            raise ValueError("bad_words: an empty word bans nothing; remove it")
-        if len(toks) == 1:
-            single.append(toks[0])
-        else:
-            multi.append((tuple(toks[:-1]), toks[-1]))
-    return single, multi
+def _bad_words(words: object, vocab_size: int) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``bad_words`` validated and laid out by the core with the GIL released
+    (``stopline._core._bad_words_table``): the distinct one-token words, the
+    number of distinct multi-token words, their prefixes ``[multi, width]``
+    padded with -1, prefix lengths and last tokens (int32 CPU tensors)."""
+    if isinstance(words, (str, bytes)) or not isinstance(words, Iterable):
+        raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {words!r}")
+    single, prefix, plen, last, width = _core._bad_words_table(
+        words, vocab_size, LIMITS["max_bad_words"], LIMITS["max_bad_word_tokens"])
+    n_multi = len(last) // 4
+    return _int32s(single), n_multi, _int32s(prefix).view(n_multi, width), _int32s(plen), _int32s(last)
+
+
+def _int32s(buf: bytearray) -> torch.Tensor:
+    # torch.frombuffer refuses an empty buffer.
+    return torch.frombuffer(buf, dtype=torch.int32) if buf else torch.empty(0, dtype=torch.int32)
 
 
 def _dedupe(ids: Iterable[int]) -> list[int]:
@@ -312,11 +306,7 @@ class LogitsConstraints:
             allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V, LIMITS["max_allowed_token_ids"]))
             if not allowed:
                 raise ValueError("allowed_token_ids is empty: no token could ever be sampled")
-        if isinstance(bad_words, (str, bytes)) or not isinstance(bad_words, Iterable):
-            raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {bad_words!r}")
-        single, multi = _bad_words(capped(bad_words, "bad_words", LIMITS["max_bad_words"]), V)
-        single = _dedupe(single)
-        multi = list(dict.fromkeys(multi))  # drop duplicate words
+        single, n_multi, prefix, prefix_len, last = _bad_words(bad_words, V)
         bias_ids: list[int] = []
         bias_vals: list[float] = []
         if logit_bias is not None:
@@ -345,14 +335,8 @@ class LogitsConstraints:
                 bias_vals.append(val)
 
         dense_bans = allowed is not None or len(single) > SPARSE_BAN_LIMIT
-        widths = (
-            len(stops),
-            0 if dense_bans else len(single),
-            len(bias_ids),
-            len(multi),
-            max((len(p) for p, _ in multi), default=0),
-        )
-        if multi:
+        widths = (len(stops), 0 if dense_bans else len(single), len(bias_ids), n_multi, prefix.shape[1])
+        if n_multi:
             self._check_bad_words_table(widths[3], widths[4])
         # Validation done; from here on only device writes.
         self._release(s, keep=widths)
@@ -360,21 +344,21 @@ class LogitsConstraints:
         self._ensure_width("stop_ids", widths[0])
         self._ensure_width("ban_ids", widths[1])
         self._ensure_width("bias_ids", widths[2])
-        if multi:
+        if n_multi:
             self._ensure_bad_words(widths[3], widths[4])
         dev = self.device
 
         def row(values, width, fill=-1, dtype=torch.int32):
             out = torch.full((width,), fill, dtype=dtype)
-            if values:
-                out[: len(values)] = torch.tensor(values, dtype=dtype)
+            if len(values):
+                out[: len(values)] = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
             return out.to(dev, non_blocking=True)
 
         st.min_tokens[s] = int(min_tokens)
         st.restore[s] = RESTORE_POLICIES[restore]
         st.stop_ids[s] = row(stops, st.stop_ids.shape[1])
         if st.ban_ids.shape[1]:
-            st.ban_ids[s] = row([] if dense_bans else single, st.ban_ids.shape[1])
+            st.ban_ids[s] = row(single[:0] if dense_bans else single, st.ban_ids.shape[1])
         if dense_bans:
             self._ensure_allowed()
             keep = torch.zeros(self.num_words * 32, dtype=torch.bool)
@@ -382,29 +366,29 @@ class LogitsConstraints:
                 keep[:V] = True
             else:
                 keep[torch.tensor(allowed, dtype=torch.long)] = True
-            if single:
-                keep[torch.tensor(single, dtype=torch.long)] = False
+            if len(single):
+                keep[single.long()] = False
             st.allowed[s] = _pack_bits(keep).to(dev, non_blocking=True)
             st.has_allowed[s] = 1
         else:
             st.has_allowed[s] = 0
         if st.bad_prefix_len.shape[1]:
             C_bad, C_pfx = st.bad_prefix.shape[1:]
-            # One tensor built from one flat list of padded rows (not one per word).
-            flat = list(itertools.chain.from_iterable(p + (-1,) * (C_pfx - len(p)) for p, _ in multi))
-            flat += [-1] * (C_pfx * (C_bad - len(multi)))
-            pre = torch.tensor(flat, dtype=torch.int32).reshape(C_bad, C_pfx)
-            plen = torch.tensor([len(p) for p, _ in multi] + [0] * (C_bad - len(multi)), dtype=torch.int32)
-            last = torch.tensor([t for _, t in multi] + [-1] * (C_bad - len(multi)), dtype=torch.int32)
+            pre = torch.full((C_bad, C_pfx), -1, dtype=torch.int32)
+            pre[:n_multi, : prefix.shape[1]] = prefix
+            plen = torch.zeros(C_bad, dtype=torch.int32)
+            plen[:n_multi] = prefix_len
+            last_row = torch.full((C_bad,), -1, dtype=torch.int32)
+            last_row[:n_multi] = last
             st.bad_prefix[s] = pre.to(dev, non_blocking=True)
             st.bad_prefix_len[s] = plen.to(dev, non_blocking=True)
-            st.bad_last[s] = last.to(dev, non_blocking=True)
+            st.bad_last[s] = last_row.to(dev, non_blocking=True)
             st.history[s] = -1
             st.history_len[s] = 0
         if st.bias_ids.shape[1]:
             st.bias_ids[s] = row(bias_ids, st.bias_ids.shape[1])
             st.bias_values[s] = row(bias_vals, st.bias_ids.shape[1], 0.0, torch.float32)
-        self._slots[s] = _SlotHost(active=True, has_bad_multi=bool(multi), num_tokens=0, widths=widths, dense=dense_bans)
+        self._slots[s] = _SlotHost(active=True, has_bad_multi=bool(n_multi), num_tokens=0, widths=widths, dense=dense_bans)
 
     def clear(self, slot: int) -> None:
         """Remove the slot's constraints (its rows then get only a grammar bitmask).
