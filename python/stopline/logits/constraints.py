@@ -186,7 +186,12 @@ class LogitsConstraints:
             bad_words: token sequences; a one-token word is always banned, a
                 longer word bans its last token when the other tokens equal the
                 tail of the output so far (vLLM's ``bad_words`` after
-                tokenization). Each word must be non-empty.
+                tokenization). Each word must be non-empty: a list, tuple,
+                1-D integer array or other iterable of ints (not ``str`` or
+                ``bytes``); at most ``max_bad_words`` words of at most
+                ``max_bad_word_tokens`` tokens. Duplicate words are merged.
+                Read and laid out by the core with the GIL released after the
+                lists are read.
             logit_bias: ``{token_id: bias}`` or ``(token_id, bias)`` pairs
                 (OpenAI ``logit_bias``), added in float32 after the masks; ids
                 must be distinct and biases finite.
@@ -203,7 +208,11 @@ class LogitsConstraints:
             ValueError: an id outside ``[0, vocab_size)``, an empty
                 ``allowed_token_ids`` or bad word, a duplicate ``logit_bias``
                 id, a non-finite bias, negative ``min_tokens``, an unknown
-                ``restore`` policy, a slot out of range.
+                ``restore`` policy, a slot out of range, a list over its cap
+                (``LIMITS``).
+            RuntimeError: the tables are frozen (:meth:`freeze`; a CUDA
+                graph captured :meth:`apply`) and this request needs a wider
+                one than they hold; nothing was written.
         """
         s = self._slot(slot)
         V = self.vocab_size
