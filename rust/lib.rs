@@ -3,6 +3,7 @@
 //! * [`stop_strings`]: the incremental multi-stop-string matcher.
 //! * [`stop_regex`]: stop regexes, matched incrementally on a shared DFA.
 //! * [`finish`]: the ordered finish-state machine of one sequence.
+//! * [`bad_words`]: a logits request's bad words, validated and laid out.
 //! * [`batch`]: many sequences advanced by one call per engine step.
 //! * [`detokenize`]: token ids to text, incrementally (a `tokenizer.json`'s decoder).
 //! * [`error`]: the one error type.
@@ -10,6 +11,7 @@
 //! The PyO3 binding (`python` module, feature `python`) is the only code that
 //! knows about Python; everything else is tested with plain `cargo test`.
 
+pub mod bad_words;
 pub mod batch;
 mod cache;
 pub mod detok_batch;

@@ -20,6 +20,8 @@ use crate::stop_strings::{
 // Vocabulary, IncrementalDecoder and the ids-only steps.
 #[path = "python_detok.rs"]
 mod detok;
+#[path = "python_logits.rs"]
+mod logits;
 
 /// Python's `repr()` of a Rust value converted to its Python counterpart.
 fn py_repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<String> {
@@ -582,6 +584,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_stop_strings, m)?)?;
     m.add_function(wrap_pyfunction!(to_openai_finish_reason, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(logits::_bad_words_table, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let caps = PyDict::new(m.py());
     for (name, value) in limits::ALL {

@@ -146,6 +146,18 @@ def lc(max_slots: int = 4, vocab_size: int = 100) -> Any:
     return LogitsConstraints(max_slots, vocab_size)
 
 
+def LC() -> Any:
+    from stopline.logits import LogitsConstraints
+
+    return LogitsConstraints
+
+
+def _frozen() -> Any:
+    c = lc()
+    c.freeze()
+    return c
+
+
 def logits(rows: int = 2, vocab: int = 100, **kw: Any) -> Any:
     import torch
 
@@ -733,6 +745,18 @@ ROWS: list[Row] = [
         "token_ids tensor must be 1-D integer, got torch.float32 (2,)"),
     Row("LogitsConstraints.append_tokens", "slot >= max_slots", lambda: lc().append_tokens(9, [1]), ValueError,
         "slot 9 is outside [0, max_slots=4)"),
+    Row("LogitsConstraints.set", "a bad-word id is a bool", lambda: lc().set(0, bad_words=[[0, True]]), TypeError,
+        "bad_words: token id True is not an int"),
+    Row("LogitsConstraints.set", "a bad word is a bytes", lambda: lc().set(0, bad_words=[b"ab"]), TypeError,
+        "bad_words: expected a sequence of token ids, got b'ab'"),
+    Row("LogitsConstraints.set", "frozen tables (a CUDA graph captured apply) too narrow",
+        lambda: _frozen().set(1, stop_token_ids=list(range(5))), RuntimeError,
+        "slot 1 needs 5 stop_token_ids (the tables hold 4), but the tables are frozen"),
+    Row("LogitsConstraints", "reserve names an unknown table",
+        lambda: LC()(4, 100, reserve={"stops": 4}), ValueError, "reserve: unknown table 'stops'"),
+    Row("LogitsConstraints", "reserve over a cap",
+        lambda: LC()(4, 100, reserve={"logit_bias": 2**17}), ValueError,
+        "reserve['logit_bias']=131072 is outside [0, 65536]"),
 ]
 
 _TORCH_ENTRIES = ("LogitsConstraints",)

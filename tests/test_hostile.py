@@ -208,23 +208,44 @@ def worst_regexes(tag):
 
 
 def test_the_worst_case_request_compiles_without_the_gil() -> None:
-    # The request of benches/bench_worst_case.py (stop and stop_regex at their
-    # caps): another thread makes progress while it compiles, which it can
-    # only do when the compiling thread gives the GIL up. The control, a short
-    # list built in microseconds with the GIL held, lets it make none.
+    # The request of benches/bench_worst_case.py (stop, stop_regex and
+    # bad_words at their caps): another thread makes progress while it
+    # compiles, which it can only do when the compiling thread gives the GIL
+    # up. The control, a short list built in microseconds with the GIL held,
+    # lets it make none. bad_words go through the core without torch; with
+    # torch the whole LogitsConstraints.set of them is probed too.
     out = run_child(GIL_PROBE + r"""
+from stopline import _core
 stops, regexes = worst_stops("a"), worst_regexes("a")
 assert sum(len(s.encode()) for s in stops) <= stopline.LIMITS["max_stop_bytes"]
-request = other_thread_progress(lambda: StopParams(stop=stops, stop_regex=regexes))
+V, N_WORDS, N_TOKENS = 151_936, 1024, 64
+words = [[rng.randrange(V) for _ in range(N_TOKENS)] for _ in range(N_WORDS)]
+try:
+    from stopline.logits import LIMITS as LL, LogitsConstraints
+    assert (LL["max_bad_words"], LL["max_bad_word_tokens"]) == (N_WORDS, N_TOKENS)
+    lc = LogitsConstraints(256, V)
+except ImportError:
+    lc = None
+def request():
+    StopParams(stop=stops, stop_regex=regexes)
+    if lc is not None:
+        lc.set(0, bad_words=words)
+whole = other_thread_progress(request)
 stop_only = other_thread_progress(lambda: StopStrings(worst_stops("b")))
 regex_only = other_thread_progress(lambda: StopRegexes(worst_regexes("b")))
+# Its GIL-free part lasts about a millisecond: a few calls give the waiting
+# thread time to wake up on a loaded machine.
+bad_only = other_thread_progress(lambda: [_core._bad_words_table(words, V, N_WORDS, N_TOKENS) for _ in range(20)])
+set_only = None if lc is None else other_thread_progress(lambda: [lc.set(1, bad_words=words) for _ in range(20)])
 control = other_thread_progress(lambda: StopStrings(["short", "list"]))
 p = StopParams(stop=stops, stop_regex=regexes)
-print(json.dumps([request, stop_only, regex_only, control, len(p.stop), len(p.stop_regex)]))
-""")
-    request, stop_only, regex_only, control, n_stop, n_regex = out
-    assert (n_stop, n_regex) == (1024, 64)
-    assert request > 0 and stop_only > 0 and regex_only > 0, out
+n_multi = len(_core._bad_words_table(words, V, N_WORDS, N_TOKENS)[3]) // 4
+print(json.dumps([whole, stop_only, regex_only, bad_only, set_only, control, len(p.stop), len(p.stop_regex), n_multi]))
+""", limit=1 << 42)  # torch maps a large address space of its own
+    whole, stop_only, regex_only, bad_only, set_only, control, n_stop, n_regex, n_multi = out
+    assert (n_stop, n_regex, n_multi) == (1024, 64, 1024)
+    assert whole > 0 and stop_only > 0 and regex_only > 0 and bad_only > 0, out
+    assert set_only is None or set_only > 0, out
     assert control == 0, out
 
 

@@ -29,6 +29,7 @@ if not CUDA:
 from stopline.logits import LogitsConstraints  # noqa: E402
 from stopline.logits.reference import apply_reference, unpack_bitmask  # noqa: E402
 from stopline.logits.triton_kernel import apply_triton  # noqa: E402
+from stopline.logits.tuning import DEFAULT_TILES, KernelTuning  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
 # The interpreter's float16 cast warns when a bias overflows to inf, which tests do on purpose.
@@ -257,10 +258,10 @@ def split(monkeypatch):
     """force(dense_words, chunk_words[, scan_words]): tiny tiles so small rows span several chunk programs."""
 
     def force(dense_words, chunk_words, scan_words=32, prefetch=1):
-        mod = _kernel_module()
-        for dt in list(mod.TILES):
-            monkeypatch.setitem(mod.TILES, dt, (dense_words, scan_words, 4, 8, 0, prefetch))
-        monkeypatch.setattr(mod, "CHUNK_WORDS", chunk_words)
+        # Every LogitsConstraints built from here on gets this tuning.
+        tiles = {dt: (dense_words, scan_words, 4, 8, 0, prefetch) for dt in DEFAULT_TILES}
+        forced = KernelTuning(tiles=tiles, chunk_words=chunk_words)
+        monkeypatch.setattr(KernelTuning, "from_env", classmethod(lambda cls, environ=None: forced))
 
     return force
 
@@ -811,3 +812,55 @@ def test_triton_path_does_not_sync_the_host():
         cons.apply(logits, slots, pos, bitmask=bitmask)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_graph_replays_requests_set_after_capture():
+    """A graph of apply() captured on a reserved state keeps serving requests set after the
+    capture that are wider than any before it (tables fit the reserve, never reallocated), and a
+    set() beyond the reserve is refused without touching the tables the graph reads."""
+    V = 4096
+    reserve = {"stop_token_ids": 16, "sparse_bans": 8, "logit_bias": 8, "bad_words": 4, "bad_word_tokens": 5}
+    cons = LogitsConstraints(4, V, "cuda", reserve=reserve)
+    cons.set(0, min_tokens=2, stop_token_ids=[1], bad_words=[[3]])
+    base = torch.randn(4, V, device="cuda")
+    work = base.clone()
+    slots = torch.arange(4, device="cuda")
+    pos = torch.zeros(4, dtype=torch.int64, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile and warm up outside the capture
+        cons.apply(work, slots, pos)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    ptrs = [t.data_ptr() for t in (cons.state.stop_ids, cons.state.bad_prefix, cons.state.bias_ids)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        infeasible = cons.apply(work, slots, pos)
+    assert cons.frozen  # the capture froze the tables
+    # Wider than anything set before the capture: 12 stop ids, 3 multi-token words of up to 5
+    # tokens, 6 sparse bans, 7 bias ids.
+    cons.set(1, min_tokens=8, stop_token_ids=list(range(10, 22)),
+             bad_words=[[5, 6, 7, 8, 9], [5, 6, 7], [40, 41], [30], [31], [32], [33], [34], [35]],
+             logit_bias={i: 0.5 for i in range(50, 57)})
+    cons.append_tokens(1, [5, 6, 7, 8])
+    pos.copy_(torch.tensor([0, 4, 0, 1], device="cuda"))
+    work.copy_(base)
+    graph.replay()
+    torch.cuda.synchronize()
+    got, got_inf = work.clone(), infeasible.clone()
+    eager = base.clone()
+    eager_inf = cons.apply(eager, slots, pos)
+    assert_bit_identical(got, eager)
+    assert torch.equal(got_inf, eager_inf)
+    assert got[1, 9] == NEG and (got[1, 10:22] == NEG).all() and (got[1, 30:36] == NEG).all()
+    assert torch.equal(got[1, 50:57], base[1, 50:57] + 0.5)
+    assert [t.data_ptr() for t in (cons.state.stop_ids, cons.state.bad_prefix, cons.state.bias_ids)] == ptrs
+    with pytest.raises(RuntimeError, match="frozen"):
+        cons.set(2, stop_token_ids=list(range(100, 140)))
+    with pytest.raises(RuntimeError, match="dense token mask"):
+        cons.set(2, allowed_token_ids=[100, 200])
+    work.copy_(base)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bit_identical(work, eager)

@@ -128,3 +128,182 @@ def test_tables_shrink_when_the_large_request_is_cleared(backend: str) -> None:
         c_.append_tokens(1, [5])
     got = masked(c, [1, 1], [3, 0], backend)
     assert got == masked(fresh, [1, 1], [3, 0], backend) and got[0] == [6]
+
+
+# ------------------------------------------- bad_words read by the core
+
+
+def _table(words: Any, vocab: int = V) -> tuple[list[int], list[tuple[tuple[int, ...], int]]]:
+    """The core's layout, back as (one-token words, (prefix, last) pairs)."""
+    from stopline import _core
+
+    single, prefix, plen, last, width = _core._bad_words_table(
+        words, vocab, LIMITS["max_bad_words"], LIMITS["max_bad_word_tokens"])
+    ints = [memoryview(b).cast("i").tolist() for b in (single, prefix, plen, last)]
+    rows = [ints[1][i * width:(i + 1) * width] for i in range(len(ints[3]))]
+    assert all(r[n:] == [-1] * (width - n) for r, n in zip(rows, ints[2]))
+    return ints[0], [(tuple(r[:n]), t) for r, n, t in zip(rows, ints[2], ints[3])]
+
+
+def test_the_core_lays_out_bad_words_as_the_python_reader_did() -> None:
+    # The rule the Python code applied before the core took it over: one-token
+    # words and (prefix, last) of the longer ones, each deduplicated keeping
+    # the first occurrence.
+    import random
+
+    rng = random.Random(5)
+    for _ in range(200):
+        words = [[rng.randrange(6) for _ in range(rng.choice([1, 1, 2, 3, 5]))] for _ in range(rng.randrange(40))]
+        single = list(dict.fromkeys(w[0] for w in words if len(w) == 1))
+        multi = list(dict.fromkeys((tuple(w[:-1]), w[-1]) for w in words if len(w) > 1))
+        assert _table(words) == (single, multi)
+        assert _table([tuple(w) for w in words]) == (single, multi)
+
+
+def test_bad_words_of_every_container_kind() -> None:
+    np = pytest.importorskip("numpy")
+    words = [[1], (2, 3), np.array([4, 5, 6], dtype=np.int32), bytearray(b"\x07\x08"), iter([9, 9]), [np.int64(3)]]
+    assert _table(words) == ([1, 3], [((2,), 3), ((4, 5), 6), ((7,), 8), ((9,), 9)])
+
+
+@pytest.mark.parametrize(
+    "words,exc,says",
+    [
+        # The first bad word in order is reported, whatever kind of error a later one has.
+        ([[1], [2, V], ["x"]], ValueError, f"bad_words: token id {V} is outside"),
+        ([[1], ["x"], [V]], TypeError, "bad_words: token id 'x' is not an int"),
+        ([[3, V, "x"]], ValueError, f"bad_words: token id {V} is outside"),
+        ([[], [V]], ValueError, "bad_words: an empty word bans nothing"),
+        ([[V], list(range(65))], ValueError, f"bad_words: token id {V} is outside"),
+        ([list(range(65)), [V]], ValueError, "bad_words: has 65 entries; at most 64"),
+        ([[0, True]], TypeError, "bad_words: token id True is not an int"),
+        ([[2**70]], ValueError, "bad_words: token id 1180591620717411303424 is outside"),
+        ([[10**500]], ValueError, r"bad_words: token id 1000000000\d+\.\.\. \(501 digits\) is outside"),
+        (["ab"], TypeError, "bad_words: expected a sequence of token ids, got 'ab'"),
+        ([b"\x01"], TypeError, "bad_words: expected a sequence of token ids, got b"),
+        ([5], TypeError, "bad_words: expected a sequence of token ids, got 5"),
+        ([torch.tensor(5)], TypeError, "bad_words: expected a 1-D sequence of token ids, got a 0-d Tensor"),
+        ([torch.tensor([1, 2])], TypeError, r"bad_words: token id tensor\(1\) is not an int"),
+    ],
+)
+def test_bad_words_errors_come_in_request_order(words: list[Any], exc: type, says: str) -> None:
+    with pytest.raises(exc, match=says):
+        _table(words)
+    with pytest.raises(exc, match=says):
+        lc().set(0, bad_words=words)
+
+
+def test_a_bad_word_id_whose_index_raises_propagates() -> None:
+    import numbers
+
+    class Interrupts:
+        def __index__(self) -> int:
+            raise KeyboardInterrupt
+
+    numbers.Integral.register(Interrupts)
+
+    class Iterates:
+        def __iter__(self) -> Any:
+            raise KeyboardInterrupt
+
+    for words in ([[1, Interrupts()]], [(Interrupts(),)], [[1], Iterates()]):
+        with pytest.raises(KeyboardInterrupt):
+            lc().set(0, bad_words=words)
+
+
+# ------------------------------------------- CUDA-graph safety: reserve and freeze
+
+
+def _shapes(c: LogitsConstraints) -> tuple[Any, ...]:
+    st = c.state
+    return (st.stop_ids.shape[1], st.ban_ids.shape[1], st.bias_ids.shape[1], tuple(st.bad_prefix.shape[1:]),
+            st.allowed.shape[0], st.any_allowed, tuple(t.data_ptr() for t in (st.stop_ids, st.bad_prefix)))
+
+
+def test_a_frozen_state_refuses_a_set_that_would_grow_a_table() -> None:
+    c = lc()
+    c.set(0, stop_token_ids=[1, 2], bad_words=[[3, 4]])
+    c.freeze()
+    before = _shapes(c)
+    for kwargs, says in [
+        ({"stop_token_ids": list(range(10))}, "10 stop_token_ids \\(the tables hold 4\\)"),
+        ({"bad_words": [[5, 6, 7]]}, "2 bad_word_prefix \\(the tables hold 1\\)"),
+        ({"logit_bias": {5: 1.0}}, "1 logit_bias \\(the tables hold 0\\)"),
+        ({"allowed_token_ids": [5]}, "a dense token mask"),
+    ]:
+        with pytest.raises(RuntimeError, match=f"slot 1 needs {says}.*frozen.*reserve="):
+            c.set(1, **kwargs)
+        assert not c._slots[1].active and _shapes(c) == before
+    c.set(1, stop_token_ids=[7, 8, 9], bad_words=[[5, 6]])  # fits: allowed while frozen
+    c.clear(0)
+    c.clear(1)
+    assert _shapes(c) == before  # nothing shrinks while frozen
+    c.unfreeze()
+    c.set(1, stop_token_ids=list(range(10)))
+    assert c.state.stop_ids.shape[1] == 16
+
+
+def test_reserved_tables_serve_requests_frozen_and_answer_as_grown_ones() -> None:
+    reserve = {"stop_token_ids": 12, "sparse_bans": 8, "logit_bias": 5, "bad_words": 3, "bad_word_tokens": 4,
+               "allowed_token_ids": True}
+    c = LogitsConstraints(4, V, reserve=reserve)
+    st = c.state
+    assert (st.stop_ids.shape[1], st.ban_ids.shape[1], st.bias_ids.shape[1], tuple(st.bad_prefix.shape[1:]),
+            st.history.shape[1], st.allowed.shape[0], st.any_allowed) == (16, 8, 8, (4, 4), 4, 4, True)
+    c.freeze()
+    grown = lc()
+    requests = [
+        dict(min_tokens=2, stop_token_ids=list(range(20, 32)), bad_words=[[1], [2], [3, 4, 5, 6], [7, 8]],
+             logit_bias={i: 0.5 for i in range(40, 45)}),
+        dict(allowed_token_ids=list(range(100, 200)), bad_words=[[150]]),
+    ]
+    for s, kwargs in enumerate(requests):
+        for x in (c, grown):
+            x.set(s, **kwargs)
+            x.append_tokens(s, [3, 4, 5])
+    assert masked(c, [0, 1, 0], [3, 3, 0]) == masked(grown, [0, 1, 0], [3, 3, 0])
+    c.clear(0)
+    c.clear(1)
+    c.unfreeze()
+    c.set(0, stop_token_ids=[1])
+    c.clear(0)  # reserved widths are the floor: nothing shrinks below them
+    assert c.state.stop_ids.shape[1] == 16 and c.state.any_allowed
+
+
+@pytest.mark.parametrize(
+    "reserve,exc,says",
+    [
+        ({"stop_token_ids": LIMITS["max_stop_token_ids"] + 1}, ValueError, "reserve\\['stop_token_ids'\\]=65537 is outside"),
+        ({"sparse_bans": 65}, ValueError, "reserve\\['sparse_bans'\\]=65 is outside \\[0, 64\\]"),
+        ({"bad_word_tokens": 65, "bad_words": 1}, ValueError, "reserve\\['bad_word_tokens'\\]=65"),
+        ({"bad_word_tokens": 8}, ValueError, "'bad_word_tokens' needs 'bad_words'"),
+        ({"stops": 4}, ValueError, "reserve: unknown table 'stops'"),
+        ({"logit_bias": 2.0}, TypeError, "reserve\\['logit_bias'\\] must be an int"),
+        ({"allowed_token_ids": 1}, TypeError, "reserve\\['allowed_token_ids'\\] must be a bool"),
+        ([("logit_bias", 4)], TypeError, "reserve must be a mapping"),
+    ],
+)
+def test_reserve_is_validated(reserve: Any, exc: type, says: str) -> None:
+    with pytest.raises(exc, match=says):
+        LogitsConstraints(4, V, reserve=reserve)
+
+
+def test_a_reserved_bad_words_table_is_capped() -> None:
+    with pytest.raises(ValueError, match="bad-words table .* at most 268435456 bytes"):
+        LogitsConstraints(LIMITS["max_slots"], V, reserve={"bad_words": 1024, "bad_word_tokens": 64})
+
+
+def test_kernel_tuning_is_read_when_the_state_is_built_not_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stopline.logits.tuning import DEFAULT_TILES, KernelTuning
+
+    monkeypatch.setenv("STOPLINE_LOGITS_TILE", "bfloat16=32:16:8")
+    c = lc()
+    assert c._tuning.tiles["bfloat16"] == (32, 16, 8) + DEFAULT_TILES["bfloat16"][3:]
+    assert c._tuning.tiles["float32"] == DEFAULT_TILES["float32"]
+    monkeypatch.setenv("STOPLINE_LOGITS_TILE", "64:32")
+    with pytest.raises(ValueError, match="STOPLINE_LOGITS_TILE must be 'DENSE_WORDS:SCAN_WORDS:NUM_WARPS"):
+        lc()
+    monkeypatch.delenv("STOPLINE_LOGITS_TILE")
+    assert lc()._tuning == KernelTuning()
+    with pytest.raises(AttributeError):
+        KernelTuning().chunk_words = 4  # type: ignore[misc]

@@ -53,6 +53,7 @@ __all__ = [
     "__version__",
     "LIMITS",
     "_panic_for_tests",  # PyO3 lists every added function in the runtime __all__
+    "_bad_words_table",
 ]
 
 # Type-only names (not attributes of the runtime module, hence private):
@@ -886,3 +887,32 @@ class IncrementalDecoder:
 
 def _panic_for_tests(message: str) -> None:
     """Test hook, not API: panics in Rust; PyO3 raises PanicException."""
+
+def _bad_words_table(
+    words: Iterable[Iterable[int]], vocab_size: int, max_words: int, max_word_tokens: int
+) -> tuple[bytearray, bytearray, bytearray, bytearray, int]:
+    """Internal to ``stopline.logits``: validates a request's ``bad_words``
+    and lays them out, with the GIL released for all but reading the lists.
+
+    Args:
+        words: token-id sequences (lists, tuples, 1-D integer buffers such as
+            NumPy arrays, any iterable of ints; not ``str``/``bytes``).
+        vocab_size: ids must lie in ``[0, vocab_size)``.
+        max_words / max_word_tokens: the caps (``stopline.logits.LIMITS``).
+
+    Returns:
+        ``(single, prefix, prefix_len, last, width)``: native-order int32
+        arrays as ``bytearray``: the distinct one-token words (first
+        occurrence first); the distinct multi-token words' prefixes,
+        ``[multi, width]`` row-major padded with -1; their prefix lengths;
+        their last tokens. ``width`` is the longest prefix (0 without
+        multi-token words).
+
+    Raises:
+        TypeError: a non-int id (``bool`` included) or a word that is no
+            sequence, naming ``bad_words``.
+        ValueError: an id outside ``[0, vocab_size)``, an empty word, a word
+            of more than ``max_word_tokens`` tokens, more than ``max_words``
+            words; the first bad word in order is reported. What the
+            caller's objects raise propagates unchanged.
+    """

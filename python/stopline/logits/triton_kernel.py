@@ -67,48 +67,14 @@ is out of range is left untouched and reported infeasible.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-# Per logits dtype: (DENSE_WORDS, SCAN_WORDS, NUM_WARPS, PROGS_PER_SM, WAVE_PROGS, PREFETCH).
-# DENSE_WORDS bitmask words x 32 logits per iteration of the dense pass;
-# SCAN_WORDS x 32 logits per block of the early-exit count; PROGS_PER_SM: the
-# grid aims at this many programs per multiprocessor (0 = one program per row);
-# WAVE_PROGS: programs of this config that fit on one multiprocessor at once: when
-# that single wave still gives every row >= 2 chunks, the grid is one wave
-# instead (0 = never); PREFETCH: load the next tile while masking this one.
-# 64:32:4:32:10:1 won the H200 sweeps for both dtypes (docs/logits.md); 64 words
-# keep the mask-word loads under one per thread, so they need no shared memory.
-TILES: dict[str, tuple[int, ...]] = {
-    "float32": (64, 32, 4, 32, 10, 1),
-    "bfloat16": (64, 32, 4, 32, 10, 1),
-    "float16": (64, 32, 4, 32, 10, 1),
-}
-# Tests force a words-per-chunk here to split small rows (None = from TILES).
-CHUNK_WORDS: int | None = None
+from .tuning import KernelTuning
 
-
-def _parse_tiles(text: str) -> None:
-    """STOPLINE_LOGITS_TILE: 'DW:SW:NW[:PPS[:WAVE[:PREFETCH]]]' for every dtype, or 'float32=...,bfloat16=...'."""
-    for part in text.split(","):
-        name, _, cfg = part.strip().rpartition("=")
-        vals = tuple(int(v) for v in cfg.split(":"))
-        if not 3 <= len(vals) <= 6 or (name and name not in TILES):
-            raise ValueError
-        for dt in [name] if name else list(TILES):
-            TILES[dt] = vals + TILES[dt][len(vals):]
-
-
-if os.environ.get("STOPLINE_LOGITS_TILE"):
-    try:
-        _parse_tiles(os.environ["STOPLINE_LOGITS_TILE"])
-    except ValueError:
-        raise ValueError(f"STOPLINE_LOGITS_TILE must be 'DENSE_WORDS:SCAN_WORDS:NUM_WARPS[:PROGS_PER_SM[:WAVE_PROGS"
-                         f"[:PREFETCH]]]' "
-                         f"or 'dtype=...,dtype=...', got {os.environ['STOPLINE_LOGITS_TILE']!r}") from None
+# Tile configs and other launch knobs: stopline.logits.tuning.KernelTuning.
 
 
 @triton.jit
@@ -515,11 +481,15 @@ def _pairs_ok(logits: torch.Tensor) -> bool:
 def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
-                 pairs: bool | None = None, wave_progs: int | None = None):
-    """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``."""
+                 pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None):
+    """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
+
+    Launch knobs come from ``tuning`` (the defaults when ``None``); the
+    keyword overrides (benchmark sweeps) take precedence over it."""
+    tuning = KernelTuning() if tuning is None else tuning
     R, V = logits.shape
     W = (V + 31) // 32
-    cfg = TILES[str(logits.dtype).removeprefix("torch.")] + (0, 0)
+    cfg = tuple(tuning.tiles[str(logits.dtype).removeprefix("torch.")]) + (0, 0)
     dw, sw, nw, pps, wave = cfg[:5]
     dense_words = dense_words or dw
     scan_words = scan_words or sw
@@ -536,7 +506,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     if not dense:
         chunk_words = W
     elif chunk_words is None:
-        chunk_words = CHUNK_WORDS
+        chunk_words = tuning.chunk_words
         if chunk_words is None:
             dev = logits.device
             sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) \
