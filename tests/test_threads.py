@@ -265,3 +265,89 @@ def test_hammered_from_8_threads_never_corrupts(kind: str) -> None:
         assert ids.count(i) == 2 * r[0]
     # What was streamed (all but the hold-back, none here) is the text itself.
     assert sum(len(r[2]) for r in results) == len(text)
+
+
+# --------------------------------- caller's lists changed mid-call --------
+
+# Variant k of the tracker's lists: k + 1 ids and as many pieces, so equal
+# lengths mean one variant. The batch's variants all have one entry per slot.
+# Ints above 256 and strs of two or more chars are new objects on each
+# build, freed when replaced: a list item read without the list held still
+# would be read after it is freed.
+BIG = 1_000_000
+SLOTS = 4
+
+
+def tracker_variant(k: int) -> tuple[list[int], list[str]]:
+    return [BIG + k for _ in range(k + 1)], [chr(ord("a") + k) * 2 for _ in range(k + 1)]
+
+
+def batch_variant(k: int) -> tuple[list[int], list[str]]:
+    return [BIG + k for _ in range(SLOTS)], [chr(ord("p") + k) * 3 for _ in range(SLOTS)]
+
+
+def test_lists_replaced_by_another_thread_while_read() -> None:
+    """Two threads replace the items of the lists that six others pass to
+    ``FinishTracker.update`` and ``FinishBatch.step`` (each reader with its own
+    tracker and batch). Without the GIL this is a real race: the batch step
+    reads one-piece-per-slot texts from a private copy, the other paths hold
+    the list's critical section. Every call sees each list whole at one
+    moment: its deltas are one variant of each list, or it is refused because
+    the two lists' lengths disagree; never a mix, a crash or a freed item."""
+    tids, ttexts = tracker_variant(0)
+    bids, btexts = batch_variant(0)
+    readers_done = threading.Event()
+    calls = 3000
+
+    def mutate(i: int) -> int:
+        rng = random.Random(i)
+        n = 0
+        while not readers_done.is_set() and n < 10**6:
+            if i == 0:
+                tids[:], ttexts[:] = tracker_variant(rng.randrange(4))[0], tracker_variant(rng.randrange(4))[1]
+            else:
+                bids[:], btexts[:] = batch_variant(rng.randrange(4))
+                bids[:] = batch_variant(rng.randrange(4))[0]
+            n += 1
+        return n
+
+    def read(i: int) -> tuple[int, int]:
+        tracker = stopline.FinishTracker(stopline.StopParams(max_tokens=10**9))
+        batch = stopline.FinishBatch(SLOTS)
+        for s in range(SLOTS):
+            batch.add(s, stopline.StopParams(max_tokens=10**9))
+        ok = refused = 0
+        for c in range(calls):
+            if c % 3 == 0:
+                try:
+                    r = tracker.update(tids, ttexts)
+                except ValueError as e:
+                    assert "pass one piece per token" in str(e), repr(e)
+                    refused += 1
+                    continue
+                k = len(r.token_ids_delta) - 1
+                ids, texts = tracker_variant(k)
+                assert (r.token_ids_delta, r.text_delta) == (ids, "".join(texts))
+            else:
+                runs = None if c % 3 == 1 else [1] * SLOTS
+                b = batch.step(list(range(SLOTS)), bids, runs, btexts)
+                assert len({d[0] for d in b.token_ids_deltas}) == 1, b.token_ids_deltas
+                assert len(set(b.text_deltas)) == 1, b.text_deltas
+                assert b.token_ids_deltas[0][0] - BIG in range(4), b.token_ids_deltas
+                assert b.text_deltas[0] in {batch_variant(k)[1][0] for k in range(4)}, b.text_deltas
+            ok += 1
+        return ok, refused
+
+    def body(i: int) -> Any:
+        if i < 2:
+            return mutate(i)
+        try:
+            return read(i)
+        finally:
+            if i == THREADS - 1:
+                readers_done.set()
+
+    results = run_threads(THREADS, body)
+    for ok, refused in results[2:]:
+        assert ok + refused == calls
+        assert ok >= 2 * calls // 3  # the batch calls, whose lengths never disagree
