@@ -30,12 +30,17 @@ VENV=/opt/ft-venv
 SRC=/build/stopline
 
 phase() { echo "== free_threaded.sh: $1 (${SECONDS}s so far)"; }
+# Exit 75 (EX_TEMPFAIL) when the interpreter or the packages could not be had
+# (an archive or registry out of reach): .ci/run reports that and goes on. A
+# failed stopline build or test exits non-zero otherwise, which fails CI.
+unavailable() { echo "free_threaded.sh: $1 could not be set up; nothing was tested"; exit 75; }
 
 if [ ! -x "$FT_ROOT/usr/bin/apt-get" ]; then
     phase "debootstrap trixie into $FT_ROOT"
     command -v debootstrap >/dev/null || { apt-get update -q && apt-get install -y -q debootstrap; } >/dev/null
     rm -rf "$FT_ROOT"
-    debootstrap --variant=minbase --include=ca-certificates trixie "$FT_ROOT" http://deb.debian.org/debian >/dev/null
+    debootstrap --variant=minbase --include=ca-certificates trixie "$FT_ROOT" http://deb.debian.org/debian >/dev/null \
+        || { rm -rf "$FT_ROOT"; unavailable "the Debian 13 chroot"; }
 fi
 
 mounted=()
@@ -75,7 +80,7 @@ if [ ! -x "$FT_ROOT$PY" ]; then
         ./configure -q --disable-gil --prefix=/opt/py313t --with-computed-gotos
         make -s -j"$(nproc)" >/build/cpython/make.log 2>&1 || { tail -50 /build/cpython/make.log; exit 1; }
         make -s altinstall >/build/cpython/install.log 2>&1
-    '
+    ' || unavailable "CPython 3.13 with --disable-gil"
 fi
 in_root update-ca-certificates >/dev/null
 
@@ -87,15 +92,15 @@ in_root bash -euc "
     pip install -q --disable-pip-version-check --only-binary numpy,maturin \
         maturin==1.16.0 pytest 'hypothesis<=6.155.7' numpy
     python -c 'import sys; assert not sys._is_gil_enabled(), sys.version; print(sys.version)'
-"
+" || unavailable "the test dependencies"
 
 phase "build stopline for python3.13t"
 rm -rf "$FT_ROOT$SRC"
 mkdir -p "$FT_ROOT$SRC"
 git ls-files -z | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C "$FT_ROOT$SRC"
+in_root bash -euc "cd $SRC && cargo fetch -q" || unavailable "the crates"
 in_root bash -euc "
     cd $SRC
-    cargo fetch -q
     ver=\$(grep -A1 '^name = \"pyo3-ffi\"' Cargo.lock | sed -n 's/^version = \"\\(.*\\)\"/\\1/p')
     orig=\$(ls -d /root/.cargo/registry/src/*/pyo3-ffi-\$ver | head -1)
     rm -rf /build/pyo3-ffi && cp -r \"\$orig\" /build/pyo3-ffi
