@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -407,7 +408,7 @@ ROWS: list[Row] = [
         ValueError, "=1 is outside the run of 1 tokens"),
     Row("FinishTracker.update", "grammar_terminated_at is a float", lambda: tracker().update([1], None, 1.0),
         TypeError, "grammar_terminated_at"),
-    Row("FinishTracker.update", "update after finish", lambda: finished_tracker().update([2]), RuntimeError,
+    Row("FinishTracker.update", "update after finish", lambda: finished_tracker().update([2]), stopline.SequenceFinishedError,
         'the sequence already finished (finish_reason="length")'),
     Row("FinishTracker.update", "a rejected update changes nothing",
         lambda: (lambda t: (pytest.raises(ValueError, t.update, [1, 2], ["a"]), t.num_tokens)[1])(tracker()),
@@ -509,7 +510,7 @@ ROWS: list[Row] = [
         ValueError, "[0]=-2: use -1 for none or an index into the run (slot 0)"),
     Row("FinishBatch.step", "grammar_terminated_at past the run", lambda: batch().step([0], [1], None, None, [1]),
         ValueError, "=1 is outside the run of 1 tokens (slot 0)"),
-    Row("FinishBatch.step", "a finished slot", lambda: finished_batch().step([0], [2]), RuntimeError,
+    Row("FinishBatch.step", "a finished slot", lambda: finished_batch().step([0], [2]), stopline.SequenceFinishedError,
         'slot 0 already finished (finish_reason="length"); remove() it before stepping it again'),
     Row("FinishBatch.step", "a rejected step changes no slot", step_is_atomic, None,
         "accepted check: slots 0 and 1 still empty", check=lambda r: r == ([], [])),
@@ -837,6 +838,16 @@ if __name__ == "__main__":
 # ------------------------------------------------------------ Rust panics --
 
 
+# `_panic_for_tests` exists only in a build with the `test-hooks` feature
+# (never a release wheel); .ci/run builds one and runs these tests with
+# STOPLINE_REQUIRE_TEST_HOOKS=1, which turns the skip into a failure.
+_no_hooks = not hasattr(stopline._core, "_panic_for_tests")
+if _no_hooks and os.environ.get("STOPLINE_REQUIRE_TEST_HOOKS") == "1":
+    raise RuntimeError("STOPLINE_REQUIRE_TEST_HOOKS=1 but this build has no test hooks (--features test-hooks)")
+needs_test_hooks = pytest.mark.skipif(_no_hooks, reason="a build without the test-hooks feature")
+
+
+@needs_test_hooks
 def test_a_rust_panic_is_a_python_exception() -> None:
     """A panic inside the binding comes out as pyo3_runtime.PanicException
     (a BaseException: stopline code must never panic on input, which is what
@@ -854,6 +865,7 @@ def test_a_rust_panic_is_a_python_exception() -> None:
     assert stopline.check_stop_strings("hello world.", 1, ["."], False) == (".", 11)
 
 
+@needs_test_hooks
 def test_panic_in_a_fresh_interpreter_does_not_crash_it() -> None:
     r = in_subprocess("""
         import stopline._core as c

@@ -52,8 +52,16 @@ __all__ = [
     "to_openai_finish_reason",
     "__version__",
     "LIMITS",
-    "_panic_for_tests",  # PyO3 lists every added function in the runtime __all__
+    "SequenceFinishedError",
 ]
+
+class SequenceFinishedError(RuntimeError):
+    """Raised by ``FinishTracker.update`` and ``FinishBatch.step`` for a
+    sequence that already finished (the message names its ``finish_reason``,
+    and the slot for a batch). A ``RuntimeError`` subclass, so ``except
+    RuntimeError`` still catches it; engines that race a late step against a
+    finish catch this type alone (docs/errors.md). Nothing changes when it is
+    raised."""
 
 # Type-only names (not attributes of the runtime module, hence private):
 # import them under `if TYPE_CHECKING:`.
@@ -884,5 +892,3 @@ class IncrementalDecoder:
     @property
     def pending(self) -> bytes: ...
 
-def _panic_for_tests(message: str) -> None:
-    """Test hook, not API: panics in Rust; PyO3 raises PanicException."""

@@ -78,6 +78,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stopline._core import SequenceFinishedError
+
 __all__ = [
     "FinishBatch",
     "FinishTracker",
@@ -589,7 +591,7 @@ class FinishTracker:
     ) -> tuple[list[int], list[str] | None, int | None]:
         """Validate one step without touching state; returns normalized args."""
         if self._finished:
-            raise RuntimeError(
+            raise SequenceFinishedError(
                 f"{where}sequence already finished (finish_reason={self._reason!r}); no more updates"
             )
         if isinstance(token_ids, (str, bytes)):

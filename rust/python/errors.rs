@@ -1,0 +1,28 @@
+//! Core errors to Python exceptions, in one place: which exception type each
+//! variant becomes. The messages are the core's (`crate::error`) or, for
+//! arguments the binding checks itself, `convert`'s.
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::PyErr;
+
+use crate::error::Error;
+
+create_exception!(
+    stopline,
+    SequenceFinishedError,
+    PyRuntimeError,
+    "Raised by `FinishTracker.update` / `FinishBatch.step` for a sequence that \
+     already finished. A `RuntimeError` subclass: engines catch it by type \
+     (docs/errors.md)."
+);
+
+pub(super) fn to_py_err(e: Error) -> PyErr {
+    match e {
+        Error::Finished { .. } | Error::SlotFinished { .. } => {
+            SequenceFinishedError::new_err(e.to_string())
+        }
+        Error::Alloc { .. } => PyMemoryError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}

@@ -1,0 +1,72 @@
+//! The PyO3 binding: converts Python values to core types and maps core errors
+//! to Python exceptions. No semantics live here.
+//!
+//! * `convert`: every extraction helper and its messages.
+//! * `ffi`: raw C-API access, the binding's only `unsafe`, under one contract.
+//! * `errors`: which Python exception each core error becomes.
+//! * `matchers`: `StopStrings` / `StopRegexes` and their matchers.
+//! * `params`, `tracker`, `batch`, `detok`, `openai`: one Python API each.
+
+mod batch;
+mod convert;
+mod detok;
+mod errors;
+#[allow(unsafe_code)]
+mod ffi;
+mod matchers;
+mod openai;
+mod params;
+mod tracker;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::limits;
+
+/// Test hook, not API: panics inside the binding layer so the tests can show
+/// that PyO3 turns a Rust panic into a Python exception
+/// (`pyo3_runtime.PanicException`) instead of crashing the interpreter
+/// (`tests/test_errors.py::test_a_rust_panic_is_a_python_exception`). Built
+/// only with the `test-hooks` feature (docs/reliability.md).
+#[cfg(feature = "test-hooks")]
+#[pyfunction]
+fn _panic_for_tests(message: &str) -> PyResult<()> {
+    panic!("{message}")
+}
+
+// The fast paths read a caller's list items without taking references only
+// under the list's critical section (the GIL's job on a GIL build) or from a
+// private copy (`ffi`), and the compiled lists and caches are immutable or
+// behind a Mutex: the module is safe without the GIL. (The default abi3
+// wheel does not load on a free-threaded CPython; this matters for source
+// builds. docs/reliability.md, "Threads".)
+#[pymodule(gil_used = false)]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<matchers::PyStopStrings>()?;
+    m.add_class::<matchers::PyStopMatcher>()?;
+    m.add_class::<matchers::PyStopMatch>()?;
+    m.add_class::<matchers::PyStopRegexes>()?;
+    m.add_class::<matchers::PyStopRegexMatcher>()?;
+    m.add_class::<params::PyStopParams>()?;
+    m.add_class::<tracker::PyStepResult>()?;
+    m.add_class::<tracker::PyFinishTracker>()?;
+    m.add_class::<batch::PyBatchStepResult>()?;
+    m.add_class::<batch::PyFinishBatch>()?;
+    m.add_class::<detok::PyVocabulary>()?;
+    m.add_class::<detok::PyIncrementalDecoder>()?;
+    m.add_function(wrap_pyfunction!(matchers::check_stop_strings, m)?)?;
+    m.add_function(wrap_pyfunction!(openai::to_openai_finish_reason, m)?)?;
+    #[cfg(feature = "test-hooks")]
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add(
+        "SequenceFinishedError",
+        m.py().get_type::<errors::SequenceFinishedError>(),
+    )?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    let caps = PyDict::new(m.py());
+    for (name, value) in limits::ALL {
+        caps.set_item(name, value)?;
+    }
+    m.add("LIMITS", caps)?;
+    Ok(())
+}
