@@ -6,7 +6,7 @@
 //! anything is allocated from them: an allocation failure aborts a Rust
 //! process, which for stopline is the whole inference server.
 
-use crate::error::Error;
+use crate::error::{Error, Problem};
 
 /// Stop strings in one list.
 pub const MAX_STOP_STRINGS: usize = 1024;
@@ -41,7 +41,7 @@ pub fn check_count(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
     if n > cap {
         return Err(Error::Param {
             field,
-            message: format!("has {n} entries; at most {cap} are accepted"),
+            problem: Problem::TooMany { n: Some(n), cap },
         });
     }
     Ok(())
@@ -52,7 +52,7 @@ pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
     if n > cap {
         return Err(Error::Param {
             field,
-            message: format!("totals {n} UTF-8 bytes; at most {cap} are accepted"),
+            problem: Problem::TooManyBytes { n: Some(n), cap },
         });
     }
     Ok(())
@@ -90,7 +90,7 @@ mod tests {
         let e = check_count("stop", MAX_STOP_STRINGS + 1, MAX_STOP_STRINGS).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "stop: has 1025 entries; at most 1024 are accepted"
+            "stop has 1025 entries; at most 1024 are accepted"
         );
     }
 }

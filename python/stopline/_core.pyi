@@ -12,12 +12,14 @@ token ids are ints in ``[0, 2**32)``.
 Errors (the full matrix is docs/errors.md): ``TypeError`` for a value of the
 wrong type, ``ValueError`` for a value of the right type that is out of range,
 empty, inconsistent with another argument or not valid Unicode (a lone
-surrogate), ``RuntimeError`` for a call the object's state forbids. Messages
+surrogate), ``SequenceFinishedError`` (a ``RuntimeError``) for updating a
+finished sequence, ``RuntimeError`` for another call the object's state
+forbids. Messages
 name the field, the element (``stop[1]``, ``token_ids[3] (slot 2)``) and the
-value. Int arguments converted by PyO3 (``slot``, ``max_slots``,
-``new_char_count``, a ``BatchStepResult`` index) raise ``OverflowError`` at
-2**63 and above; the others raise ``ValueError``. Ints may be any object with ``__index__`` (NumPy
-integers); a ``bool`` is accepted as the int it is. Exceptions raised by the
+value. ``slot``, ``max_slots``, ``new_char_count`` and a ``BatchStepResult``
+index raise ``OverflowError`` at 2**63 and above; the others raise
+``ValueError``. Ints may be any object with ``__index__`` (NumPy integers);
+a ``bool`` where an int is expected is a ``TypeError`` (docs/errors.md). Exceptions raised by the
 caller's own objects (an ``__iter__`` or ``__index__`` that raises,
 ``MemoryError`` or ``KeyboardInterrupt`` included) propagate unchanged.
 Sizes stopline caps (``max_slots``, a regex DFA) are checked before anything
@@ -599,7 +601,7 @@ class FinishTracker:
             stream now.
 
         Raises:
-            RuntimeError: the sequence already finished (the message names
+            SequenceFinishedError: the sequence already finished (the message names
                 its ``finish_reason``; semantics.md 5).
             TypeError: ``token_ids`` is not an int or an iterable of ints
                 (``token_ids[0] must be an int, got str``); ``texts`` is a
@@ -853,7 +855,7 @@ class FinishBatch:
             TypeError: an argument that is not an iterable of ints
                 (``slots[0] must be an int, got str``); ``texts`` a bare
                 ``str`` or holding a non-``str``.
-            RuntimeError: a listed slot already finished (remove it first).
+            SequenceFinishedError: a listed slot already finished (remove it first).
         """
 
 @final

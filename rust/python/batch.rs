@@ -8,15 +8,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyRange, PyString};
 
 use super::convert::{
-    extract_i64s, extract_ids_named, is_conversion_error, opt_list, range_values, type_name,
-    with_pieces,
+    extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, range_values,
+    type_name, with_pieces,
 };
 use super::detok;
-use super::errors::to_py_err;
+use super::errors::{arg_err, to_py_err};
 use super::ffi::PrivateList;
 use super::params::PyStopParams;
 use super::tracker::{Outcome, PyStepResult};
 use crate::batch::FinishBatch;
+use crate::error::Problem;
 use crate::finish::Step;
 use crate::limits;
 
@@ -190,9 +191,16 @@ impl PyFinishBatch {
     /// texts and decodes them itself.
     #[new]
     #[pyo3(signature = (max_slots, vocabulary = None))]
-    fn new(max_slots: i64, vocabulary: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    fn new(max_slots: &Bound<'_, PyAny>, vocabulary: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let max_slots = extract_i64_arg(max_slots, "max_slots")?;
         let n = usize::try_from(max_slots).map_err(|_| {
-            PyValueError::new_err(format!("max_slots must be >= 0, got {max_slots}"))
+            arg_err(
+                "max_slots",
+                Problem::Below {
+                    min: 0,
+                    value: max_slots.into(),
+                },
+            )
         })?;
         let inner = FinishBatch::new(n).map_err(to_py_err)?;
         let detok = detok::vocabulary_arg(vocabulary)?.map(|v| detok::BatchDetok::new(v, n));
@@ -206,12 +214,13 @@ impl PyFinishBatch {
     #[pyo3(signature = (slot, params, prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
     fn add(
         &mut self,
-        slot: i64,
+        slot: &Bound<'_, PyAny>,
         params: &Bound<'_, PyAny>,
         prompt_token_ids: Option<&Bound<'_, PyAny>>,
         skip_special_tokens: bool,
         spaces_between_special_tokens: bool,
     ) -> PyResult<()> {
+        let slot = extract_i64_arg(slot, "slot")?;
         let p = params.cast::<PyStopParams>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "params must be a stopline.StopParams, got {}",
@@ -235,7 +244,8 @@ impl PyFinishBatch {
     }
 
     /// Frees a slot (finished or not).
-    fn remove(&mut self, slot: i64) -> PyResult<()> {
+    fn remove(&mut self, slot: &Bound<'_, PyAny>) -> PyResult<()> {
+        let slot = extract_i64_arg(slot, "slot")?;
         self.inner.remove(slot).map(drop).map_err(to_py_err)?;
         if let Some(d) = self.detok.as_mut() {
             d.set(slot, None);
@@ -244,14 +254,16 @@ impl PyFinishBatch {
     }
 
     /// Aborts the sequence in a slot; returns what it flushed.
-    fn abort(&mut self, slot: i64) -> PyResult<PyStepResult> {
+    fn abort(&mut self, slot: &Bound<'_, PyAny>) -> PyResult<PyStepResult> {
+        let slot = extract_i64_arg(slot, "slot")?;
         let t = self.inner.get_mut(slot).map_err(to_py_err)?;
         let step = t.abort();
         Ok(PyStepResult::new(t, &step))
     }
 
     /// The current state of a slot (empty deltas).
-    fn result(&self, slot: i64) -> PyResult<PyStepResult> {
+    fn result(&self, slot: &Bound<'_, PyAny>) -> PyResult<PyStepResult> {
+        let slot = extract_i64_arg(slot, "slot")?;
         let t = self.inner.get(slot).map_err(to_py_err)?;
         let end = t.text().len();
         let n = t.token_ids().len();
@@ -266,12 +278,14 @@ impl PyFinishBatch {
     }
 
     /// Output text kept in a slot.
-    fn text(&self, slot: i64) -> PyResult<String> {
+    fn text(&self, slot: &Bound<'_, PyAny>) -> PyResult<String> {
+        let slot = extract_i64_arg(slot, "slot")?;
         Ok(self.inner.get(slot).map_err(to_py_err)?.text().to_owned())
     }
 
     /// Output token ids kept in a slot.
-    fn token_ids(&self, slot: i64) -> PyResult<Vec<u32>> {
+    fn token_ids(&self, slot: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        let slot = extract_i64_arg(slot, "slot")?;
         Ok(self
             .inner
             .get(slot)
@@ -355,7 +369,11 @@ impl PyFinishBatch {
                     .enumerate()
                     .map(|(i, v)| {
                         usize::try_from(v).map_err(|_| {
-                            PyValueError::new_err(format!("run_lengths[{i}]={v} must be >= 0"))
+                            let problem = Problem::Below {
+                                min: 0,
+                                value: v.into(),
+                            };
+                            arg_err(&format!("run_lengths[{i}]"), problem)
                         })
                     })
                     .collect::<PyResult<Vec<usize>>>()

@@ -4,12 +4,14 @@
 //! the field and element.
 
 use pyo3::buffer::PyUntypedBuffer;
-use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
+use pyo3::types::{PyBool, PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
 use pyo3::IntoPyObjectExt;
 
+use super::errors::arg_err;
 use super::ffi;
+use crate::error::Problem;
 use crate::limits;
 
 /// Python's `repr()` of a Rust value converted to its Python counterpart.
@@ -40,23 +42,11 @@ pub(super) fn extract_utf8<'a, 'py>(
     obj: &'a Bound<'py, PyAny>,
     field: &dyn Fn() -> String,
 ) -> PyResult<&'a str> {
-    let s = obj.cast::<PyString>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{} must be str, got {}",
-            field(),
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "?".into())
-        ))
-    })?;
-    let text = s.to_str().map_err(|_| {
-        PyValueError::new_err(format!(
-            "{} is not valid Unicode (it contains a lone surrogate)",
-            field()
-        ))
-    })?;
-    Ok(text)
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| arg_err(&field(), wrong_type("str", obj)))?;
+    s.to_str()
+        .map_err(|_| arg_err(&field(), Problem::LoneSurrogate))
 }
 
 /// `obj`'s iterator; "not iterable" becomes a TypeError naming `field` and
@@ -64,11 +54,11 @@ pub(super) fn extract_utf8<'a, 'py>(
 pub(super) fn iter_of<'py>(
     obj: &Bound<'py, PyAny>,
     field: &str,
-    what: &str,
+    what: &'static str,
 ) -> PyResult<Bound<'py, PyIterator>> {
     obj.try_iter().map_err(|e| {
         if e.is_instance_of::<PyTypeError>(obj.py()) {
-            PyTypeError::new_err(format!("{field} must be {what}, got {}", type_name(obj)))
+            arg_err(field, wrong_type(what, obj))
         } else {
             e
         }
@@ -83,15 +73,10 @@ pub(super) fn iter_of<'py>(
 pub(super) fn take_capped<'py>(
     obj: &Bound<'py, PyAny>,
     field: &str,
-    what: &str,
+    what: &'static str,
     cap: usize,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    let over = |n: Option<usize>| {
-        let n = n.map_or_else(|| format!("more than {cap}"), |n| n.to_string());
-        PyValueError::new_err(format!(
-            "{field}: has {n} entries; at most {cap} are accepted"
-        ))
-    };
+    let over = |n: Option<usize>| over_cap(field, n, cap);
     if let Ok(list) = obj.cast_exact::<PyList>() {
         if list.len() > cap {
             return Err(over(Some(list.len())));
@@ -140,12 +125,7 @@ pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
 #[inline]
 pub(super) fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u32> {
     let v = extract_int(item, field)?;
-    u32::try_from(v).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{}={v} is not a valid token id (must be in [0, 2**32))",
-            field()
-        ))
-    })
+    u32::try_from(v).map_err(|_| arg_err(&field(), Problem::NotATokenId { value: v }))
 }
 
 /// A sequence of at most `cap` token ids (list, tuple, any iterable of
@@ -166,10 +146,7 @@ pub(super) fn try_vec<T>(n: usize, field: &str) -> PyResult<Vec<T>> {
 
 /// The error for a sequence of more than `cap` entries (`n` when known).
 pub(super) fn over_cap(field: &str, n: Option<usize>, cap: usize) -> PyErr {
-    let n = n.map_or_else(|| format!("more than {cap}"), |n| n.to_string());
-    PyValueError::new_err(format!(
-        "{field}: has {n} entries; at most {cap} are accepted"
-    ))
+    arg_err(field, Problem::TooMany { n, cap })
 }
 
 /// [`extract_ids`] with `name(i)` naming element i in errors.
@@ -232,26 +209,68 @@ pub(super) fn is_conversion_error(e: &PyErr, py: Python<'_>) -> bool {
 /// (KeyboardInterrupt, MemoryError, ...) propagates as is.
 #[inline]
 pub(super) fn extract_int(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<i64> {
+    // bool is an int subclass, but max_tokens=True or token_ids=[True] is a
+    // bug, not 1 (the same policy as stopline.baseline).
+    if item.is_instance_of::<PyBool>() {
+        return Err(arg_err(&field(), wrong_type("an int", item)));
+    }
     item.extract::<i64>().map_err(|e| {
         let py = item.py();
         if item.is_instance_of::<PyInt>() || e.is_instance_of::<PyOverflowError>(py) {
             let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
-            PyValueError::new_err(format!("{}={shown} is out of range", field()))
+            arg_err(&field(), Problem::OutOfRange { shown })
         } else if e.is_instance_of::<PyTypeError>(py) {
-            PyTypeError::new_err(format!(
-                "{} must be an int, got {}",
-                field(),
-                type_name(item)
-            ))
+            arg_err(&field(), wrong_type("an int", item))
         } else {
             e
         }
     })
 }
 
-pub(super) fn extract_nonneg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<u64> {
+/// An int argument, with `OverflowError` above `i64` (as PyO3's own
+/// conversion) and the one bool policy of [`extract_int`].
+pub(super) fn extract_i64_arg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<i64> {
+    if obj.is_instance_of::<PyBool>() {
+        return Err(arg_err(field, wrong_type("an int", obj)));
+    }
+    obj.extract::<i64>().map_err(|e| {
+        let py = obj.py();
+        if e.is_instance_of::<PyOverflowError>(py) {
+            let shown = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+            PyOverflowError::new_err(Problem::OutOfRange { shown }.about(field))
+        } else if e.is_instance_of::<PyTypeError>(py) {
+            arg_err(field, wrong_type("an int", obj))
+        } else {
+            e
+        }
+    })
+}
+
+/// A wrong-type problem: `obj` is not `expected`.
+pub(super) fn wrong_type(expected: &'static str, obj: &Bound<'_, PyAny>) -> Problem {
+    Problem::WrongType {
+        expected,
+        got: type_name(obj),
+    }
+}
+
+/// An int that must be at least `min`.
+pub(super) fn extract_at_least(obj: &Bound<'_, PyAny>, field: &str, min: i64) -> PyResult<i64> {
     let v = extract_int(obj, &|| field.to_string())?;
-    u64::try_from(v).map_err(|_| PyValueError::new_err(format!("{field} must be >= 0, got {v}")))
+    if v < min {
+        return Err(arg_err(
+            field,
+            Problem::Below {
+                min: min.into(),
+                value: v.into(),
+            },
+        ));
+    }
+    Ok(v)
+}
+
+pub(super) fn extract_nonneg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<u64> {
+    Ok(extract_at_least(obj, field, 0)? as u64)
 }
 
 pub(super) fn extract_opt_nonneg(
@@ -278,19 +297,11 @@ pub(super) fn extract_piece_objects<'py>(
         )));
     }
     let one = |i: usize, item: Bound<'py, PyAny>| -> PyResult<Bound<'py, PyString>> {
-        let s = item.cast_into::<PyString>().map_err(|e| {
-            PyTypeError::new_err(format!(
-                "{} must be str, got {}",
-                name(i),
-                type_name(e.into_inner().as_any())
-            ))
-        })?;
-        s.to_str().map_err(|_| {
-            PyValueError::new_err(format!(
-                "{} is not valid Unicode (it contains a lone surrogate)",
-                name(i)
-            ))
-        })?;
+        let s = item
+            .cast_into::<PyString>()
+            .map_err(|e| arg_err(&name(i), wrong_type("str", e.into_inner().as_any())))?;
+        s.to_str()
+            .map_err(|_| arg_err(&name(i), Problem::LoneSurrogate))?;
         Ok(s)
     };
     take_capped(obj, field, "a sequence of str", limits::MAX_STEP_TOKENS)?
@@ -353,15 +364,14 @@ pub(super) fn with_pieces<'py, R>(
 /// The values of a `range` (any step). One longer than `max_slots` cannot
 /// hold distinct slots in range, and is refused before it is materialized.
 pub(super) fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> {
-    let n = r.len().ok().filter(|&n| n <= max_slots).ok_or_else(|| {
-        let shown = r.repr().map(|s| s.to_string()).unwrap_or_default();
-        PyValueError::new_err(format!(
-            "slots={shown} has more entries than max_slots={max_slots}"
-        ))
-    })?;
+    let n = match r.len() {
+        Ok(n) if n <= max_slots => n,
+        Ok(n) => return Err(over_cap("slots", Some(n), max_slots)),
+        Err(_) => return Err(over_cap("slots", None, max_slots)),
+    };
     let out_of_range = |_| {
         let shown = r.repr().map(|s| s.to_string()).unwrap_or_default();
-        PyValueError::new_err(format!("slots={shown} is out of range"))
+        arg_err("slots", Problem::OutOfRange { shown })
     };
     let (start, step) = (
         r.start().map_err(out_of_range)?,

@@ -3,10 +3,10 @@
 //! arguments the binding checks itself, `convert`'s.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::PyErr;
 
-use crate::error::Error;
+use crate::error::{Error, Problem};
 
 create_exception!(
     stopline,
@@ -24,5 +24,16 @@ pub(super) fn to_py_err(e: Error) -> PyErr {
         }
         Error::Alloc { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// The binding's own argument errors, whose field is known only at run time
+/// (`token_ids[3] (slot 2)`): rendered by the core's [`Problem`], a
+/// `TypeError` for a wrong type and a `ValueError` otherwise.
+pub(super) fn arg_err(field: &str, problem: Problem) -> PyErr {
+    let message = problem.about(field);
+    match problem {
+        Problem::WrongType { .. } => PyTypeError::new_err(message),
+        _ => PyValueError::new_err(message),
     }
 }

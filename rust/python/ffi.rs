@@ -61,8 +61,11 @@ fn item_as_i64(list: &Bound<'_, PyList>, i: usize) -> Option<i64> {
             ffi::PyErr_Clear();
             return None;
         }
-        // The exact check is inline; the subclass check is a call.
-        if ffi::PyLong_CheckExact(item) == 0 && ffi::PyLong_Check(item) == 0 {
+        // The exact check is inline; the subclass checks are calls. A bool
+        // goes the general way, which refuses it.
+        if ffi::PyLong_CheckExact(item) == 0
+            && (ffi::PyLong_Check(item) == 0 || ffi::PyBool_Check(item) != 0)
+        {
             return None;
         }
         let mut overflow = 0;

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
-use super::convert::{extract_str, extract_utf8, py_repr, take_capped};
-use super::errors::to_py_err;
-use crate::error::Error;
+use super::convert::{extract_i64_arg, extract_str, extract_utf8, py_repr, take_capped};
+use super::errors::{arg_err, to_py_err};
+use crate::error::{Error, Problem};
 use crate::limits;
 use crate::stop_regex::{StopRegexMatcher as CoreRegexMatcher, StopRegexes as CoreRegexes};
 use crate::stop_strings::{
@@ -37,17 +37,11 @@ pub(super) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
     for (i, item) in items.iter().enumerate() {
         let s = extract_utf8(item, &|| format!("{field}[{i}]"))?;
         if s.is_empty() {
-            return Err(PyValueError::new_err(format!(
-                "{field}[{i}] is an empty string; stop strings must be non-empty"
-            )));
+            return Err(arg_err(&format!("{field}[{i}]"), Problem::EmptyStop));
         }
         bytes += s.len();
         if bytes > limits::MAX_STOP_BYTES {
-            return Err(PyValueError::new_err(format!(
-                "{field}: totals more than {} UTF-8 bytes (at {field}[{i}]); at most {} are accepted",
-                limits::MAX_STOP_BYTES,
-                limits::MAX_STOP_BYTES
-            )));
+            return Err(too_many_bytes(field, limits::MAX_STOP_BYTES));
         }
         stops.push(s);
     }
@@ -67,6 +61,11 @@ pub(super) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
 
 /// Stop lists of at least this many bytes are compiled without the GIL.
 const DETACH_MIN_BYTES: usize = 2048;
+
+/// A list whose strings total more than `cap` bytes (counting stops there).
+fn too_many_bytes(field: &str, cap: usize) -> PyErr {
+    arg_err(field, Problem::TooManyBytes { n: None, cap })
+}
 
 /// Compiles a sequence of regex patterns (a bare `str` is rejected, as for
 /// stop strings); errors name `stop_regex[i]` and the pattern.
@@ -89,11 +88,7 @@ pub(super) fn compile_regexes(obj: &Bound<'_, PyAny>) -> PyResult<Arc<CoreRegexe
         let (s, _) = extract_str(item, &|| format!("stop_regex[{i}]"))?;
         bytes += s.len();
         if bytes > limits::MAX_STOP_REGEX_BYTES {
-            return Err(PyValueError::new_err(format!(
-                "stop_regex: totals more than {} UTF-8 bytes (at stop_regex[{i}]); at most {} are accepted",
-                limits::MAX_STOP_REGEX_BYTES,
-                limits::MAX_STOP_REGEX_BYTES
-            )));
+            return Err(too_many_bytes("stop_regex", limits::MAX_STOP_REGEX_BYTES));
         }
         patterns.push(s.to_owned());
     }
@@ -186,7 +181,7 @@ impl PyStopStrings {
         &self,
         py: Python<'py>,
         output_text: &Bound<'py, PyAny>,
-        new_char_count: i64,
+        new_char_count: &Bound<'py, PyAny>,
         include_in_output: bool,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         check_impl(
@@ -223,9 +218,10 @@ fn check_impl<'py>(
     py: Python<'py>,
     stops: &CoreStops,
     output_text: &Bound<'py, PyAny>,
-    new_char_count: i64,
+    new_char_count: &Bound<'py, PyAny>,
     include_in_output: bool,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let new_char_count = extract_i64_arg(new_char_count, "new_char_count")?;
     let (text, chars) = extract_str(output_text, &|| "output_text".into())?;
     if new_char_count < 0 || new_char_count as u64 > chars as u64 {
         return Err(to_py_err(Error::NewCharCount {
@@ -381,7 +377,7 @@ impl PyStopMatch {
 pub(super) fn check_stop_strings<'py>(
     py: Python<'py>,
     output_text: &Bound<'py, PyAny>,
-    new_char_count: i64,
+    new_char_count: &Bound<'py, PyAny>,
     stop: &Bound<'py, PyAny>,
     include_in_output: bool,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {

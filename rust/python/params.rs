@@ -9,8 +9,9 @@ use pyo3::types::PyDict;
 use super::convert::{
     extract_ids, extract_nonneg, extract_opt_nonneg, py_repr, take_capped, type_name,
 };
-use super::errors::to_py_err;
+use super::errors::{arg_err, to_py_err};
 use super::matchers::{compile_regexes, compile_stops};
+use crate::error::Problem;
 use crate::finish::{Repetition, StopParams};
 use crate::limits;
 
@@ -137,7 +138,8 @@ impl PyStopParams {
             vocab_size: vocab
                 .map(|v| {
                     u32::try_from(v).map_err(|_| {
-                        PyValueError::new_err(format!("vocab_size={v} is larger than 2**32 - 1"))
+                        let max = u32::MAX.into();
+                        arg_err("vocab_size", Problem::Unsupported { value: v, max })
                     })
                 })
                 .transpose()?,

@@ -10,8 +10,9 @@ use pyo3::IntoPyObjectExt;
 
 use super::convert::{extract_ids, extract_int, opt_list, type_name, with_pieces};
 use super::detok;
-use super::errors::to_py_err;
+use super::errors::{arg_err, to_py_err};
 use super::params::PyStopParams;
+use crate::error::Problem;
 use crate::finish::{Finish, FinishTracker, Matched, Step, StopReason};
 use crate::limits;
 
@@ -249,10 +250,12 @@ impl PyFinishTracker {
         let g = match g {
             None => None,
             Some(g) => Some(usize::try_from(g).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "grammar_terminated_at={g} is outside the run of {} tokens",
-                    ids.len()
-                ))
+                let problem = Problem::OutsideRun {
+                    index: None,
+                    value: g,
+                    run_len: ids.len(),
+                };
+                arg_err("grammar_terminated_at", problem)
             })?),
         };
         if let Some((vocab, dec)) = self.detok.as_mut() {
