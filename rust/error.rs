@@ -224,6 +224,8 @@ pub enum Problem {
     LoneSurrogate,
     /// `{field} is an empty string; stop strings must be non-empty`.
     EmptyStop,
+    /// `{field}={shown} is not one of {allowed}`.
+    NotOneOf { shown: String, allowed: String },
     /// `{field} must be {expected}, got {got}` (a type name; a TypeError).
     WrongType { expected: &'static str, got: String },
 }
@@ -321,6 +323,9 @@ impl Problem {
                 f,
                 "{field} is an empty string; stop strings must be non-empty"
             ),
+            Problem::NotOneOf { shown, allowed } => {
+                write!(f, "{field}={shown} is not one of {allowed}")
+            }
             Problem::WrongType { expected, got } => {
                 write!(f, "{field} must be {expected}, got {got}")
             }

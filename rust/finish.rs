@@ -201,6 +201,20 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// Every reason, in the order `stopline.FINISH_REASONS` lists them.
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::Abort,
+        FinishReason::Error,
+        FinishReason::Repetition,
+    ];
+
+    /// The reason whose [`as_str`](Self::as_str) is `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",

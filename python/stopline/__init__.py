@@ -8,6 +8,7 @@ the ``torch`` extra) masks logits on the GPU.
 """
 
 from stopline._core import (
+    FINISH_REASONS,
     BatchStepResult,
     FinishBatch,
     FinishTracker,
@@ -27,6 +28,7 @@ from stopline._core import (
 )
 
 __all__ = [
+    "FINISH_REASONS",
     "BatchStepResult",
     "FinishBatch",
     "FinishTracker",

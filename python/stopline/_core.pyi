@@ -55,6 +55,7 @@ __all__ = [
     "__version__",
     "LIMITS",
     "SequenceFinishedError",
+    "FINISH_REASONS",
 ]
 
 class SequenceFinishedError(RuntimeError):
@@ -68,9 +69,15 @@ class SequenceFinishedError(RuntimeError):
 # Type-only names (not attributes of the runtime module, hence private):
 # import them under `if TYPE_CHECKING:`.
 _FinishReason: TypeAlias = Literal["stop", "length", "abort", "error", "repetition"]
-"""Every ``finish_reason`` the core reports (``FinishReason::as_str`` in
-rust/finish.rs; vLLM's names, semantics.md 1). ``None`` where a
+"""Every ``finish_reason`` the core reports, as ``FINISH_REASONS`` lists them
+(``FinishReason::ALL`` in rust/finish.rs; vLLM's names, semantics.md 1;
+tests/test_compat.py checks the two agree). ``None`` where a
 ``finish_reason`` is optional means still running."""
+
+FINISH_REASONS: tuple[_FinishReason, ...]
+"""Every ``finish_reason`` the core reports, in a fixed order: ``("stop",
+"length", "abort", "error", "repetition")``. ``compat`` and
+``to_openai_finish_reason`` check reasons against it."""
 
 _OpenAIFinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "abort", "error", "repetition"]
 """What ``to_openai_finish_reason`` returns for a finished sequence."""

@@ -19,7 +19,7 @@ mod params;
 mod tracker;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::limits;
 
@@ -61,6 +61,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add(
         "SequenceFinishedError",
         m.py().get_type::<errors::SequenceFinishedError>(),
+    )?;
+    m.add(
+        "FINISH_REASONS",
+        PyTuple::new(m.py(), openai::finish_reasons())?,
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let caps = PyDict::new(m.py());
