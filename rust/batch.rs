@@ -54,10 +54,10 @@ impl FinishBatch {
         if max_slots > MAX_SLOTS {
             return Err(Error::Param {
                 field: "max_slots",
-                problem: Problem::Unsupported {
+                problem: Box::new(Problem::Unsupported {
                     value: max_slots as u64,
                     max: MAX_SLOTS as u64,
-                },
+                }),
             });
         }
         Ok(FinishBatch {
@@ -279,7 +279,7 @@ impl FinishBatch {
     ) -> Result<(), Error> {
         let step_err = |field: &'static str, problem: Problem| Error::Step {
             field,
-            problem,
+            problem: Box::new(problem),
             slot: None,
         };
         let count = |field, n, unit, expected, hint| {
@@ -367,11 +367,11 @@ impl FinishBatch {
                 Some(g) if g < 0 => {
                     return Err(Error::Step {
                         field: "grammar_terminated_at",
-                        problem: Problem::OutsideRun {
+                        problem: Box::new(Problem::OutsideRun {
                             index: Some(k),
                             value: g,
                             run_len: len,
-                        },
+                        }),
                         slot: Some(slot),
                     })
                 }

@@ -88,11 +88,11 @@ impl SeqDecoder {
                 }
                 return Err(Error::Step {
                     field: "token_ids",
-                    problem: Problem::NotInVocabulary {
+                    problem: Box::new(Problem::NotInVocabulary {
                         index: offset + i,
                         id,
                         vocab_size: vocab.vocab_size(),
-                    },
+                    }),
                     slot,
                 });
             }

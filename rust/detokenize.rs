@@ -726,11 +726,11 @@ impl Vocabulary {
             None => Ok(()),
             Some((index, id)) => Err(Error::Step {
                 field,
-                problem: Problem::NotInVocabulary {
+                problem: Box::new(Problem::NotInVocabulary {
                     index,
                     id,
                     vocab_size: self.vocab_size(),
-                },
+                }),
                 slot: None,
             }),
         }

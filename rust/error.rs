@@ -32,6 +32,7 @@ impl Error {
             Error::RegexEmptyMatch { pattern, .. } | Error::RegexTooLarge { pattern, .. } => {
                 pattern.capacity()
             }
+            Error::Param { .. } | Error::Step { .. } => std::mem::size_of::<Problem>(),
             _ => 0,
         }
     }
@@ -63,13 +64,15 @@ pub enum Error {
     /// A request parameter is out of range; `field` is its public name.
     Param {
         field: &'static str,
-        problem: Problem,
+        problem: Box<Problem>,
     },
     /// A step's arguments are inconsistent with each other or with the
-    /// state; `slot` is the batch slot whose arguments they are.
+    /// state; `slot` is the batch slot whose arguments they are. (The
+    /// problems are boxed: a small `Error` keeps the hot path's `Result`s
+    /// small.)
     Step {
         field: &'static str,
-        problem: Problem,
+        problem: Box<Problem>,
         slot: Option<i64>,
     },
     /// `update` after the sequence finished.

@@ -81,7 +81,10 @@ pub struct StopParams {
 }
 
 fn param(field: &'static str, problem: Problem) -> Error {
-    Error::Param { field, problem }
+    Error::Param {
+        field,
+        problem: Box::new(problem),
+    }
 }
 
 /// `field` must be at least `min`.
@@ -422,13 +425,13 @@ impl FinishTracker {
             Some(t) if t != run_len => {
                 return Err(Error::Step {
                     field: "texts",
-                    problem: Problem::Count {
+                    problem: Box::new(Problem::Count {
                         n: t,
                         unit: "pieces",
                         expected: run_len,
                         per: "token ids",
                         hint: "; pass one piece per token",
-                    },
+                    }),
                     slot: None,
                 })
             }
@@ -440,7 +443,7 @@ impl FinishTracker {
                 };
                 return Err(Error::Step {
                     field: "texts",
-                    problem: Problem::Required { why },
+                    problem: Box::new(Problem::Required { why }),
                     slot: None,
                 });
             }
@@ -450,11 +453,11 @@ impl FinishTracker {
             if g >= run_len {
                 return Err(Error::Step {
                     field: "grammar_terminated_at",
-                    problem: Problem::OutsideRun {
+                    problem: Box::new(Problem::OutsideRun {
                         index: None,
                         value: g as i64,
                         run_len,
-                    },
+                    }),
                     slot: None,
                 });
             }

@@ -41,7 +41,7 @@ pub fn check_count(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
     if n > cap {
         return Err(Error::Param {
             field,
-            problem: Problem::TooMany { n: Some(n), cap },
+            problem: Box::new(Problem::TooMany { n: Some(n), cap }),
         });
     }
     Ok(())
@@ -52,7 +52,7 @@ pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
     if n > cap {
         return Err(Error::Param {
             field,
-            problem: Problem::TooManyBytes { n: Some(n), cap },
+            problem: Box::new(Problem::TooManyBytes { n: Some(n), cap }),
         });
     }
     Ok(())
