@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyRange, PyString};
 
 use super::convert::{
     extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, range_values,
-    type_name, with_pieces,
+    with_pieces,
 };
 use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::ffi::PrivateList;
-use super::params::PyStopParams;
+use super::params::params_arg;
 use super::tracker::{Outcome, PyStepResult};
 use crate::batch::FinishBatch;
 use crate::error::Problem;
@@ -107,10 +107,12 @@ impl PyBatchStepResult {
         })
     }
 
+    /// The slot of each row, as passed to `step`.
     #[getter]
     fn slots(&self) -> Vec<usize> {
         self.rows.iter().map(|r| r.slot).collect()
     }
+    /// Per row: whether the sequence finished in this step.
     #[getter]
     fn finished_flags(&self) -> Vec<bool> {
         self.per_row(false, |_| true)
@@ -123,30 +125,36 @@ impl PyBatchStepResult {
             .map(|(i, _)| self.rows[*i].slot)
             .collect()
     }
+    /// Per row: the `finish_reason`, `None` for rows still running.
     #[getter]
     fn finish_reasons(&self) -> Vec<Option<&'static str>> {
         self.per_row(None, Outcome::finish_reason)
     }
+    /// Per row: the `stop_reason` (see `StepResult.stop_reason`).
     #[getter]
     fn stop_reasons(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         (0..self.rows.len())
             .map(|i| self.outcome(i).stop_reason(py))
             .collect()
     }
+    /// Per row: what matched (see `StepResult.matched`).
     #[getter]
     fn matches(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         (0..self.rows.len())
             .map(|i| self.outcome(i).matched(py))
             .collect()
     }
+    /// Per row: output tokens kept after the step.
     #[getter]
     fn token_counts(&self) -> Vec<usize> {
         self.rows.iter().map(|r| r.num_tokens).collect()
     }
+    /// Per row: output text kept after the step, in code points.
     #[getter]
     fn text_lengths(&self) -> Vec<usize> {
         self.rows.iter().map(|r| r.text_len).collect()
     }
+    /// Per row: the text released by this step.
     #[getter]
     fn text_deltas<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
         let list = self.text_deltas.bind(py);
@@ -160,6 +168,7 @@ impl PyBatchStepResult {
             .map(|i| self.tokens_of(i).len())
             .collect()
     }
+    /// Per row: the output token ids released by this step.
     #[getter]
     fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
         (0..self.rows.len())
@@ -221,21 +230,16 @@ impl PyFinishBatch {
         spaces_between_special_tokens: bool,
     ) -> PyResult<()> {
         let slot = extract_i64_arg(slot, "slot")?;
-        let p = params.cast::<PyStopParams>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "params must be a stopline.StopParams, got {}",
-                type_name(params)
-            ))
-        })?;
+        let params = params_arg(params)?;
         let dec = detok::seq_decoder(
             self.detok.as_ref().map(|d| d.vocab()),
-            &p.get().inner,
+            &params,
             prompt_token_ids,
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
         self.inner
-            .add(slot, Arc::clone(&p.get().inner))
+            .add(slot, Arc::clone(&params))
             .map_err(to_py_err)?;
         if let Some(d) = self.detok.as_mut() {
             d.set(slot, dec);
@@ -294,6 +298,7 @@ impl PyFinishBatch {
             .to_vec())
     }
 
+    /// Number of slots, as given when built.
     #[getter]
     fn max_slots(&self) -> usize {
         self.inner.max_slots()
@@ -346,8 +351,8 @@ impl PyFinishBatch {
     ///
     /// Returns a `BatchStepResult` in the order of `slots`. Every argument is
     /// checked before any slot changes, so an error (`ValueError` /
-    /// `TypeError` naming the field, element and slot; `RuntimeError` for a
-    /// slot that already finished) leaves the whole batch as it was.
+    /// `TypeError` naming the field, element and slot;
+    /// `SequenceFinishedError` for a slot that already finished) leaves the whole batch as it was.
     #[pyo3(signature = (slots, token_ids, run_lengths = None, texts = None, grammar_terminated_at = None))]
     fn step(
         &mut self,

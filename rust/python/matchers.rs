@@ -332,14 +332,23 @@ matcher_class!(
 #[pyclass(name = "StopMatch", module = "stopline", frozen, eq)]
 #[derive(Clone, PartialEq)]
 pub struct PyStopMatch {
+    /// Position of the stop in its list (`StopStrings.stops` or `StopRegexes.patterns`).
     #[pyo3(get)]
     index: usize,
+    /// The stop string; for a `StopRegexMatcher`, the pattern (not the matched text, which
+    /// is `text[start:end]`).
     #[pyo3(get)]
     stop: String,
+    /// Code-point offset of the first character of the match; it may lie in text fed by
+    /// earlier `feed` calls.
     #[pyo3(get)]
     start: usize,
+    /// Code-point offset just past the match (exclusive); always inside the `delta` of the
+    /// `feed` that returned it.
     #[pyo3(get)]
     end: usize,
+    /// Code-point length to cut the output text to: `end` when the matcher includes the
+    /// stop in the output, else `start` (semantics.md 2, 6.8).
     #[pyo3(get)]
     truncate_to: usize,
 }

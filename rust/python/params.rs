@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    extract_ids, extract_nonneg, extract_opt_nonneg, py_repr, take_capped, type_name,
+    extract_ids, extract_nonneg, extract_opt_nonneg, py_repr, take_capped, type_name, wrong_type,
 };
 use super::errors::{arg_err, to_py_err};
 use super::matchers::{compile_regexes, compile_stops};
@@ -64,6 +64,14 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
         min_pattern_size: get("min_pattern_size", Some(0))?,
         min_count: get("min_count", None)?,
     })
+}
+
+/// The `params=` argument of `FinishTracker(...)` / `FinishBatch.add`.
+pub(super) fn params_arg(obj: &Bound<'_, PyAny>) -> PyResult<Arc<StopParams>> {
+    let p = obj
+        .cast::<PyStopParams>()
+        .map_err(|_| arg_err("params", wrong_type("a stopline.StopParams", obj)))?;
+    Ok(Arc::clone(&p.get().inner))
 }
 
 /// Per-request stop parameters, validated at construction (field names as in
@@ -154,34 +162,42 @@ impl PyStopParams {
         })
     }
 
+    /// Output-token budget; `None` for no cap.
     #[getter]
     fn max_tokens(&self) -> Option<u64> {
         self.inner.max_tokens
     }
+    /// Output tokens gating stop strings, regexes and repetition (0 when not set).
     #[getter]
     fn min_tokens(&self) -> u64 {
         self.inner.min_tokens
     }
+    /// Prompt tokens (0 when not set).
     #[getter]
     fn prompt_len(&self) -> u64 {
         self.inner.prompt_len
     }
+    /// Context cap in prompt-plus-output positions; `None` for none.
     #[getter]
     fn max_model_len(&self) -> Option<u64> {
         self.inner.max_model_len
     }
+    /// EOS ids, a new list on every read (empty when not set).
     #[getter]
     fn eos_token_ids(&self) -> Vec<u32> {
         self.inner.eos_token_ids.clone()
     }
+    /// Whether the EOS check is disabled.
     #[getter]
     fn ignore_eos(&self) -> bool {
         self.inner.ignore_eos
     }
+    /// Stop token ids, a new list on every read (empty when not set).
     #[getter]
     fn stop_token_ids(&self) -> Vec<u32> {
         self.inner.stop_token_ids.clone()
     }
+    /// Stop strings in list order, a new list on every read (empty when not set).
     #[getter]
     fn stop(&self) -> Vec<String> {
         self.inner
@@ -189,6 +205,7 @@ impl PyStopParams {
             .as_ref()
             .map_or_else(Vec::new, |s| s.stops().to_vec())
     }
+    /// Stop regex patterns in list order, a new list on every read (empty when not set).
     #[getter]
     fn stop_regex(&self) -> Vec<String> {
         self.inner
@@ -196,10 +213,12 @@ impl PyStopParams {
             .as_ref()
             .map_or_else(Vec::new, |s| s.patterns().to_vec())
     }
+    /// Whether stop text and an ending token's text are kept.
     #[getter]
     fn include_stop_str_in_output(&self) -> bool {
         self.inner.include_stop_str_in_output
     }
+    /// Vocabulary size; `None` when ids are not range-checked.
     #[getter]
     fn vocab_size(&self) -> Option<u32> {
         self.inner.vocab_size

@@ -3,15 +3,15 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use pyo3::IntoPyObjectExt;
 
-use super::convert::{extract_ids, extract_int, opt_list, type_name, with_pieces};
+use super::convert::{extract_ids, extract_int, opt_list, with_pieces};
 use super::detok;
 use super::errors::{arg_err, to_py_err};
-use super::params::PyStopParams;
+use super::params::params_arg;
 use crate::error::Problem;
 use crate::finish::{Finish, FinishTracker, Matched, Step, StopReason};
 use crate::limits;
@@ -108,8 +108,14 @@ impl Outcome {
 #[pyclass(name = "StepResult", module = "stopline", frozen)]
 pub struct PyStepResult {
     pub(super) outcome: Outcome,
+    /// Text released by this update for streaming; the hold-back stays until it is decided,
+    /// and a finish flushes what is kept (semantics.md 4). Joined, the deltas are the kept
+    /// text.
     #[pyo3(get)]
     pub(super) text_delta: String,
+    /// Output token ids released by this update, a new list on every read; a token is
+    /// released only once all of its text is (semantics.md 5). Joined, the deltas are the
+    /// kept ids.
     #[pyo3(get)]
     pub(super) token_ids_delta: Vec<u32>,
 }
@@ -126,26 +132,35 @@ impl PyStepResult {
 
 #[pymethods]
 impl PyStepResult {
+    /// Whether the sequence has finished (in this or an earlier call).
     #[getter]
     fn finished(&self) -> bool {
         self.outcome.finish.is_some()
     }
+    /// Why it finished (semantics.md 1, 3); `None` while running.
     #[getter]
     fn finish_reason(&self) -> Option<&'static str> {
         self.outcome.finish_reason()
     }
+    /// The stop string, the stop regex's pattern, the stop token id, or
+    /// `"repetition_detected"`; `None` for EOS, grammar end, length, abort, error, or while
+    /// running (semantics.md 1).
     #[getter]
     fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.outcome.stop_reason(py)
     }
+    /// The stop string, the text a stop regex matched, or the id of the deciding token
+    /// (EOS, stop token, grammar end); `None` otherwise (semantics.md 1).
     #[getter]
     fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.outcome.matched(py)
     }
+    /// Output tokens kept so far (tokens after the deciding one are not kept).
     #[getter]
     fn num_tokens(&self) -> usize {
         self.outcome.num_tokens
     }
+    /// Output text kept so far, in code points.
     #[getter]
     fn text_len(&self) -> usize {
         self.outcome.text_len
@@ -193,22 +208,17 @@ impl PyFinishTracker {
         skip_special_tokens: bool,
         spaces_between_special_tokens: bool,
     ) -> PyResult<Self> {
-        let p = params.cast::<PyStopParams>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "params must be a stopline.StopParams, got {}",
-                type_name(params)
-            ))
-        })?;
+        let params = params_arg(params)?;
         let vocab = detok::vocabulary_arg(vocabulary)?;
         let dec = detok::seq_decoder(
             vocab.as_ref(),
-            &p.get().inner,
+            &params,
             prompt_token_ids,
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
         Ok(Self {
-            inner: FinishTracker::new(Arc::clone(&p.get().inner)).map_err(to_py_err)?,
+            inner: FinishTracker::new(Arc::clone(&params)).map_err(to_py_err)?,
             detok: vocab.zip(dec),
         })
     }
@@ -281,26 +291,32 @@ impl PyFinishTracker {
         PyStepResult::new(&self.inner, &step)
     }
 
+    /// Whether the sequence has finished.
     #[getter]
     fn finished(&self) -> bool {
         self.inner.is_finished()
     }
+    /// Why it finished (semantics.md 1, 3); `None` while running.
     #[getter]
     fn finish_reason(&self) -> Option<&'static str> {
         self.inner.finish().map(|f| f.reason.as_str())
     }
+    /// As `StepResult.stop_reason`.
     #[getter]
     fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Outcome::of(&self.inner).stop_reason(py)
     }
+    /// As `StepResult.matched`.
     #[getter]
     fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Outcome::of(&self.inner).matched(py)
     }
+    /// Output tokens kept.
     #[getter]
     fn num_tokens(&self) -> usize {
         self.inner.token_ids().len()
     }
+    /// Output text kept, in code points.
     #[getter]
     fn text_len(&self) -> usize {
         self.inner.text_len()
