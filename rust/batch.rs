@@ -43,6 +43,43 @@ pub struct SlotStep {
     pub step: Step,
 }
 
+/// A step's arguments that disagree (built out of line: the check that
+/// calls it is on the hot path).
+#[cold]
+fn step_err(field: &'static str, problem: Problem) -> Error {
+    Error::Step {
+        field,
+        problem: Box::new(problem),
+        slot: None,
+    }
+}
+
+/// `field` has `n` `unit` where `expected` were due.
+#[cold]
+fn count(
+    field: &'static str,
+    n: usize,
+    unit: &'static str,
+    expected: usize,
+    hint: &'static str,
+) -> Error {
+    let per = if unit == "pieces" {
+        "token ids"
+    } else {
+        "slots"
+    };
+    step_err(
+        field,
+        Problem::Count {
+            n,
+            unit,
+            expected,
+            per,
+            hint,
+        },
+    )
+}
+
 fn slot_err(slot: i64, message: &'static str) -> Error {
     Error::Slot { slot, message }
 }
@@ -277,27 +314,6 @@ impl FinishBatch {
         texts_len: Option<usize>,
         grammar: Option<&[i64]>,
     ) -> Result<(), Error> {
-        let step_err = |field: &'static str, problem: Problem| Error::Step {
-            field,
-            problem: Box::new(problem),
-            slot: None,
-        };
-        let count = |field, n, unit, expected, hint| {
-            step_err(
-                field,
-                Problem::Count {
-                    n,
-                    unit,
-                    expected,
-                    per: if unit == "pieces" {
-                        "token ids"
-                    } else {
-                        "slots"
-                    },
-                    hint,
-                },
-            )
-        };
         if let Some(r) = run_lengths {
             if r.len() != slots.len() {
                 return Err(count("run_lengths", r.len(), "entries", slots.len(), ""));
@@ -401,7 +417,7 @@ impl FinishBatch {
     /// terminations): true when every slot is in range, listed once,
     /// occupied and accepts one token, as the full check in
     /// [`check`](Self::check) would find. False sends the step to that check.
-    #[inline]
+    #[inline(always)]
     fn screen(&mut self, slots: &[i64], with_text: bool) -> bool {
         self.epoch += 1;
         let epoch = self.epoch;

@@ -468,7 +468,7 @@ pub(super) enum Deltas<'a, 'py> {
     Pieces(Vec<(usize, Bound<'py, PyString>)>),
     /// An empty list that every row's delta is appended to; a one-token row
     /// whose delta is exactly its piece appends that piece's object.
-    Fresh(&'a [Borrowed<'a, 'py, PyAny>], Bound<'py, PyList>),
+    Fresh(&'a [Bound<'py, PyAny>], Bound<'py, PyList>),
 }
 
 /// A batch step's rows, before their text deltas are a list.
@@ -535,7 +535,7 @@ pub(super) fn batch_step<'py>(
                     Ok(())
                 }
                 Deltas::Fresh(objects, list) if whole_one && !objects.is_empty() => {
-                    list.append(objects[s.run.start])
+                    list.append(&objects[s.run.start])
                 }
                 Deltas::Fresh(_, list) => list.append(text()),
             };

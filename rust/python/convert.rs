@@ -320,14 +320,15 @@ pub(super) fn opt_list<'a, 'py>(
 /// Runs `f` on the text pieces of `texts` (one `str` per token) as UTF-8
 /// views, each with its `str` object, or on `None` without texts.
 ///
-/// A plain list of exact `str` is read from a private copy
-/// ([`ffi::PrivateList`]) without taking a reference per item. Anything
-/// else, or an item that is not a valid `str`, goes through
-/// [`extract_piece_objects`], whose errors name the element with `name(i)`.
+/// A plain list of exact `str` is read holding a reference to each item, so
+/// the views borrow objects this call owns whatever the caller's code does
+/// to the list meanwhile. Anything else, or an item that is not a valid
+/// `str`, goes through [`extract_piece_objects`], whose errors name the
+/// element with `name(i)`.
 pub(super) fn with_pieces<'py, R>(
     texts: Option<&Bound<'py, PyAny>>,
     name: &dyn Fn(usize) -> String,
-    f: impl FnOnce(Option<&[&str]>, &[Borrowed<'_, 'py, PyAny>]) -> PyResult<R>,
+    f: impl FnOnce(Option<&[&str]>, &[Bound<'py, PyAny>]) -> PyResult<R>,
 ) -> PyResult<R> {
     let Some(texts) = texts else {
         return f(None, &[]);
@@ -336,29 +337,31 @@ pub(super) fn with_pieces<'py, R>(
         if list.len() > limits::MAX_STEP_TOKENS {
             return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
         }
-        let copy = ffi::PrivateList::copy(list)?;
-        if let Some(strs) = copy.strs() {
-            return f(Some(&strs), &copy.items());
+        let held: Vec<Bound<'py, PyAny>> = list.iter().collect();
+        let strs: Option<Vec<&str>> = held
+            .iter()
+            .map(|o| o.cast_exact::<PyString>().ok()?.to_str().ok())
+            .collect();
+        if let Some(strs) = strs {
+            return f(Some(&strs), &held);
         }
     }
     // Pieces of a `str` subclass are handed on as plain `str` copies.
-    let held: Vec<Bound<'py, PyString>> = extract_piece_objects(texts, "texts", name)?
+    let held: Vec<Bound<'py, PyAny>> = extract_piece_objects(texts, "texts", name)?
         .into_iter()
         .map(|s| {
             if s.is_exact_instance_of::<PyString>() {
-                Ok(s)
+                Ok(s.into_any())
             } else {
-                Ok(PyString::new(s.py(), s.to_str()?))
+                Ok(PyString::new(s.py(), s.to_str()?).into_any())
             }
         })
         .collect::<PyResult<_>>()?;
     let strs = held
         .iter()
-        .map(|s| s.to_str())
+        .map(|s| s.cast::<PyString>()?.to_str())
         .collect::<PyResult<Vec<&str>>>()?;
-    let items: Vec<Borrowed<'_, 'py, PyAny>> =
-        held.iter().map(|s| s.as_any().as_borrowed()).collect();
-    f(Some(&strs), &items)
+    f(Some(&strs), &held)
 }
 
 /// The values of a `range` (any step). One longer than `max_slots` cannot

@@ -298,14 +298,12 @@ pub(super) fn batch_ids_step<'py>(
         };
         objects.push(o.into_any());
     }
-    let borrowed: Vec<Borrowed<'_, 'py, PyAny>>;
     // One piece per slot: the result's deltas start as the pieces, as with
     // pieces passed in.
     let (mut deltas, list) = if runs.is_none() {
         (Deltas::Pieces(Vec::new()), Some(PyList::new(py, &objects)?))
     } else {
-        borrowed = objects.iter().map(|o| o.as_borrowed()).collect();
-        (Deltas::Fresh(&borrowed, PyList::empty(py)), None)
+        (Deltas::Fresh(&objects, PyList::empty(py)), None)
     };
     let rows = batch_step(
         py,

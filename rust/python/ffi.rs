@@ -38,47 +38,52 @@ use pyo3::types::{PyList, PySequenceMethods};
 pub(super) fn list_ints<T>(
     list: &Bound<'_, PyList>,
     conv: impl Fn(i64) -> Option<T>,
-    mut out: Vec<T>,
+    out: Vec<T>,
 ) -> Option<Vec<T>> {
     pyo3::sync::critical_section::with_critical_section(list.as_any(), || {
-        for i in 0..list.len() {
-            out.push(conv(item_as_i64(list, i)?)?);
-        }
-        Some(out)
+        list_ints_locked(list, conv, out)
     })
 }
 
-/// Item `i` of `list` as an `i64`, or `None` (no exception left set).
-#[inline(always)]
-fn item_as_i64(list: &Bound<'_, PyList>, i: usize) -> Option<i64> {
-    // SAFETY: (rule 1) `list` is alive; PyList_GetItem bounds-checks and
-    // returns a borrowed item used only below, where nothing runs Python
-    // code: the type checks read the type, and PyLong_AsLongAndOverflow on
-    // an int (or subclass) does not call `__index__`.
-    unsafe {
-        let item = ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t);
-        if item.is_null() {
-            ffi::PyErr_Clear();
-            return None;
-        }
-        // The exact check is inline; the subclass checks are calls. A bool
-        // goes the general way, which refuses it.
-        if ffi::PyLong_CheckExact(item) == 0
-            && (ffi::PyLong_Check(item) == 0 || ffi::PyBool_Check(item) != 0)
-        {
-            return None;
-        }
-        let mut overflow = 0;
-        let v = ffi::PyLong_AsLongAndOverflow(item, &mut overflow);
-        if overflow != 0 {
-            return None;
-        }
-        if v == -1 && !ffi::PyErr_Occurred().is_null() {
-            ffi::PyErr_Clear();
-            return None;
-        }
-        Some(v as i64)
+fn list_ints_locked<T>(
+    list: &Bound<'_, PyList>,
+    conv: impl Fn(i64) -> Option<T>,
+    mut out: Vec<T>,
+) -> Option<Vec<T>> {
+    let n = list.len();
+    for i in 0..n {
+        // SAFETY: (rule 1) `list` is alive; PyList_GetItem bounds-checks and
+        // returns a borrowed item used only in this block, where nothing runs
+        // Python code: the type checks read the type, and
+        // PyLong_AsLongAndOverflow on an int (or subclass) does not call
+        // `__index__`.
+        let v = unsafe {
+            let item = ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t);
+            if item.is_null() {
+                ffi::PyErr_Clear();
+                return None;
+            }
+            // The exact check is inline; the subclass checks are calls. A
+            // bool goes the general way, which refuses it.
+            if ffi::PyLong_CheckExact(item) == 0
+                && (ffi::PyLong_Check(item) == 0 || ffi::PyBool_Check(item) != 0)
+            {
+                return None;
+            }
+            let mut overflow = 0;
+            let v = ffi::PyLong_AsLongAndOverflow(item, &mut overflow);
+            if overflow != 0 {
+                return None;
+            }
+            if v == -1 && !ffi::PyErr_Occurred().is_null() {
+                ffi::PyErr_Clear();
+                return None;
+            }
+            v as i64
+        };
+        out.push(conv(v)?);
     }
+    Some(out)
 }
 
 /// A copy of a caller's list that only this module holds (rule 2), so its
@@ -127,20 +132,6 @@ impl<'py> PrivateList<'py> {
             strs.push(s);
         }
         Some(strs)
-    }
-
-    /// The items, borrowed (no reference taken each).
-    pub(super) fn items(&self) -> Vec<Borrowed<'_, 'py, PyAny>> {
-        (0..self.0.len())
-            // SAFETY: (rule 2) in bounds of the private, unchanged list; the
-            // borrowed item lives while `self` is borrowed.
-            .map(|i| unsafe {
-                Borrowed::from_ptr(
-                    self.0.py(),
-                    ffi::PyList_GetItem(self.0.as_ptr(), i as ffi::Py_ssize_t),
-                )
-            })
-            .collect()
     }
 
     /// The list itself, once no view borrows it.
