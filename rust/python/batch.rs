@@ -424,7 +424,7 @@ impl PyFinishBatch {
         if let (None, Some(list)) = (&runs, texts.and_then(|t| t.cast_exact::<PyList>().ok())) {
             let copy = PrivateList::copy(list)?;
             if let Some(strs) = copy.strs() {
-                let mut deltas = Deltas::Pieces(Vec::new());
+                let mut deltas = Deltas::Pieces(Vec::with_capacity(slots_v.len()));
                 let rows = batch_step(
                     py,
                     &mut self.inner,

@@ -63,11 +63,8 @@ fn list_ints_locked<T>(
                 ffi::PyErr_Clear();
                 return None;
             }
-            // The exact check is inline; the subclass checks are calls. A
-            // bool goes the general way, which refuses it.
-            if ffi::PyLong_CheckExact(item) == 0
-                && (ffi::PyLong_Check(item) == 0 || ffi::PyBool_Check(item) != 0)
-            {
+            // The exact check is inline; the subclass checks are out of line.
+            if ffi::PyLong_CheckExact(item) == 0 && !int_subclass(item) {
                 return None;
             }
             let mut overflow = 0;
@@ -84,6 +81,20 @@ fn list_ints_locked<T>(
         out.push(conv(v)?);
     }
     Some(out)
+}
+
+/// Whether `item`, not an exact int, is an int subclass other than `bool`
+/// (a bool goes the general way, which refuses it). Out of line: the hot
+/// loop sees exact ints.
+///
+/// # Safety
+/// `item` is a live object (rule 1).
+#[cold]
+#[inline(never)]
+unsafe fn int_subclass(item: *mut ffi::PyObject) -> bool {
+    // SAFETY: `item` is live (the caller's contract); the checks read its
+    // type only.
+    unsafe { ffi::PyLong_Check(item) != 0 && ffi::PyBool_Check(item) == 0 }
 }
 
 /// A copy of a caller's list that only this module holds (rule 2), so its
