@@ -192,6 +192,8 @@ pub struct PyFinishBatch {
     inner: FinishBatch,
     /// With a vocabulary: one decoder per slot, for ids-only steps.
     detok: Option<detok::BatchDetok>,
+    /// The decode step's replaced deltas, kept to reuse its allocation.
+    replaced: Vec<(usize, Py<PyString>)>,
 }
 
 #[pymethods]
@@ -213,7 +215,11 @@ impl PyFinishBatch {
         })?;
         let inner = FinishBatch::new(n).map_err(to_py_err)?;
         let detok = detok::vocabulary_arg(vocabulary)?.map(|v| detok::BatchDetok::new(v, n));
-        Ok(Self { inner, detok })
+        Ok(Self {
+            inner,
+            detok,
+            replaced: Vec::new(),
+        })
     }
 
     /// Starts a sequence in an empty slot. With a vocabulary,
@@ -424,7 +430,8 @@ impl PyFinishBatch {
         if let (None, Some(list)) = (&runs, texts.and_then(|t| t.cast_exact::<PyList>().ok())) {
             let copy = PrivateList::copy(list)?;
             if let Some(strs) = copy.strs() {
-                let mut deltas = Deltas::Pieces(Vec::with_capacity(slots_v.len()));
+                self.replaced.clear();
+                let mut deltas = Deltas::Pieces(&mut self.replaced);
                 let rows = batch_step(
                     py,
                     &mut self.inner,
@@ -465,7 +472,7 @@ pub(super) enum Deltas<'a, 'py> {
     /// One piece per slot: the deltas are the pieces' list, in which the
     /// rows recorded here (those whose delta is not exactly their piece) are
     /// replaced once the step is done.
-    Pieces(Vec<(usize, Bound<'py, PyString>)>),
+    Pieces(&'a mut Vec<(usize, Py<PyString>)>),
     /// An empty list that every row's delta is appended to; a one-token row
     /// whose delta is exactly its piece appends that piece's object.
     Fresh(&'a [Bound<'py, PyAny>], Bound<'py, PyList>),
@@ -488,7 +495,7 @@ impl StepRows {
         let list = match (deltas, pieces) {
             (Deltas::Fresh(_, list), _) => list,
             (Deltas::Pieces(replaced), Some(list)) => {
-                for (k, s) in replaced {
+                for (k, s) in replaced.drain(..) {
                     list.set_item(k, s)?;
                 }
                 list
@@ -531,7 +538,7 @@ pub(super) fn batch_step<'py>(
             let r = match deltas {
                 Deltas::Pieces(_) if whole_one => Ok(()),
                 Deltas::Pieces(replaced) => {
-                    replaced.push((k, text()));
+                    replaced.push((k, text().unbind()));
                     Ok(())
                 }
                 Deltas::Fresh(objects, list) if whole_one && !objects.is_empty() => {

@@ -300,8 +300,12 @@ pub(super) fn batch_ids_step<'py>(
     }
     // One piece per slot: the result's deltas start as the pieces, as with
     // pieces passed in.
+    let mut replaced = Vec::new();
     let (mut deltas, list) = if runs.is_none() {
-        (Deltas::Pieces(Vec::new()), Some(PyList::new(py, &objects)?))
+        (
+            Deltas::Pieces(&mut replaced),
+            Some(PyList::new(py, &objects)?),
+        )
     } else {
         (Deltas::Fresh(&objects, PyList::empty(py)), None)
     };
