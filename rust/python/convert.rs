@@ -366,6 +366,7 @@ pub(super) fn with_pieces<'py, R>(
 
 /// The values of a `range` (any step). One longer than `max_slots` cannot
 /// hold distinct slots in range, and is refused before it is materialized.
+#[inline]
 pub(super) fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> {
     let n = match r.len() {
         Ok(n) if n <= max_slots => n,

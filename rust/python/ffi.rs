@@ -45,6 +45,8 @@ pub(super) fn list_ints<T>(
     })
 }
 
+// Out of line: its loop gets registers of its own, not the caller's.
+#[inline(never)]
 fn list_ints_locked<T>(
     list: &Bound<'_, PyList>,
     conv: impl Fn(i64) -> Option<T>,
