@@ -22,6 +22,14 @@ fn short_message(message: &str) -> std::borrow::Cow<'_, str> {
 }
 
 impl Error {
+    /// A request parameter `field` with `problem`.
+    pub fn param(field: &'static str, problem: Problem) -> Self {
+        Error::Param {
+            field,
+            problem: Box::new(problem),
+        }
+    }
+
     /// Heap bytes held (what a cache of rejections counts).
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
@@ -234,6 +242,27 @@ pub enum Problem {
 }
 
 impl Problem {
+    /// `Below` when `value < min`.
+    pub fn at_least(min: impl Into<i128>, value: impl Into<i128>) -> Result<(), Problem> {
+        let (min, value) = (min.into(), value.into());
+        if value < min {
+            return Err(Problem::Below { min, value });
+        }
+        Ok(())
+    }
+
+    /// `TooMany` (or, for bytes, `TooManyBytes`) when `n > cap`.
+    pub fn at_most_entries(n: usize, cap: usize, bytes: bool) -> Result<(), Problem> {
+        if n <= cap {
+            return Ok(());
+        }
+        Err(if bytes {
+            Problem::TooManyBytes { n: Some(n), cap }
+        } else {
+            Problem::TooMany { n: Some(n), cap }
+        })
+    }
+
     /// Writes the message about `field`.
     pub fn write(&self, f: &mut dyn fmt::Write, field: &str) -> fmt::Result {
         match self {

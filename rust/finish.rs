@@ -81,24 +81,12 @@ pub struct StopParams {
 }
 
 fn param(field: &'static str, problem: Problem) -> Error {
-    Error::Param {
-        field,
-        problem: Box::new(problem),
-    }
+    Error::param(field, problem)
 }
 
 /// `field` must be at least `min`.
 fn at_least(field: &'static str, min: u64, value: u64) -> Result<(), Error> {
-    if value < min {
-        return Err(param(
-            field,
-            Problem::Below {
-                min: min.into(),
-                value: value.into(),
-            },
-        ));
-    }
-    Ok(())
+    Problem::at_least(min, value).map_err(|p| param(field, p))
 }
 
 /// `field` (= `value`) must not exceed `other` (= `limit`).

@@ -38,24 +38,12 @@ pub const ALL: &[(&str, usize)] = &[
 
 /// `Err` naming `field` when `n` entries exceed `cap`.
 pub fn check_count(field: &'static str, n: usize, cap: usize) -> Result<(), Error> {
-    if n > cap {
-        return Err(Error::Param {
-            field,
-            problem: Box::new(Problem::TooMany { n: Some(n), cap }),
-        });
-    }
-    Ok(())
+    Problem::at_most_entries(n, cap, false).map_err(|p| Error::param(field, p))
 }
 
 /// `Err` naming `field` when `n` bytes exceed `cap`.
 pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Error> {
-    if n > cap {
-        return Err(Error::Param {
-            field,
-            problem: Box::new(Problem::TooManyBytes { n: Some(n), cap }),
-        });
-    }
-    Ok(())
+    Problem::at_most_entries(n, cap, true).map_err(|p| Error::param(field, p))
 }
 
 /// `s` cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary), with how much

@@ -257,15 +257,7 @@ pub(super) fn wrong_type(expected: &'static str, obj: &Bound<'_, PyAny>) -> Prob
 /// An int that must be at least `min`.
 pub(super) fn extract_at_least(obj: &Bound<'_, PyAny>, field: &str, min: i64) -> PyResult<i64> {
     let v = extract_int(obj, &|| field.to_string())?;
-    if v < min {
-        return Err(arg_err(
-            field,
-            Problem::Below {
-                min: min.into(),
-                value: v.into(),
-            },
-        ));
-    }
+    Problem::at_least(min, v).map_err(|p| arg_err(field, p))?;
     Ok(v)
 }
 

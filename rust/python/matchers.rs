@@ -102,117 +102,102 @@ pub(super) fn compile_regexes(obj: &Bound<'_, PyAny>) -> PyResult<Arc<CoreRegexe
         .map_err(to_py_err)
 }
 
-/// A compiled, immutable list of stop regexes (Rust regex syntax, one DFA),
-/// shared between sequences and threads. Identical lists reuse one DFA.
-#[pyclass(name = "StopRegexes", module = "stopline", frozen)]
-pub struct PyStopRegexes {
-    inner: Arc<CoreRegexes>,
+/// A compiled-list class (`StopStrings`, `StopRegexes`): built by
+/// `$compile`, its entries read back through the core method `$entries`
+/// (also the constructor's argument name), matchers of class `$matcher`;
+/// `$extra` are the class's own methods.
+macro_rules! compiled_list_class {
+    (
+        $(#[$doc:meta])*
+        $py:ident, $name:literal, $core:ty, $matcher:ident,
+        compile: $compile:expr,
+        $entries:ident: $entries_doc:literal,
+        { $($extra:tt)* }
+    ) => {
+        $(#[$doc])*
+        #[pyclass(name = $name, module = "stopline", frozen)]
+        pub struct $py {
+            inner: Arc<$core>,
+        }
+
+        #[pymethods]
+        impl $py {
+            #[new]
+            fn new($entries: &Bound<'_, PyAny>) -> PyResult<Self> {
+                Ok(Self {
+                    inner: ($compile)($entries)?,
+                })
+            }
+
+            /// A fresh per-sequence incremental matcher.
+            #[pyo3(signature = (include_in_output = false))]
+            fn matcher(&self, include_in_output: bool) -> $matcher {
+                $matcher {
+                    inner: self.inner.matcher(include_in_output),
+                }
+            }
+
+            #[doc = $entries_doc]
+            #[getter]
+            fn $entries<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+                PyTuple::new(py, self.inner.$entries())
+            }
+
+            fn __len__(&self) -> usize {
+                self.inner.len()
+            }
+
+            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+                Ok(format!("{}({})", $name, py_repr(py, self.inner.$entries())?))
+            }
+
+            $($extra)*
+        }
+    };
 }
 
-#[pymethods]
-impl PyStopRegexes {
-    #[new]
-    fn new(patterns: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(Self {
-            inner: compile_regexes(patterns)?,
-        })
-    }
-
-    /// A fresh per-sequence incremental matcher.
-    #[pyo3(signature = (include_in_output = false))]
-    fn matcher(&self, include_in_output: bool) -> PyStopRegexMatcher {
-        PyStopRegexMatcher {
-            inner: self.inner.matcher(include_in_output),
+compiled_list_class!(
+    /// A compiled, immutable list of stop regexes (Rust regex syntax, one DFA),
+    /// shared between sequences and threads. Identical lists reuse one DFA.
+    PyStopRegexes, "StopRegexes", CoreRegexes, PyStopRegexMatcher,
+    compile: compile_regexes,
+    patterns: "The patterns, in list order.",
+    {
+        /// Heap bytes of the compiled DFA.
+        #[getter]
+        fn memory_usage(&self) -> usize {
+            self.inner.memory_usage()
         }
     }
+);
 
-    /// The patterns, in list order.
-    #[getter]
-    fn patterns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.inner.patterns())
-    }
+compiled_list_class!(
+    /// A compiled, immutable list of stop strings (Aho-Corasick, standard match
+    /// semantics), shared between sequences and threads. Identical lists reuse one
+    /// compiled automaton.
+    PyStopStrings, "StopStrings", CoreStops, PyStopMatcher,
+    compile: |stops| compile_stops(stops, "stop"),
+    stops: "The stop strings, in list order.",
+    {
+        /// Stateless check in the shape of vLLM's `check_stop_strings`.
+        #[pyo3(signature = (output_text, new_char_count, include_in_output = false))]
+        fn check<'py>(
+            &self,
+            py: Python<'py>,
+            output_text: &Bound<'py, PyAny>,
+            new_char_count: &Bound<'py, PyAny>,
+            include_in_output: bool,
+        ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+            check_impl(py, &self.inner, output_text, new_char_count, include_in_output)
+        }
 
-    /// Heap bytes of the compiled DFA.
-    #[getter]
-    fn memory_usage(&self) -> usize {
-        self.inner.memory_usage()
-    }
-
-    fn __len__(&self) -> usize {
-        self.inner.len()
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "StopRegexes({})",
-            py_repr(py, self.inner.patterns())?
-        ))
-    }
-}
-
-/// A compiled, immutable list of stop strings (Aho-Corasick, standard match
-/// semantics), shared between sequences and threads. Identical lists reuse one
-/// compiled automaton.
-#[pyclass(name = "StopStrings", module = "stopline", frozen)]
-pub struct PyStopStrings {
-    inner: Arc<CoreStops>,
-}
-
-#[pymethods]
-impl PyStopStrings {
-    #[new]
-    fn new(stops: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(Self {
-            inner: compile_stops(stops, "stop")?,
-        })
-    }
-
-    /// A fresh per-sequence incremental matcher.
-    #[pyo3(signature = (include_in_output = false))]
-    fn matcher(&self, include_in_output: bool) -> PyStopMatcher {
-        PyStopMatcher {
-            inner: self.inner.matcher(include_in_output),
+        /// Length of the longest stop string, in code points.
+        #[getter]
+        fn max_stop_len(&self) -> usize {
+            self.inner.max_stop_chars()
         }
     }
-
-    /// Stateless check in the shape of vLLM's `check_stop_strings`.
-    #[pyo3(signature = (output_text, new_char_count, include_in_output = false))]
-    fn check<'py>(
-        &self,
-        py: Python<'py>,
-        output_text: &Bound<'py, PyAny>,
-        new_char_count: &Bound<'py, PyAny>,
-        include_in_output: bool,
-    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        check_impl(
-            py,
-            &self.inner,
-            output_text,
-            new_char_count,
-            include_in_output,
-        )
-    }
-
-    /// The stop strings, in list order.
-    #[getter]
-    fn stops<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.inner.stops())
-    }
-
-    /// Length of the longest stop string, in code points.
-    #[getter]
-    fn max_stop_len(&self) -> usize {
-        self.inner.max_stop_chars()
-    }
-
-    fn __len__(&self) -> usize {
-        self.inner.len()
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!("StopStrings({})", py_repr(py, self.inner.stops())?))
-    }
-}
+);
 
 fn check_impl<'py>(
     py: Python<'py>,

@@ -40,20 +40,30 @@ fn _panic_for_tests(message: &str) -> PyResult<()> {
 // behind a Mutex: the module is safe without the GIL. (The default abi3
 // wheel does not load on a free-threaded CPython; this matters for source
 // builds. docs/reliability.md, "Threads".)
+/// Adds each class to the module.
+macro_rules! add_classes {
+    ($m:ident, $($class:ty),* $(,)?) => {
+        $($m.add_class::<$class>()?;)*
+    };
+}
+
 #[pymodule(gil_used = false)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<matchers::PyStopStrings>()?;
-    m.add_class::<matchers::PyStopMatcher>()?;
-    m.add_class::<matchers::PyStopMatch>()?;
-    m.add_class::<matchers::PyStopRegexes>()?;
-    m.add_class::<matchers::PyStopRegexMatcher>()?;
-    m.add_class::<params::PyStopParams>()?;
-    m.add_class::<tracker::PyStepResult>()?;
-    m.add_class::<tracker::PyFinishTracker>()?;
-    m.add_class::<batch::PyBatchStepResult>()?;
-    m.add_class::<batch::PyFinishBatch>()?;
-    m.add_class::<detok::PyVocabulary>()?;
-    m.add_class::<detok::PyIncrementalDecoder>()?;
+    add_classes!(
+        m,
+        matchers::PyStopStrings,
+        matchers::PyStopMatcher,
+        matchers::PyStopMatch,
+        matchers::PyStopRegexes,
+        matchers::PyStopRegexMatcher,
+        params::PyStopParams,
+        tracker::PyStepResult,
+        tracker::PyFinishTracker,
+        batch::PyBatchStepResult,
+        batch::PyFinishBatch,
+        detok::PyVocabulary,
+        detok::PyIncrementalDecoder,
+    );
     m.add_function(wrap_pyfunction!(matchers::check_stop_strings, m)?)?;
     m.add_function(wrap_pyfunction!(openai::to_openai_finish_reason, m)?)?;
     #[cfg(feature = "test-hooks")]
