@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 import stopline
-from stopline import compat
+from stopline import baseline, compat
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 BEGIN = "<!-- BEGIN MATRIX: generated from tests/test_errors.py ROWS by `python tests/test_errors.py --write` -->"
@@ -844,6 +844,40 @@ if __name__ == "__main__":
         print(f"wrote {len(ROWS)} rows to {DOC}")
     else:
         print(markdown_table())
+
+
+# -------------------------------------- one policy in Rust and the baseline --
+
+
+@pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])
+def test_a_finished_sequence_raises_sequence_finished_error(impl: Any) -> None:
+    """Engines catch a late step by type: the same class from the core and
+    the pure-Python baseline, a RuntimeError subclass."""
+    assert issubclass(stopline.SequenceFinishedError, RuntimeError)
+    t = impl.FinishTracker(impl.StopParams(max_tokens=1))
+    t.update([1])
+    with pytest.raises(stopline.SequenceFinishedError, match="already finished.*length"):
+        t.update([2])
+    b = impl.FinishBatch(2)
+    b.add(0, impl.StopParams(max_tokens=1))
+    b.step([0], [1])
+    with pytest.raises(stopline.SequenceFinishedError, match="length"):
+        b.step([0], [2])
+
+
+@pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])
+@pytest.mark.parametrize("call", [
+    lambda m: m.StopParams(max_tokens=True),
+    lambda m: m.StopParams(min_tokens=False),
+    lambda m: m.StopParams(vocab_size=True),
+    lambda m: m.StopParams(stop_token_ids=[3, True]),
+    lambda m: m.FinishTracker(m.StopParams()).update([True]),
+    lambda m: m.FinishBatch(True),
+    lambda m: m.FinishBatch(2).add(True, m.StopParams()),
+], ids=["max_tokens", "min_tokens", "vocab_size", "stop_token_ids", "token_ids", "max_slots", "slot"])
+def test_bool_where_an_int_is_expected_is_a_type_error(impl: Any, call: Callable[[Any], Any]) -> None:
+    with pytest.raises(TypeError, match="must be an int, got bool"):
+        call(impl)
 
 
 # ------------------------------------------------------------ Rust panics --
