@@ -1,5 +1,5 @@
 //! Raw C-API access: the only `unsafe` code of the crate's binding. Every
-//! function here is safe to call; the rules below are what makes each
+//! function it exports is safe to call; the rules below are what makes each
 //! `unsafe` block sound, and each block's `SAFETY:` comment says which.
 //!
 //! # Safety contract

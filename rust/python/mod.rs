@@ -34,12 +34,6 @@ fn _panic_for_tests(message: &str) -> PyResult<()> {
     panic!("{message}")
 }
 
-// The fast paths read a caller's list items without taking references only
-// under the list's critical section (the GIL's job on a GIL build) or from a
-// private copy (`ffi`), and the compiled lists and caches are immutable or
-// behind a Mutex: the module is safe without the GIL. (The default abi3
-// wheel does not load on a free-threaded CPython; this matters for source
-// builds. docs/reliability.md, "Threads".)
 /// Adds each class to the module.
 macro_rules! add_classes {
     ($m:ident, $($class:ty),* $(,)?) => {
@@ -47,6 +41,12 @@ macro_rules! add_classes {
     };
 }
 
+// The fast paths read a caller's list items without taking references only
+// under the list's critical section (the GIL's job on a GIL build) or from a
+// private copy (`ffi`), and the compiled lists and caches are immutable or
+// behind a Mutex: the module is safe without the GIL. (The default abi3
+// wheel does not load on a free-threaded CPython; this matters for source
+// builds. docs/reliability.md, "Threads".)
 #[pymodule(gil_used = false)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_classes!(
