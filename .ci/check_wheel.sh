@@ -103,6 +103,7 @@ import sys, stopline, stopline._core
 venv = sys.argv[1]
 for mod in (stopline, stopline._core):
     assert mod.__file__.startswith(venv), f"{mod.__name__} imported from {mod.__file__}, not the wheel"
+assert not hasattr(stopline._core, "_panic_for_tests"), "the release wheel has the test hooks"
 print("check_wheel: stopline", stopline.__version__, "from", stopline.__file__)
 PY
 command -v stopline | grep -q "^$WORK/venv/" || { echo "check_wheel: stopline script is not the wheel's"; exit 1; }

@@ -9,16 +9,9 @@
 
 use rustc_hash::FxHashSet;
 
-use crate::error::Error;
+use crate::error::{Error, Problem};
 
 const FIELD: &str = "bad_words";
-
-fn param(message: String) -> Error {
-    Error::Param {
-        field: FIELD,
-        message,
-    }
-}
 
 /// The tables of one request, ids as int32 (every id is in
 /// `[0, vocab_size)` with `vocab_size < 2**31`).
@@ -52,9 +45,13 @@ pub fn check_ids(ids: &[i64], vocab_size: u32) -> Result<(), Error> {
         .iter()
         .find(|&&v| !(0..i64::from(vocab_size)).contains(&v))
     {
-        Some(v) => Err(param(format!(
-            "token id {v} is outside [0, vocab_size={vocab_size})"
-        ))),
+        Some(v) => Err(Error::param(
+            FIELD,
+            Problem::IdNotInVocab {
+                shown: v.to_string(),
+                vocab_size: vocab_size.into(),
+            },
+        )),
         None => Ok(()),
     }
 }
@@ -88,7 +85,7 @@ pub fn build(
         check_word_len(word.len(), max_tokens)?;
         check_ids(word, vocab_size)?;
         match word.len() {
-            0 => return Err(param("an empty word bans nothing; remove it".into())),
+            0 => return Err(Error::param(FIELD, Problem::EmptyWord)),
             1 => n_single += 1,
             n => {
                 n_multi += 1;
@@ -205,12 +202,12 @@ mod tests {
         let long = vec![1; MAX_BAD_WORD_TOKENS + 1];
         assert_eq!(
             msg(&[&long, &[100]]),
-            "bad_words: has 65 entries; at most 64 are accepted"
+            "bad_words has 65 entries; at most 64 are accepted"
         );
         let (ids, ends) = words(&vec![&[1][..]; 5]);
         assert_eq!(
             build(&ids, &ends, 100, 4, 64).unwrap_err().to_string(),
-            "bad_words: has 5 entries; at most 4 are accepted"
+            "bad_words has 5 entries; at most 4 are accepted"
         );
     }
 

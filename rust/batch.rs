@@ -10,7 +10,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
 
 /// The largest batch: far above any engine's concurrent sequences, and small
@@ -43,6 +43,43 @@ pub struct SlotStep {
     pub step: Step,
 }
 
+/// A step's arguments that disagree (built out of line: the check that
+/// calls it is on the hot path).
+#[cold]
+fn step_err(field: &'static str, problem: Problem) -> Error {
+    Error::Step {
+        field,
+        problem: Box::new(problem),
+        slot: None,
+    }
+}
+
+/// `field` has `n` `unit` where `expected` were due.
+#[cold]
+fn count(
+    field: &'static str,
+    n: usize,
+    unit: &'static str,
+    expected: usize,
+    hint: &'static str,
+) -> Error {
+    let per = if unit == "pieces" {
+        "token ids"
+    } else {
+        "slots"
+    };
+    step_err(
+        field,
+        Problem::Count {
+            n,
+            unit,
+            expected,
+            per,
+            hint,
+        },
+    )
+}
+
 fn slot_err(slot: i64, message: &'static str) -> Error {
     Error::Slot { slot, message }
 }
@@ -54,7 +91,10 @@ impl FinishBatch {
         if max_slots > MAX_SLOTS {
             return Err(Error::Param {
                 field: "max_slots",
-                message: format!("max_slots={max_slots} is more than the supported {MAX_SLOTS}"),
+                problem: Box::new(Problem::Unsupported {
+                    value: max_slots as u64,
+                    max: MAX_SLOTS as u64,
+                }),
             });
         }
         Ok(FinishBatch {
@@ -274,20 +314,19 @@ impl FinishBatch {
         texts_len: Option<usize>,
         grammar: Option<&[i64]>,
     ) -> Result<(), Error> {
-        let step_err = |field: &'static str, message: String| Error::Step { field, message };
         if let Some(r) = run_lengths {
             if r.len() != slots.len() {
-                return Err(step_err(
-                    "run_lengths",
-                    format!("has {} entries for {} slots", r.len(), slots.len()),
-                ));
+                return Err(count("run_lengths", r.len(), "entries", slots.len(), ""));
             }
         }
         if let Some(g) = grammar {
             if g.len() != slots.len() {
-                return Err(step_err(
+                return Err(count(
                     "grammar_terminated_at",
-                    format!("has {} entries for {} slots", g.len(), slots.len()),
+                    g.len(),
+                    "entries",
+                    slots.len(),
+                    "",
                 ));
             }
         }
@@ -296,27 +335,28 @@ impl FinishBatch {
             Some(r) => r
                 .iter()
                 .try_fold(0usize, |acc, &n| acc.checked_add(n))
-                .ok_or_else(|| {
-                    step_err(
-                        "run_lengths",
-                        "add up to more than any list of token ids can hold".into(),
-                    )
-                })?,
+                .ok_or_else(|| step_err("run_lengths", Problem::SumOverflows))?,
         };
         if total != token_ids.len() {
             return Err(step_err(
                 "token_ids",
-                format!("has {} ids but the runs add up to {total}", token_ids.len()),
+                Problem::Count {
+                    n: token_ids.len(),
+                    unit: "ids",
+                    expected: total,
+                    per: "tokens in the runs",
+                    hint: "",
+                },
             ));
         }
         if let Some(t) = texts_len {
             if t != token_ids.len() {
-                return Err(step_err(
+                return Err(count(
                     "texts",
-                    format!(
-                        "has {t} pieces for {} token ids; pass one piece per token",
-                        token_ids.len()
-                    ),
+                    t,
+                    "pieces",
+                    token_ids.len(),
+                    "; pass one piece per token",
                 ));
             }
         }
@@ -343,9 +383,12 @@ impl FinishBatch {
                 Some(g) if g < 0 => {
                     return Err(Error::Step {
                         field: "grammar_terminated_at",
-                        message: format!(
-                            "[{k}]={g}: use -1 for none or an index into the run (slot {slot})"
-                        ),
+                        problem: Box::new(Problem::OutsideRun {
+                            index: Some(k),
+                            value: g,
+                            run_len: len,
+                        }),
+                        slot: Some(slot),
                     })
                 }
                 Some(g) => Some(g as usize),
@@ -353,9 +396,10 @@ impl FinishBatch {
             tracker
                 .check_step(len, texts_len.map(|_| len), g)
                 .map_err(|e| match e {
-                    Error::Step { field, message } => Error::Step {
+                    Error::Step { field, problem, .. } => Error::Step {
                         field,
-                        message: format!("{message} (slot {slot})"),
+                        problem,
+                        slot: Some(slot),
                     },
                     Error::Finished { finish_reason } => Error::SlotFinished {
                         slot,
@@ -373,7 +417,7 @@ impl FinishBatch {
     /// terminations): true when every slot is in range, listed once,
     /// occupied and accepts one token, as the full check in
     /// [`check`](Self::check) would find. False sends the step to that check.
-    #[inline]
+    #[inline(always)]
     fn screen(&mut self, slots: &[i64], with_text: bool) -> bool {
         self.epoch += 1;
         let epoch = self.epoch;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::batch::{FinishBatch, SlotStep};
 use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary};
-use crate::error::Error;
+use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, StopParams};
 
 /// One sequence's decoder and what it needs to know about its finish.
@@ -88,12 +88,12 @@ impl SeqDecoder {
                 }
                 return Err(Error::Step {
                     field: "token_ids",
-                    message: format!(
-                        "id {id} at [{}] is outside the vocabulary [0, {}){}",
-                        offset + i,
-                        vocab.vocab_size(),
-                        slot.map_or(String::new(), |s| format!(" (slot {s})"))
-                    ),
+                    problem: Box::new(Problem::NotInVocabulary {
+                        index: offset + i,
+                        id,
+                        vocab_size: vocab.vocab_size(),
+                    }),
+                    slot,
                 });
             }
             let mut plain = vocab.step(&mut next.state, id, buf);
@@ -369,7 +369,7 @@ mod tests {
         assert!(err
             .unwrap_err()
             .to_string()
-            .contains("token_ids: id 99 at [0] is outside the vocabulary [0, 7) (slot 0)"));
+            .contains("token_ids[0]=99 is outside the vocabulary [0, 7) (slot 0)"));
         assert_eq!(dec.get(0).unwrap().state().pending(), &[0xE2, 0x82]);
         dec.step_each(&mut b, &[0], &[3, 1], Some(&[2]), None, |_, _, _| {})
             .unwrap();

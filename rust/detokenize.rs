@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::error::Error;
+use crate::error::{Error, Problem};
 
 /// The largest `tokenizer.json` accepted, in bytes (the largest published
 /// ones are about 35 MB).
@@ -724,12 +724,14 @@ impl Vocabulary {
     pub fn check_ids(&self, ids: &[u32], field: &'static str) -> Result<(), Error> {
         match self.find_outside(ids) {
             None => Ok(()),
-            Some((i, id)) => Err(Error::Step {
+            Some((index, id)) => Err(Error::Step {
                 field,
-                message: format!(
-                    "id {id} at [{i}] is outside the vocabulary [0, {})",
-                    self.vocab_size()
-                ),
+                problem: Box::new(Problem::NotInVocabulary {
+                    index,
+                    id,
+                    vocab_size: self.vocab_size(),
+                }),
+                slot: None,
             }),
         }
     }

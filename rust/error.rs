@@ -1,5 +1,7 @@
-//! The one error type of the core. The Python binding maps each variant to a
-//! Python exception whose message names the offending field and value.
+//! The one error type of the core, and the one place its messages are
+//! written. The Python binding maps each variant to a Python exception
+//! (`rust/python/errors.rs`) and renders its own argument errors with
+//! [`Problem`] too, so a message names the field once, with its value.
 
 use std::fmt;
 
@@ -20,6 +22,14 @@ fn short_message(message: &str) -> std::borrow::Cow<'_, str> {
 }
 
 impl Error {
+    /// A request parameter `field` with `problem`.
+    pub fn param(field: &'static str, problem: Problem) -> Self {
+        Error::Param {
+            field,
+            problem: Box::new(problem),
+        }
+    }
+
     /// Heap bytes held (what a cache of rejections counts).
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
@@ -30,7 +40,7 @@ impl Error {
             Error::RegexEmptyMatch { pattern, .. } | Error::RegexTooLarge { pattern, .. } => {
                 pattern.capacity()
             }
-            Error::Param { message, .. } | Error::Step { message, .. } => message.capacity(),
+            Error::Param { .. } | Error::Step { .. } => std::mem::size_of::<Problem>(),
             _ => 0,
         }
     }
@@ -62,12 +72,16 @@ pub enum Error {
     /// A request parameter is out of range; `field` is its public name.
     Param {
         field: &'static str,
-        message: String,
+        problem: Box<Problem>,
     },
-    /// A step's arguments are inconsistent with each other or with the state.
+    /// A step's arguments are inconsistent with each other or with the
+    /// state; `slot` is the batch slot whose arguments they are. (The
+    /// problems are boxed: a small `Error` keeps the hot path's `Result`s
+    /// small.)
     Step {
         field: &'static str,
-        message: String,
+        problem: Box<Problem>,
+        slot: Option<i64>,
     },
     /// `update` after the sequence finished.
     Finished { finish_reason: &'static str },
@@ -88,9 +102,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::EmptyStop { index } => {
-                write!(f, "stop[{index}] is an empty string; stop strings must be non-empty")
-            }
+            Error::EmptyStop { index } => Problem::EmptyStop.write(f, &format!("stop[{index}]")),
             Error::Build(msg) => write!(f, "cannot compile the stop strings: {msg}"),
             Error::RegexInvalid {
                 index,
@@ -120,8 +132,18 @@ impl fmt::Display for Error {
                 f,
                 "new_char_count={value} is outside [0, {text_len}] (the length of output_text in code points)"
             ),
-            Error::Param { field, message } => write!(f, "{field}: {message}"),
-            Error::Step { field, message } => write!(f, "{field}: {message}"),
+            Error::Param { field, problem } => problem.write(f, field),
+            Error::Step {
+                field,
+                problem,
+                slot,
+            } => {
+                problem.write(f, field)?;
+                match slot {
+                    Some(slot) => write!(f, " (slot {slot})"),
+                    None => Ok(()),
+                }
+            }
             Error::Finished { finish_reason } => write!(
                 f,
                 "the sequence already finished (finish_reason={finish_reason:?}); update() after finish is rejected"
@@ -138,3 +160,235 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// What is wrong with one field, without the field: [`Problem::write`]
+/// renders it with the field's name (`field`, or `field[i]` for an element).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// `{field} must be >= {min}, got {value}`.
+    Below { min: i128, value: i128 },
+    /// `{field}={value} is greater than {other}={limit}`.
+    Greater {
+        value: u64,
+        other: &'static str,
+        limit: u64,
+    },
+    /// `{field}={value} leaves no room under {other}={limit}`.
+    NoRoom {
+        value: u64,
+        other: &'static str,
+        limit: u64,
+    },
+    /// `{field}[{index}]={id} is outside [0, {bound_name}={bound})`.
+    IdOutside {
+        index: usize,
+        id: u64,
+        bound_name: &'static str,
+        bound: u64,
+    },
+    /// `{field}[{index}]={id} is outside the vocabulary [0, {vocab_size})`.
+    NotInVocabulary {
+        index: usize,
+        id: u32,
+        vocab_size: usize,
+    },
+    /// `{field}={value} times {other}={other_value} overflows`.
+    ProductOverflows {
+        value: u64,
+        other: &'static str,
+        other_value: u64,
+    },
+    /// `{field}={value} is more than the supported {max}`.
+    Unsupported { value: u64, max: u64 },
+    /// `{field} has {n} entries; at most {cap} are accepted` (`n` unknown:
+    /// more than `cap`).
+    TooMany { n: Option<usize>, cap: usize },
+    /// `{field} totals {n} UTF-8 bytes; at most {cap} are accepted` (`n`
+    /// unknown: more than `cap`).
+    TooManyBytes { n: Option<usize>, cap: usize },
+    /// `{field} has {n} {unit} for {expected} {per}{hint}`: a length that
+    /// must match another argument's.
+    Count {
+        n: usize,
+        unit: &'static str,
+        expected: usize,
+        per: &'static str,
+        hint: &'static str,
+    },
+    /// `{field} add up to more than any list of token ids can hold`.
+    SumOverflows,
+    /// `{field} is required: {why}`.
+    Required { why: &'static str },
+    /// `{field}={value} is outside the run of {run_len} tokens`, or for a
+    /// batch row `{field}[{index}]={value}: use -1 for none or an index
+    /// into the run`.
+    OutsideRun {
+        index: Option<usize>,
+        value: i64,
+        run_len: usize,
+    },
+    /// `{field}={shown} is out of range` (`shown` is the value's repr).
+    OutOfRange { shown: String },
+    /// `{field}={value} is not a valid token id (must be in [0, 2**32))`.
+    NotATokenId { value: i64 },
+    /// `{field} is not valid Unicode (it contains a lone surrogate)`.
+    LoneSurrogate,
+    /// `{field} is an empty string; stop strings must be non-empty`.
+    EmptyStop,
+    /// `{field}={shown} is not one of {allowed}`.
+    NotOneOf { shown: String, allowed: String },
+    /// `{field} must be {expected}, got {got}` (a type name; a TypeError).
+    WrongType { expected: &'static str, got: String },
+    // The logits module's token-id lists (`stopline.logits`), whose
+    // messages read "field: ..." as its Python checks do.
+    /// `{field}: token id {shown} is not an int` (a TypeError).
+    IdNotInt { shown: String },
+    /// `{field}: token id {shown} is outside [0, vocab_size={vocab_size})`.
+    IdNotInVocab { shown: String, vocab_size: u64 },
+    /// `{field}: an empty word bans nothing; remove it`.
+    EmptyWord,
+    /// `{field}: expected {expected}, got {got}` (a repr; a TypeError).
+    NotASequence { expected: &'static str, got: String },
+}
+
+impl Problem {
+    /// `Below` when `value < min`.
+    pub fn at_least(min: impl Into<i128>, value: impl Into<i128>) -> Result<(), Problem> {
+        let (min, value) = (min.into(), value.into());
+        if value < min {
+            return Err(Problem::Below { min, value });
+        }
+        Ok(())
+    }
+
+    /// `TooMany` (or, for bytes, `TooManyBytes`) when `n > cap`.
+    pub fn at_most_entries(n: usize, cap: usize, bytes: bool) -> Result<(), Problem> {
+        if n <= cap {
+            return Ok(());
+        }
+        Err(if bytes {
+            Problem::TooManyBytes { n: Some(n), cap }
+        } else {
+            Problem::TooMany { n: Some(n), cap }
+        })
+    }
+
+    /// Writes the message about `field`.
+    pub fn write(&self, f: &mut dyn fmt::Write, field: &str) -> fmt::Result {
+        match self {
+            Problem::Below { min, value } => write!(f, "{field} must be >= {min}, got {value}"),
+            Problem::Greater {
+                value,
+                other,
+                limit,
+            } => write!(f, "{field}={value} is greater than {other}={limit}"),
+            Problem::NoRoom {
+                value,
+                other,
+                limit,
+            } => write!(f, "{field}={value} leaves no room under {other}={limit}"),
+            Problem::IdOutside {
+                index,
+                id,
+                bound_name,
+                bound,
+            } => write!(
+                f,
+                "{field}[{index}]={id} is outside [0, {bound_name}={bound})"
+            ),
+            Problem::NotInVocabulary {
+                index,
+                id,
+                vocab_size,
+            } => write!(
+                f,
+                "{field}[{index}]={id} is outside the vocabulary [0, {vocab_size})"
+            ),
+            Problem::ProductOverflows {
+                value,
+                other,
+                other_value,
+            } => write!(f, "{field}={value} times {other}={other_value} overflows"),
+            Problem::Unsupported { value, max } => {
+                write!(f, "{field}={value} is more than the supported {max}")
+            }
+            Problem::TooMany { n: Some(n), cap } => {
+                write!(f, "{field} has {n} entries; at most {cap} are accepted")
+            }
+            Problem::TooMany { n: None, cap } => write!(
+                f,
+                "{field} has more than {cap} entries; at most {cap} are accepted"
+            ),
+            Problem::TooManyBytes { n: Some(n), cap } => write!(
+                f,
+                "{field} totals {n} UTF-8 bytes; at most {cap} are accepted"
+            ),
+            Problem::TooManyBytes { n: None, cap } => write!(
+                f,
+                "{field} totals more than {cap} UTF-8 bytes; at most {cap} are accepted"
+            ),
+            Problem::Count {
+                n,
+                unit,
+                expected,
+                per,
+                hint,
+            } => write!(f, "{field} has {n} {unit} for {expected} {per}{hint}"),
+            Problem::SumOverflows => write!(
+                f,
+                "{field} add up to more than any list of token ids can hold"
+            ),
+            Problem::Required { why } => write!(f, "{field} is required: {why}"),
+            Problem::OutsideRun {
+                index: None,
+                value,
+                run_len,
+            } => write!(f, "{field}={value} is outside the run of {run_len} tokens"),
+            Problem::OutsideRun {
+                index: Some(i),
+                value,
+                ..
+            } => write!(
+                f,
+                "{field}[{i}]={value}: use -1 for none or an index into the run"
+            ),
+            Problem::OutOfRange { shown } => write!(f, "{field}={shown} is out of range"),
+            Problem::NotATokenId { value } => write!(
+                f,
+                "{field}={value} is not a valid token id (must be in [0, 2**32))"
+            ),
+            Problem::LoneSurrogate => write!(
+                f,
+                "{field} is not valid Unicode (it contains a lone surrogate)"
+            ),
+            Problem::EmptyStop => write!(
+                f,
+                "{field} is an empty string; stop strings must be non-empty"
+            ),
+            Problem::NotOneOf { shown, allowed } => {
+                write!(f, "{field}={shown} is not one of {allowed}")
+            }
+            Problem::WrongType { expected, got } => {
+                write!(f, "{field} must be {expected}, got {got}")
+            }
+            Problem::IdNotInt { shown } => write!(f, "{field}: token id {shown} is not an int"),
+            Problem::IdNotInVocab { shown, vocab_size } => write!(
+                f,
+                "{field}: token id {shown} is outside [0, vocab_size={vocab_size})"
+            ),
+            Problem::EmptyWord => write!(f, "{field}: an empty word bans nothing; remove it"),
+            Problem::NotASequence { expected, got } => {
+                write!(f, "{field}: expected {expected}, got {got}")
+            }
+        }
+    }
+
+    /// The message about `field`, for errors whose field is only known at
+    /// run time (an element `token_ids[3] (slot 2)`).
+    pub fn about(&self, field: &str) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write(&mut out, field);
+        out
+    }
+}

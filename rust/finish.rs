@@ -46,7 +46,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{Error, Problem};
 use crate::stop_regex::{StopRegexMatcher, StopRegexes};
 use crate::stop_strings::{byte_offset_from_end, char_len, StopMatch, StopMatcher, StopStrings};
 
@@ -80,8 +80,28 @@ pub struct StopParams {
     pub repetition: Option<Repetition>,
 }
 
-fn param(field: &'static str, message: String) -> Error {
-    Error::Param { field, message }
+fn param(field: &'static str, problem: Problem) -> Error {
+    Error::param(field, problem)
+}
+
+/// `field` must be at least `min`.
+fn at_least(field: &'static str, min: u64, value: u64) -> Result<(), Error> {
+    Problem::at_least(min, value).map_err(|p| param(field, p))
+}
+
+/// `field` (= `value`) must not exceed `other` (= `limit`).
+fn at_most(field: &'static str, value: u64, other: &'static str, limit: u64) -> Result<(), Error> {
+    if value > limit {
+        return Err(param(
+            field,
+            Problem::Greater {
+                value,
+                other,
+                limit,
+            },
+        ));
+    }
+    Ok(())
 }
 
 impl StopParams {
@@ -91,80 +111,63 @@ impl StopParams {
     /// [`Error::Param`] naming the first offending field and its value.
     pub fn validate(&self) -> Result<(), Error> {
         if let Some(m) = self.max_tokens {
-            if m < 1 {
-                return Err(param("max_tokens", format!("must be >= 1, got {m}")));
-            }
-            if self.min_tokens > m {
-                return Err(param(
-                    "min_tokens",
-                    format!(
-                        "min_tokens={} is greater than max_tokens={m}",
-                        self.min_tokens
-                    ),
-                ));
-            }
+            at_least("max_tokens", 1, m)?;
+            at_most("min_tokens", self.min_tokens, "max_tokens", m)?;
         }
         if let Some(m) = self.max_model_len {
-            if m < 1 {
-                return Err(param("max_model_len", format!("must be >= 1, got {m}")));
-            }
+            at_least("max_model_len", 1, m)?;
             if self.prompt_len >= m {
                 return Err(param(
                     "prompt_len",
-                    format!(
-                        "prompt_len={} leaves no room under max_model_len={m}",
-                        self.prompt_len
-                    ),
+                    Problem::NoRoom {
+                        value: self.prompt_len,
+                        other: "max_model_len",
+                        limit: m,
+                    },
                 ));
             }
         }
         if let Some(v) = self.vocab_size {
-            if v < 1 {
-                return Err(param("vocab_size", format!("must be >= 1, got {v}")));
-            }
+            at_least("vocab_size", 1, v.into())?;
             for (field, ids) in [
                 ("eos_token_ids", &self.eos_token_ids),
                 ("stop_token_ids", &self.stop_token_ids),
             ] {
-                if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id >= v) {
+                if let Some((index, &id)) = ids.iter().enumerate().find(|(_, &id)| id >= v) {
                     return Err(param(
                         field,
-                        format!("{field}[{i}]={id} is outside [0, vocab_size={v})"),
+                        Problem::IdOutside {
+                            index,
+                            id: id.into(),
+                            bound_name: "vocab_size",
+                            bound: v.into(),
+                        },
                     ));
                 }
             }
         }
         if let Some(r) = self.repetition {
-            if r.max_pattern_size < 1 {
-                return Err(param(
-                    "repetition",
-                    format!("max_pattern_size must be >= 1, got {}", r.max_pattern_size),
-                ));
-            }
-            if r.min_pattern_size > r.max_pattern_size {
-                return Err(param(
-                    "repetition",
-                    format!(
-                        "min_pattern_size={} is greater than max_pattern_size={}",
-                        r.min_pattern_size, r.max_pattern_size
-                    ),
-                ));
-            }
+            const MAX: &str = "repetition[\"max_pattern_size\"]";
+            const MIN: &str = "repetition[\"min_pattern_size\"]";
+            const COUNT: &str = "repetition[\"min_count\"]";
+            let (max, min, count) = (
+                r.max_pattern_size as u64,
+                r.min_pattern_size as u64,
+                r.min_count as u64,
+            );
+            at_least(MAX, 1, max)?;
+            at_most(MIN, min, MAX, max)?;
             if r.max_pattern_size.checked_mul(r.min_count).is_none() {
                 return Err(param(
-                    "repetition",
-                    format!(
-                        "max_pattern_size={} times min_count={} overflows",
-                        r.max_pattern_size, r.min_count
-                    ),
+                    COUNT,
+                    Problem::ProductOverflows {
+                        value: count,
+                        other: MAX,
+                        other_value: max,
+                    },
                 ));
             }
-            if r.min_count < 2 {
-                return Err(param(
-                    "repetition",
-                    format!("min_count must be >= 2, got {}", r.min_count),
-                ));
-            }
+            at_least(COUNT, 2, count)?;
         }
         Ok(())
     }
@@ -189,6 +192,20 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// Every reason, in the order `stopline.FINISH_REASONS` lists them.
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::Abort,
+        FinishReason::Error,
+        FinishReason::Repetition,
+    ];
+
+    /// The reason whose [`as_str`](Self::as_str) is `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
@@ -403,22 +420,26 @@ impl FinishTracker {
             Some(t) if t != run_len => {
                 return Err(Error::Step {
                     field: "texts",
-                    message: format!(
-                        "has {t} pieces for {run_len} token ids; pass one piece per token"
-                    ),
+                    problem: Box::new(Problem::Count {
+                        n: t,
+                        unit: "pieces",
+                        expected: run_len,
+                        per: "token ids",
+                        hint: "; pass one piece per token",
+                    }),
+                    slot: None,
                 })
             }
             None if self.matcher.is_some() || self.regex.is_some() => {
-                let what = if self.matcher.is_some() {
-                    "stop strings"
+                let why = if self.matcher.is_some() {
+                    "this sequence has stop strings, which are matched on text"
                 } else {
-                    "stop regexes"
+                    "this sequence has stop regexes, which are matched on text"
                 };
                 return Err(Error::Step {
                     field: "texts",
-                    message: format!(
-                        "is required: this sequence has {what}, which are matched on text"
-                    ),
+                    problem: Box::new(Problem::Required { why }),
+                    slot: None,
                 });
             }
             _ => {}
@@ -427,7 +448,12 @@ impl FinishTracker {
             if g >= run_len {
                 return Err(Error::Step {
                     field: "grammar_terminated_at",
-                    message: format!("={g} is outside the run of {run_len} tokens"),
+                    problem: Box::new(Problem::OutsideRun {
+                        index: None,
+                        value: g as i64,
+                        run_len,
+                    }),
+                    slot: None,
                 });
             }
         }

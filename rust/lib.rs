@@ -10,6 +10,13 @@
 //!
 //! The PyO3 binding (`python` module, feature `python`) is the only code that
 //! knows about Python; everything else is tested with plain `cargo test`.
+//! Its raw C-API access (`python/ffi.rs`) is the binding's only `unsafe`,
+//! under one written contract; the lints below keep every `unsafe` block
+//! documented.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(clippy::missing_safety_doc)]
 
 pub mod bad_words;
 pub mod batch;
@@ -24,6 +31,7 @@ pub mod stop_regex;
 pub mod stop_strings;
 
 #[cfg(feature = "python")]
+#[deny(unsafe_code)]
 mod python;
 
 pub use batch::{FinishBatch, SlotStep};

@@ -6,7 +6,7 @@
 //! anything is allocated from them: an allocation failure aborts a Rust
 //! process, which for stopline is the whole inference server.
 
-use crate::error::Error;
+use crate::error::{Error, Problem};
 
 /// Stop strings in one list.
 pub const MAX_STOP_STRINGS: usize = 1024;
@@ -38,24 +38,12 @@ pub const ALL: &[(&str, usize)] = &[
 
 /// `Err` naming `field` when `n` entries exceed `cap`.
 pub fn check_count(field: &'static str, n: usize, cap: usize) -> Result<(), Error> {
-    if n > cap {
-        return Err(Error::Param {
-            field,
-            message: format!("has {n} entries; at most {cap} are accepted"),
-        });
-    }
-    Ok(())
+    Problem::at_most_entries(n, cap, false).map_err(|p| Error::param(field, p))
 }
 
 /// `Err` naming `field` when `n` bytes exceed `cap`.
 pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Error> {
-    if n > cap {
-        return Err(Error::Param {
-            field,
-            message: format!("totals {n} UTF-8 bytes; at most {cap} are accepted"),
-        });
-    }
-    Ok(())
+    Problem::at_most_entries(n, cap, true).map_err(|p| Error::param(field, p))
 }
 
 /// `s` cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary), with how much
@@ -90,7 +78,7 @@ mod tests {
         let e = check_count("stop", MAX_STOP_STRINGS + 1, MAX_STOP_STRINGS).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "stop: has 1025 entries; at most 1024 are accepted"
+            "stop has 1025 entries; at most 1024 are accepted"
         );
     }
 }

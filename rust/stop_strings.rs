@@ -753,7 +753,7 @@ mod tests {
     fn lists_over_the_caps_are_refused(kind: EngineKind) {
         let too_many = vec!["a".to_string(); limits::MAX_STOP_STRINGS + 1];
         let e = StopStrings::with_engine(too_many, kind).err().unwrap();
-        assert!(e.to_string().starts_with("stop: has 1025 entries"), "{e}");
+        assert!(e.to_string().starts_with("stop has 1025 entries"), "{e}");
         let too_long = vec!["a".repeat(limits::MAX_STOP_BYTES + 1)];
         let e = StopStrings::with_engine(too_long, kind).err().unwrap();
         assert!(e.to_string().contains("at most 65536"), "{e}");

@@ -12,6 +12,8 @@ inputs when they are installed).
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -575,3 +577,39 @@ def test_sglang_regex_finish_reports_the_pattern():
     plain = to_sglang_finish_reason("stop", "42!", stop_reason=r"\d+!", stop_regex=[r"\d+!"])
     assert plain.kind == "FINISHED_MATCHED_REGEX"
     assert to_sglang_finish_reason("stop", "ab", stop_reason="ab").kind == "FINISH_MATCHED_STR"
+
+
+# ------------------------------------------------- one vocabulary of reasons --
+
+
+def _stub_literal(name: str) -> tuple[str, ...]:
+    """The strings of a ``Literal`` alias in the hand-written stubs."""
+    stub = Path(stopline.__file__).with_name("_core.pyi").read_text(encoding="utf-8")
+    for node in ast.parse(stub).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == name:
+            literal = node.value
+            assert isinstance(literal, ast.Subscript)
+            elts = literal.slice.elts if isinstance(literal.slice, ast.Tuple) else [literal.slice]
+            return tuple(e.value for e in elts if isinstance(e, ast.Constant))
+    raise AssertionError(f"{name} is not in _core.pyi")
+
+
+def test_finish_reasons_are_one_vocabulary() -> None:
+    """The core's FINISH_REASONS, the stubs' Literal, compat's vLLM table and
+    the OpenAI and SGLang mappings name the same reasons."""
+    reasons = stopline.FINISH_REASONS
+    assert reasons == ("stop", "length", "abort", "error", "repetition")
+    assert _stub_literal("_FinishReason") == reasons
+    assert set(_stub_literal("_OpenAIFinishReason")) == {*reasons, "tool_calls"}
+    assert [stopline.to_openai_finish_reason(r) for r in reasons] == list(reasons)
+    assert [to_vllm_status(r) is not None for r in reasons] == [True] * len(reasons)
+    for r in reasons:
+        if r == "repetition":  # SGLang has no such reason (documented)
+            with pytest.raises(ValueError, match="SGLang has no finish reason"):
+                to_sglang_finish_reason(r, matched=None)
+        else:
+            assert to_sglang_finish_reason(r, matched=5 if r == "stop" else None) is not None
+    # Outside the vocabulary, all three refuse with the same message.
+    for convert in (stopline.to_openai_finish_reason, to_vllm_status, to_sglang_finish_reason):
+        with pytest.raises(ValueError, match="is not one of 'stop', 'length', 'abort', 'error', 'repetition'"):
+            convert("bogus")

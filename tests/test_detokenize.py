@@ -391,15 +391,15 @@ def test_tracker_run_equals_single_steps(name: str) -> None:
 def test_bad_input_is_named() -> None:
     v, tok, _ = vocab("smollm2")
     n = v.vocab_size
-    with pytest.raises(ValueError, match=rf"token_ids: id {n} at \[1\] is outside the vocabulary \[0, {n}\)"):
+    with pytest.raises(ValueError, match=rf"token_ids\[1\]={n} is outside the vocabulary \[0, {n}\)"):
         v.decode([5, n])
     b = FinishBatch(4, vocabulary=v)
     b.add(0, StopParams())
     b.add(2, StopParams())
-    with pytest.raises(ValueError, match=rf"token_ids: id {n + 5} at \[1\] is outside the vocabulary .*\(slot 2\)"):
+    with pytest.raises(ValueError, match=rf"token_ids\[1\]={n + 5} is outside the vocabulary .*\(slot 2\)"):
         b.step([0, 2], [5, n + 5])
     assert b.result(0).num_tokens == 0  # nothing changed
-    with pytest.raises(ValueError, match=rf"prompt_token_ids: id {n} at \[0\]"):
+    with pytest.raises(ValueError, match=rf"prompt_token_ids\[0\]={n} is outside the vocabulary"):
         b.add(1, StopParams(), prompt_token_ids=[n])
     assert 1 not in b
     with pytest.raises(ValueError, match="texts must be None"):
@@ -418,7 +418,7 @@ def test_tracker_bad_input() -> None:
     t = FinishTracker(StopParams(), vocabulary=v)
     with pytest.raises(ValueError, match="texts must be None"):
         t.update([5], ["x"])
-    with pytest.raises(ValueError, match=rf"token_ids: id {v.vocab_size} at \[1\]"):
+    with pytest.raises(ValueError, match=rf"token_ids\[1\]={v.vocab_size} is outside the vocabulary"):
         t.update([5, v.vocab_size])
     assert t.num_tokens == 0
     with pytest.raises(ValueError, match="needs a vocabulary"):

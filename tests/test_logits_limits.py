@@ -44,14 +44,14 @@ def test_max_slots_and_the_dense_table_are_capped() -> None:
 @pytest.mark.parametrize(
     "kwargs,says",
     [
-        ({"bad_words": [[1]] * (LIMITS["max_bad_words"] + 1)}, "bad_words: has 1025 entries; at most 1024"),
-        ({"bad_words": itertools.repeat([1, 2])}, "bad_words: has more than 1024 entries"),
-        ({"bad_words": [list(range(LIMITS["max_bad_word_tokens"] + 1))]}, "bad_words: has 65 entries; at most 64"),
-        ({"bad_words": [itertools.repeat(1)]}, "bad_words: has more than 64 entries"),
-        ({"stop_token_ids": range(2**40)}, "stop_token_ids: has 1099511627776 entries; at most 65536"),
-        ({"stop_token_ids": itertools.repeat(1)}, "stop_token_ids: has more than 65536 entries"),
-        ({"allowed_token_ids": range(2**62)}, "allowed_token_ids: has 4611686018427387904 entries"),
-        ({"logit_bias": ((i, 1.0) for i in itertools.count())}, "logit_bias: has more than 65536 entries"),
+        ({"bad_words": [[1]] * (LIMITS["max_bad_words"] + 1)}, "bad_words has 1025 entries; at most 1024"),
+        ({"bad_words": itertools.repeat([1, 2])}, "bad_words has more than 1024 entries"),
+        ({"bad_words": [list(range(LIMITS["max_bad_word_tokens"] + 1))]}, "bad_words has 65 entries; at most 64"),
+        ({"bad_words": [itertools.repeat(1)]}, "bad_words has more than 64 entries"),
+        ({"stop_token_ids": range(2**40)}, "stop_token_ids has 1099511627776 entries; at most 65536"),
+        ({"stop_token_ids": itertools.repeat(1)}, "stop_token_ids has more than 65536 entries"),
+        ({"allowed_token_ids": range(2**62)}, "allowed_token_ids has 4611686018427387904 entries"),
+        ({"logit_bias": ((i, 1.0) for i in itertools.count())}, "logit_bias has more than 65536 entries"),
         ({"logit_bias": {1: 10**400}}, "logit_bias: bias for token 1 is not finite in float32"),
         ({"logit_bias": {1: -(10**400)}}, "logit_bias: bias for token 1 is not finite in float32"),
     ],
@@ -71,7 +71,7 @@ def test_clear_errors_for_tensors_and_huge_ints() -> None:
         c.apply(torch.zeros(1, V), [2**70], [0], backend="torch")
     with pytest.raises(ValueError, match="row_positions: position -9223372036854775809 is outside the int32 range"):
         c.apply(torch.zeros(1, V), [0], [-(2**63) - 1], backend="torch")
-    with pytest.raises(ValueError, match="row_slots: has more than 1 entries"):
+    with pytest.raises(ValueError, match="row_slots has more than 1 entries"):
         c.apply(torch.zeros(1, V), itertools.repeat(0), [0], backend="torch")
 
 
@@ -175,7 +175,7 @@ def test_bad_words_of_every_container_kind() -> None:
         ([[3, V, "x"]], ValueError, f"bad_words: token id {V} is outside"),
         ([[], [V]], ValueError, "bad_words: an empty word bans nothing"),
         ([[V], list(range(65))], ValueError, f"bad_words: token id {V} is outside"),
-        ([list(range(65)), [V]], ValueError, "bad_words: has 65 entries; at most 64"),
+        ([list(range(65)), [V]], ValueError, "bad_words has 65 entries; at most 64"),
         ([[0, True]], TypeError, "bad_words: token id True is not an int"),
         ([[2**70]], ValueError, "bad_words: token id 1180591620717411303424 is outside"),
         ([[10**500]], ValueError, r"bad_words: token id 1000000000\d+\.\.\. \(501 digits\) is outside"),

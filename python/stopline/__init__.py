@@ -8,10 +8,12 @@ the ``torch`` extra) masks logits on the GPU.
 """
 
 from stopline._core import (
+    FINISH_REASONS,
     BatchStepResult,
     FinishBatch,
     FinishTracker,
     IncrementalDecoder,
+    SequenceFinishedError,
     StepResult,
     StopMatch,
     StopMatcher,
@@ -26,10 +28,12 @@ from stopline._core import (
 )
 
 __all__ = [
+    "FINISH_REASONS",
     "BatchStepResult",
     "FinishBatch",
     "FinishTracker",
     "IncrementalDecoder",
+    "SequenceFinishedError",
     "StepResult",
     "StopMatch",
     "StopMatcher",

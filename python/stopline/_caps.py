@@ -19,8 +19,8 @@ def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
     except TypeError:
         n = None
     if n is not None and n > cap:
-        raise ValueError(f"{field_name}: has {n if n <= 2**63 else 'more than 2**63'} entries; at most {cap} are accepted")
+        raise ValueError(f"{field_name} has {n if n <= 2**63 else 'more than 2**63'} entries; at most {cap} are accepted")
     out = list(itertools.islice(values, cap + 1))
     if len(out) > cap:
-        raise ValueError(f"{field_name}: has more than {cap} entries; at most {cap} are accepted")
+        raise ValueError(f"{field_name} has more than {cap} entries; at most {cap} are accepted")
     return out

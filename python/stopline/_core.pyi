@@ -12,12 +12,14 @@ token ids are ints in ``[0, 2**32)``.
 Errors (the full matrix is docs/errors.md): ``TypeError`` for a value of the
 wrong type, ``ValueError`` for a value of the right type that is out of range,
 empty, inconsistent with another argument or not valid Unicode (a lone
-surrogate), ``RuntimeError`` for a call the object's state forbids. Messages
+surrogate), ``SequenceFinishedError`` (a ``RuntimeError``) for updating a
+finished sequence, ``RuntimeError`` for another call the object's state
+forbids. Messages
 name the field, the element (``stop[1]``, ``token_ids[3] (slot 2)``) and the
-value. Int arguments converted by PyO3 (``slot``, ``max_slots``,
-``new_char_count``, a ``BatchStepResult`` index) raise ``OverflowError`` at
-2**63 and above; the others raise ``ValueError``. Ints may be any object with ``__index__`` (NumPy
-integers); a ``bool`` is accepted as the int it is. Exceptions raised by the
+value. ``slot``, ``max_slots``, ``new_char_count`` and a ``BatchStepResult``
+index raise ``OverflowError`` at 2**63 and above; the others raise
+``ValueError``. Ints may be any object with ``__index__`` (NumPy integers);
+a ``bool`` where an int is expected is a ``TypeError`` (docs/errors.md). Exceptions raised by the
 caller's own objects (an ``__iter__`` or ``__index__`` that raises,
 ``MemoryError`` or ``KeyboardInterrupt`` included) propagate unchanged.
 Sizes stopline caps (``max_slots``, a regex DFA) are checked before anything
@@ -52,16 +54,31 @@ __all__ = [
     "to_openai_finish_reason",
     "__version__",
     "LIMITS",
-    "_panic_for_tests",  # PyO3 lists every added function in the runtime __all__
-    "_bad_words_table",
+    "SequenceFinishedError",
+    "FINISH_REASONS",
+    "_bad_words_table",  # PyO3 lists every added function in the runtime __all__
 ]
+
+class SequenceFinishedError(RuntimeError):
+    """Raised by ``FinishTracker.update`` and ``FinishBatch.step`` for a
+    sequence that already finished (the message names its ``finish_reason``,
+    and the slot for a batch). A ``RuntimeError`` subclass, so ``except
+    RuntimeError`` still catches it; engines that race a late step against a
+    finish catch this type alone (docs/errors.md). Nothing changes when it is
+    raised."""
 
 # Type-only names (not attributes of the runtime module, hence private):
 # import them under `if TYPE_CHECKING:`.
 _FinishReason: TypeAlias = Literal["stop", "length", "abort", "error", "repetition"]
-"""Every ``finish_reason`` the core reports (``FinishReason::as_str`` in
-rust/finish.rs; vLLM's names, semantics.md 1). ``None`` where a
+"""Every ``finish_reason`` the core reports, as ``FINISH_REASONS`` lists them
+(``FinishReason::ALL`` in rust/finish.rs; vLLM's names, semantics.md 1;
+tests/test_compat.py checks the two agree). ``None`` where a
 ``finish_reason`` is optional means still running."""
+
+FINISH_REASONS: tuple[_FinishReason, ...]
+"""Every ``finish_reason`` the core reports, in a fixed order: ``("stop",
+"length", "abort", "error", "repetition")``. ``compat`` and
+``to_openai_finish_reason`` check reasons against it."""
 
 _OpenAIFinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "abort", "error", "repetition"]
 """What ``to_openai_finish_reason`` returns for a finished sequence."""
@@ -592,7 +609,7 @@ class FinishTracker:
             stream now.
 
         Raises:
-            RuntimeError: the sequence already finished (the message names
+            SequenceFinishedError: the sequence already finished (the message names
                 its ``finish_reason``; semantics.md 5).
             TypeError: ``token_ids`` is not an int or an iterable of ints
                 (``token_ids[0] must be an int, got str``); ``texts`` is a
@@ -846,7 +863,7 @@ class FinishBatch:
             TypeError: an argument that is not an iterable of ints
                 (``slots[0] must be an int, got str``); ``texts`` a bare
                 ``str`` or holding a non-``str``.
-            RuntimeError: a listed slot already finished (remove it first).
+            SequenceFinishedError: a listed slot already finished (remove it first).
         """
 
 @final
@@ -884,9 +901,6 @@ class IncrementalDecoder:
     def flush(self) -> str: ...
     @property
     def pending(self) -> bytes: ...
-
-def _panic_for_tests(message: str) -> None:
-    """Test hook, not API: panics in Rust; PyO3 raises PanicException."""
 
 def _bad_words_table(
     words: Iterable[Iterable[int]], vocab_size: int, max_words: int, max_word_tokens: int

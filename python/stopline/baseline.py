@@ -64,7 +64,7 @@ stop list never matches; an empty run is a no-op step; an ``"error"`` finish
 reports ``matched=None``; ``abort()`` after a finish is a no-op; a stop match
 that ends in a gated token (n <= min_tokens) is ignored for good, later text
 is matched normally; FinishBatch rejects adding to an occupied slot, a slot
-listed twice, a finished slot (RuntimeError, as the tracker) and
+listed twice, a finished slot (SequenceFinishedError, as the tracker) and
 grammar indices other than -1 outside the run; unknown ``repetition`` keys
 are rejected.
 """
@@ -77,6 +77,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from stopline._core import SequenceFinishedError
 
 __all__ = [
     "FinishBatch",
@@ -163,6 +165,10 @@ def _validate_regexes(patterns: Any, what: str = "stop_regex") -> tuple[str, ...
 
 
 def _index(v: Any, what: str) -> int:
+    # One policy for every int argument, as in the Rust core: bool is an int
+    # subclass, but max_tokens=True or token_ids=[True] is a bug, not 1.
+    if isinstance(v, bool):
+        raise TypeError(f"{what} must be an int, got bool")
     try:
         return operator.index(v)
     except TypeError:
@@ -170,9 +176,6 @@ def _index(v: Any, what: str) -> int:
 
 
 def _param_int(name: str, v: Any) -> int:
-    # bool is an int subclass; max_tokens=True is a bug, not 1.
-    if isinstance(v, bool):
-        raise TypeError(f"{name} must be an int, got bool ({v!r})")
     return _index(v, name)
 
 
@@ -589,7 +592,7 @@ class FinishTracker:
     ) -> tuple[list[int], list[str] | None, int | None]:
         """Validate one step without touching state; returns normalized args."""
         if self._finished:
-            raise RuntimeError(
+            raise SequenceFinishedError(
                 f"{where}sequence already finished (finish_reason={self._reason!r}); no more updates"
             )
         if isinstance(token_ids, (str, bytes)):

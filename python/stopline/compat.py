@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from stopline._caps import capped
 from stopline._core import FinishTracker, StopParams
-from stopline._core import LIMITS
+from stopline._core import FINISH_REASONS, LIMITS
 
 __all__ = [
     "SglangFinishReason",
@@ -58,7 +58,8 @@ __all__ = [
 ]
 
 # vLLM's RequestStatus member for each stopline finish_reason
-# (vllm/v1/request.py: RequestStatus and _FINISHED_REASON_MAP).
+# (vllm/v1/request.py: RequestStatus and _FINISHED_REASON_MAP); its keys are
+# stopline.FINISH_REASONS (tests/test_compat.py checks they agree).
 _VLLM_STATUS = {
     "stop": "FINISHED_STOPPED",
     "length": "FINISHED_LENGTH_CAPPED",
@@ -84,9 +85,14 @@ def to_vllm_status(finish_reason: Optional[str]) -> Optional[str]:
     try:
         return _VLLM_STATUS[finish_reason]
     except KeyError:
-        raise ValueError(
-            f"finish_reason={finish_reason!r} is not one of {sorted(_VLLM_STATUS)}"
-        ) from None
+        raise _unknown_reason(finish_reason) from None
+
+
+def _unknown_reason(finish_reason: object) -> ValueError:
+    """The error for a string that is not in ``stopline.FINISH_REASONS``
+    (worded as ``to_openai_finish_reason``'s)."""
+    allowed = ", ".join(f"'{r}'" for r in FINISH_REASONS)
+    return ValueError(f"finish_reason={finish_reason!r} is not one of {allowed}")
 
 
 # ------------------------------------------------------------------ shared --
@@ -628,10 +634,7 @@ def to_sglang_finish_reason(
         raise ValueError(
             "SGLang has no finish reason for repetition; map it in the engine"
         )
-    raise ValueError(
-        f"finish_reason={finish_reason!r} is not one of "
-        "'stop', 'length', 'abort', 'error', 'repetition'"
-    )
+    raise _unknown_reason(finish_reason)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
 //! The binding of the detokenizer (`Vocabulary`, `IncrementalDecoder`) and
-//! the helpers `FinishBatch` / `FinishTracker` use for ids-only steps. A
-//! child module of `python`, whose private helpers it shares.
+//! the helpers `FinishBatch` / `FinishTracker` use for ids-only steps.
 
 use std::sync::Arc;
 
@@ -8,7 +7,9 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use super::{batch_step, extract_ids, to_py_err, type_name, Deltas, PyBatchStepResult};
+use super::batch::{batch_step, Deltas, PyBatchStepResult};
+use super::convert::{extract_ids, type_name};
+use super::errors::to_py_err;
 use crate::batch::FinishBatch;
 use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
 use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
@@ -297,16 +298,28 @@ pub(super) fn batch_ids_step<'py>(
         };
         objects.push(o.into_any());
     }
-    let borrowed: Vec<Borrowed<'_, 'py, PyAny>>;
-    let deltas = if runs.is_none() {
-        // One piece per slot: the result's deltas start as the pieces, as
-        // with pieces passed in.
-        Deltas::Pieces(PyList::new(py, &objects)?)
+    // One piece per slot: the result's deltas start as the pieces, as with
+    // pieces passed in.
+    let mut replaced = Vec::new();
+    let (mut deltas, list) = if runs.is_none() {
+        (
+            Deltas::Pieces(&mut replaced),
+            Some(PyList::new(py, &objects)?),
+        )
     } else {
-        borrowed = objects.iter().map(|o| o.as_borrowed()).collect();
-        Deltas::Fresh(&borrowed, PyList::empty(py))
+        (Deltas::Fresh(&objects, PyList::empty(py)), None)
     };
-    let r = batch_step(inner, slots, ids, runs, Some(&strs), grammar, deltas)?;
+    let rows = batch_step(
+        py,
+        inner,
+        slots,
+        ids,
+        runs,
+        Some(&strs),
+        grammar,
+        &mut deltas,
+    )?;
+    let r = rows.into_result(deltas, list)?;
     drop(strs);
     dec.inner.commit(slots);
     Ok(r)

@@ -2,13 +2,15 @@
 //! `bad_words` and laying them out (`crate::bad_words`) with the GIL
 //! released. A child module of `python`, whose private helpers it shares.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyString, PyTuple, PyType};
 
-use super::{buffer_i64s, list_ints_fast, over_cap, take_capped, to_py_err, try_vec};
+use super::convert::{buffer_i64s, over_cap, take_capped, try_vec, type_name};
+use super::errors::{arg_err, to_py_err};
+use super::ffi::list_ints;
 use crate::bad_words::{build, check_ids};
+use crate::error::Problem;
 
 const FIELD: &str = "bad_words";
 
@@ -74,7 +76,7 @@ fn read_word(word: &Bound<'_, PyAny>, vocab: u32, cap: usize, ids: &mut Vec<i64>
         if list.len() > cap {
             return Err(over_cap(FIELD, Some(list.len()), cap));
         }
-        if let Some(v) = list_ints_fast(list, Some, try_vec(list.len(), FIELD)?) {
+        if let Some(v) = list_ints(list, Some, try_vec(list.len(), FIELD)?) {
             // The fast read takes True/False as 1/0; a bool is no token id.
             if !v.iter().any(|&x| x == 0 || x == 1)
                 || !list.iter().any(|x| x.is_instance_of::<PyBool>())
@@ -102,10 +104,14 @@ fn read_word(word: &Bound<'_, PyAny>, vocab: u32, cap: usize, ids: &mut Vec<i64>
         || word.is_instance_of::<PyBytes>()
         || !word.get_type().hasattr(pyo3::intern!(py, "__iter__"))?
     {
-        return Err(PyTypeError::new_err(format!(
-            "{FIELD}: expected a sequence of token ids, got {}",
-            word.repr()?
-        )));
+        let got = crate::limits::shown(&word.repr()?.to_string());
+        return Err(arg_err(
+            FIELD,
+            Problem::NotASequence {
+                expected: "a sequence of token ids",
+                got,
+            },
+        ));
     }
     if let Some(v) = buffer_i64s(word, FIELD, cap)? {
         ids.extend(v);
@@ -115,10 +121,14 @@ fn read_word(word: &Bound<'_, PyAny>, vocab: u32, cap: usize, ids: &mut Vec<i64>
     if word.hasattr(pyo3::intern!(py, "ndim"))? {
         let ndim = word.getattr(pyo3::intern!(py, "ndim"))?;
         if ndim.extract::<i64>().ok() != Some(1) {
-            return Err(PyTypeError::new_err(format!(
-                "{FIELD}: expected a 1-D sequence of token ids, got a {ndim}-d {}",
-                super::type_name(word)
-            )));
+            let got = format!("a {ndim}-d {}", type_name(word));
+            return Err(arg_err(
+                FIELD,
+                Problem::NotASequence {
+                    expected: "a 1-D sequence of token ids",
+                    got,
+                },
+            ));
         }
     }
     for x in take_capped(word, FIELD, "a sequence of token ids", cap)? {
@@ -136,10 +146,8 @@ fn read_id(item: &Bound<'_, PyAny>, vocab: u32) -> PyResult<i64> {
         || (!item.is_instance_of::<PyBool>()
             && item.is_instance(INTEGRAL.import(py, "numbers", "Integral")?)?);
     if !is_int {
-        return Err(PyTypeError::new_err(format!(
-            "{FIELD}: token id {} is not an int",
-            item.repr()?
-        )));
+        let shown = crate::limits::shown(&item.repr()?.to_string());
+        return Err(arg_err(FIELD, Problem::IdNotInt { shown }));
     }
     item.extract::<i64>().map_err(|e| {
         if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
@@ -147,9 +155,13 @@ fn read_id(item: &Bound<'_, PyAny>, vocab: u32) -> PyResult<i64> {
             if shown.len() > crate::limits::MAX_SHOWN_BYTES {
                 shown = format!("{}... ({} digits)", &shown[..40], shown.len());
             }
-            PyValueError::new_err(format!(
-                "{FIELD}: token id {shown} is outside [0, vocab_size={vocab})"
-            ))
+            arg_err(
+                FIELD,
+                Problem::IdNotInVocab {
+                    shown,
+                    vocab_size: vocab.into(),
+                },
+            )
         } else {
             e
         }

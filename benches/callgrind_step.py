@@ -1,0 +1,60 @@
+"""Deterministic instruction counts of the finish hot paths, for callgrind
+(docs/benchmarks.md, "Profiles"): the suite's real SmolLM2 pieces and
+parameters, 256 sequences x 50 steps of ``FinishBatch.step`` with the engine
+reading ``finished_slots`` and ``text_deltas`` each step, or 5 000
+``FinishTracker.update`` calls of one token with its piece.
+
+    valgrind --tool=callgrind \\
+        --toggle-collect='*PyFinishBatch*__pymethod_step__*' \\
+        --toggle-collect='*PyBatchStepResult*finished_slots*' \\
+        --toggle-collect='*PyBatchStepResult*text_deltas*' \\
+        python benches/callgrind_step.py lists      # or: range, tracker
+    callgrind_annotate callgrind.out.*
+
+``lists``: ``slots`` and ``token_ids`` plain lists; ``range``: ``slots`` a
+``range`` and the ids a NumPy int64 array; ``tracker`` (collect with
+``--toggle-collect='*PyFinishTracker*__pymethod_update__*'``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import stopline
+from stopline.tools.bench import data
+from stopline.tools.bench.suites import finish_params
+
+BATCH, STEPS = 256, 50
+
+
+def main(mode: str) -> int:
+    pieces = list(data.text_pieces(200_000)[0])
+    params = stopline.StopParams(**finish_params(pieces))
+    done = 0
+    if mode == "tracker":
+        trackers = [stopline.FinishTracker(params) for _ in range(50)]
+        for k in range(100):
+            for s, t in enumerate(trackers):
+                r = t.update([100 + (s + k) % 30_000], [pieces[(s * 997 + k) % len(pieces)]])
+                done += r.finished + len(r.text_delta)
+        return done
+    per_step = [([100 + (s + k) % 30_000 for s in range(BATCH)],
+                 [pieces[(s * 997 + k) % len(pieces)] for s in range(BATCH)]) for k in range(STEPS)]
+    b = stopline.FinishBatch(BATCH)
+    for s in range(BATCH):
+        b.add(s, params)
+    if mode == "range":
+        import numpy as np
+
+        rows: object = range(BATCH)
+        inputs: list[tuple[object, list[str]]] = [(np.array(i, dtype=np.int64), t) for i, t in per_step]
+    else:
+        rows, inputs = list(range(BATCH)), list(per_step)
+    for ids, texts in inputs:
+        r = b.step(rows, ids, None, texts)
+        done += len(r.finished_slots) + len(r.text_deltas)
+    return done
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1] if len(sys.argv) > 1 else "lists"))

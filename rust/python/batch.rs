@@ -1,0 +1,577 @@
+//! `FinishBatch` (many sequences, one call per engine step) and its
+//! `BatchStepResult`.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyRange, PyString};
+
+use super::convert::{
+    extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, range_values,
+    with_pieces,
+};
+use super::detok;
+use super::errors::{arg_err, to_py_err};
+use super::ffi::PrivateList;
+use super::params::params_arg;
+use super::tracker::{Outcome, PyStepResult};
+use crate::batch::FinishBatch;
+use crate::error::Problem;
+use crate::finish::Step;
+use crate::limits;
+
+/// The slot that owns element `j` of a batch step's flat arrays.
+fn slot_of(slots: &[i64], runs: Option<&[usize]>, j: usize) -> Option<i64> {
+    match runs {
+        None => slots.get(j).copied(),
+        Some(r) => {
+            let mut end = 0;
+            r.iter().zip(slots).find_map(|(&len, &slot)| {
+                end += len;
+                (j < end).then_some(slot)
+            })
+        }
+    }
+}
+
+/// One row of a batch step; a finished row's outcome is kept aside.
+struct BatchRow {
+    slot: usize,
+    num_tokens: usize,
+    text_len: usize,
+    /// End of this row's token delta in `tokens` (it starts where the
+    /// previous row's ends).
+    tokens_end: usize,
+}
+
+/// Per-slot results of one `FinishBatch.step`, in the order of its `slots`.
+/// List attributes are built on access.
+#[pyclass(name = "BatchStepResult", module = "stopline", frozen)]
+pub struct PyBatchStepResult {
+    rows: Vec<BatchRow>,
+    /// `(row, outcome)` of the rows that finished, in row order (few).
+    finished: Vec<(usize, Outcome)>,
+    /// Each row's text delta, usually the very piece passed in (no copy).
+    /// Private: the getter hands out copies of the list.
+    text_deltas: Py<PyList>,
+    tokens: Vec<u32>,
+}
+
+impl PyBatchStepResult {
+    fn outcome(&self, i: usize) -> Outcome {
+        match self.finished.binary_search_by_key(&i, |(row, _)| *row) {
+            Ok(f) => self.finished[f].1.clone(),
+            Err(_) => Outcome::unfinished(self.rows[i].num_tokens, self.rows[i].text_len),
+        }
+    }
+
+    fn tokens_of(&self, i: usize) -> &[u32] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.rows[i - 1].tokens_end
+        };
+        &self.tokens[start..self.rows[i].tokens_end]
+    }
+
+    /// One value per row: `default` but for the finished rows.
+    fn per_row<T: Clone>(&self, default: T, of: impl Fn(&Outcome) -> T) -> Vec<T> {
+        let mut out = vec![default; self.rows.len()];
+        for (i, o) in &self.finished {
+            out[*i] = of(o);
+        }
+        out
+    }
+}
+
+#[pymethods]
+impl PyBatchStepResult {
+    fn __len__(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn __getitem__(&self, py: Python<'_>, index: isize) -> PyResult<PyStepResult> {
+        let n = self.rows.len() as isize;
+        let i = if index < 0 { index + n } else { index };
+        if i < 0 || i >= n {
+            return Err(PyIndexError::new_err(format!(
+                "index {index} is out of range for {n} rows"
+            )));
+        }
+        let i = i as usize;
+        Ok(PyStepResult {
+            outcome: self.outcome(i),
+            text_delta: self.text_deltas.bind(py).get_item(i)?.extract::<String>()?,
+            token_ids_delta: self.tokens_of(i).to_vec(),
+        })
+    }
+
+    /// The slot of each row, as passed to `step`.
+    #[getter]
+    fn slots(&self) -> Vec<usize> {
+        self.rows.iter().map(|r| r.slot).collect()
+    }
+    /// Per row: whether the sequence finished in this step.
+    #[getter]
+    fn finished_flags(&self) -> Vec<bool> {
+        self.per_row(false, |_| true)
+    }
+    /// Slots that finished in this step.
+    #[getter]
+    fn finished_slots(&self) -> Vec<usize> {
+        self.finished
+            .iter()
+            .map(|(i, _)| self.rows[*i].slot)
+            .collect()
+    }
+    /// Per row: the `finish_reason`, `None` for rows still running.
+    #[getter]
+    fn finish_reasons(&self) -> Vec<Option<&'static str>> {
+        self.per_row(None, Outcome::finish_reason)
+    }
+    /// Per row: the `stop_reason` (see `StepResult.stop_reason`).
+    #[getter]
+    fn stop_reasons(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        (0..self.rows.len())
+            .map(|i| self.outcome(i).stop_reason(py))
+            .collect()
+    }
+    /// Per row: what matched (see `StepResult.matched`).
+    #[getter]
+    fn matches(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        (0..self.rows.len())
+            .map(|i| self.outcome(i).matched(py))
+            .collect()
+    }
+    /// Per row: output tokens kept after the step.
+    #[getter]
+    fn token_counts(&self) -> Vec<usize> {
+        self.rows.iter().map(|r| r.num_tokens).collect()
+    }
+    /// Per row: output text kept after the step, in code points.
+    #[getter]
+    fn text_lengths(&self) -> Vec<usize> {
+        self.rows.iter().map(|r| r.text_len).collect()
+    }
+    /// Per row: the text released by this step.
+    #[getter]
+    fn text_deltas<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
+        let list = self.text_deltas.bind(py);
+        list.get_slice(0, list.len())
+    }
+    /// Per row, how many output tokens this step released (the length of
+    /// its `token_ids_deltas` row, without building the lists).
+    #[getter]
+    fn released_counts(&self) -> Vec<usize> {
+        (0..self.rows.len())
+            .map(|i| self.tokens_of(i).len())
+            .collect()
+    }
+    /// Per row: the output token ids released by this step.
+    #[getter]
+    fn token_ids_deltas(&self) -> Vec<Vec<u32>> {
+        (0..self.rows.len())
+            .map(|i| self.tokens_of(i).to_vec())
+            .collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "BatchStepResult(rows={}, finished_slots={:?})",
+            self.rows.len(),
+            self.finished_slots()
+        )
+    }
+}
+
+/// Many finish trackers addressed by integer slot, advanced by one call per
+/// engine step. Not thread-safe: concurrent use raises.
+#[pyclass(name = "FinishBatch", module = "stopline")]
+pub struct PyFinishBatch {
+    inner: FinishBatch,
+    /// With a vocabulary: one decoder per slot, for ids-only steps.
+    detok: Option<detok::BatchDetok>,
+    /// The decode step's replaced deltas, kept to reuse its allocation.
+    replaced: Vec<(usize, Py<PyString>)>,
+}
+
+#[pymethods]
+impl PyFinishBatch {
+    /// `vocabulary` (a `Vocabulary`): `step` then takes token ids without
+    /// texts and decodes them itself.
+    #[new]
+    #[pyo3(signature = (max_slots, vocabulary = None))]
+    fn new(max_slots: &Bound<'_, PyAny>, vocabulary: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let max_slots = extract_i64_arg(max_slots, "max_slots")?;
+        let n = usize::try_from(max_slots).map_err(|_| {
+            arg_err(
+                "max_slots",
+                Problem::Below {
+                    min: 0,
+                    value: max_slots.into(),
+                },
+            )
+        })?;
+        let inner = FinishBatch::new(n).map_err(to_py_err)?;
+        let detok = detok::vocabulary_arg(vocabulary)?.map(|v| detok::BatchDetok::new(v, n));
+        Ok(Self {
+            inner,
+            detok,
+            replaced: Vec::new(),
+        })
+    }
+
+    /// Starts a sequence in an empty slot. With a vocabulary,
+    /// `prompt_token_ids` primes the slot's decoder (decoding continues
+    /// after the prompt) and `skip_special_tokens` /
+    /// `spaces_between_special_tokens` are as in vLLM's `SamplingParams`.
+    #[pyo3(signature = (slot, params, prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
+    fn add(
+        &mut self,
+        slot: &Bound<'_, PyAny>,
+        params: &Bound<'_, PyAny>,
+        prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        skip_special_tokens: bool,
+        spaces_between_special_tokens: bool,
+    ) -> PyResult<()> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        let params = params_arg(params)?;
+        let dec = detok::seq_decoder(
+            self.detok.as_ref().map(|d| d.vocab()),
+            &params,
+            prompt_token_ids,
+            skip_special_tokens,
+            spaces_between_special_tokens,
+        )?;
+        self.inner
+            .add(slot, Arc::clone(&params))
+            .map_err(to_py_err)?;
+        if let Some(d) = self.detok.as_mut() {
+            d.set(slot, dec);
+        }
+        Ok(())
+    }
+
+    /// Frees a slot (finished or not).
+    fn remove(&mut self, slot: &Bound<'_, PyAny>) -> PyResult<()> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        self.inner.remove(slot).map(drop).map_err(to_py_err)?;
+        if let Some(d) = self.detok.as_mut() {
+            d.set(slot, None);
+        }
+        Ok(())
+    }
+
+    /// Aborts the sequence in a slot; returns what it flushed.
+    fn abort(&mut self, slot: &Bound<'_, PyAny>) -> PyResult<PyStepResult> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        let t = self.inner.get_mut(slot).map_err(to_py_err)?;
+        let step = t.abort();
+        Ok(PyStepResult::new(t, &step))
+    }
+
+    /// The current state of a slot (empty deltas).
+    fn result(&self, slot: &Bound<'_, PyAny>) -> PyResult<PyStepResult> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        let t = self.inner.get(slot).map_err(to_py_err)?;
+        let end = t.text().len();
+        let n = t.token_ids().len();
+        Ok(PyStepResult::new(
+            t,
+            &Step {
+                text_delta: end..end,
+                token_ids_delta: n..n,
+                whole_run: false,
+            },
+        ))
+    }
+
+    /// Output text kept in a slot.
+    fn text(&self, slot: &Bound<'_, PyAny>) -> PyResult<String> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        Ok(self.inner.get(slot).map_err(to_py_err)?.text().to_owned())
+    }
+
+    /// Output token ids kept in a slot.
+    fn token_ids(&self, slot: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        Ok(self
+            .inner
+            .get(slot)
+            .map_err(to_py_err)?
+            .token_ids()
+            .to_vec())
+    }
+
+    /// Number of slots, as given when built.
+    #[getter]
+    fn max_slots(&self) -> usize {
+        self.inner.max_slots()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// `occupied` is `len(batch)`; `finished` counts the occupied slots whose
+    /// sequence finished and awaits `remove()`.
+    fn __repr__(&self) -> String {
+        let max_slots = self.inner.max_slots();
+        let (occupied, finished) = (self.inner.len(), self.inner.finished_len());
+        format!("FinishBatch(max_slots={max_slots}, occupied={occupied}, finished={finished})")
+    }
+
+    /// Whether `slot` holds a sequence (anything that is not an in-range int
+    /// is simply not there).
+    fn __contains__(&self, slot: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match slot.extract::<i64>() {
+            Ok(s) => Ok(self.inner.get(s).is_ok()),
+            // An exception from the caller's `__index__` is theirs.
+            Err(e) if !is_conversion_error(&e, slot.py()) => Err(e),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Advances every listed slot by one engine step.
+    ///
+    /// `slots[i]` takes `run_lengths[i]` tokens (1 each when None) from the
+    /// flat `token_ids`, in the order of `slots`; `texts`, when given, is flat
+    /// and aligned with `token_ids` (one piece per token); and
+    /// `grammar_terminated_at[i]` is an index into slot i's run or -1 for none.
+    /// Each slot advances exactly as `FinishTracker.update` would.
+    ///
+    /// Fast path (what the hot loop should pass): `slots` a `list` of ints or
+    /// a `range` (a persistent batch's rows 0..n), `token_ids` a `list` of
+    /// ints or, fastest, a one-dimensional contiguous buffer of native-order
+    /// integers (a NumPy int32/int64 array as the sampler returns it, read
+    /// without a Python object per id), and `texts` a plain `list` of `str`;
+    /// other iterables and int-like objects (numpy integers) work through a
+    /// slower general path. A text delta that is exactly the piece passed in
+    /// is that very `str` object.
+    ///
+    /// With a vocabulary (`FinishBatch(n, vocabulary=...)`) `texts` must be
+    /// None: each slot's decoder turns the ids into the pieces
+    /// (docs/semantics.md section 10); an id outside the vocabulary raises
+    /// `ValueError` naming it and its slot.
+    ///
+    /// Returns a `BatchStepResult` in the order of `slots`. Every argument is
+    /// checked before any slot changes, so an error (`ValueError` /
+    /// `TypeError` naming the field, element and slot;
+    /// `SequenceFinishedError` for a slot that already finished) leaves the whole batch as it was.
+    #[pyo3(signature = (slots, token_ids, run_lengths = None, texts = None, grammar_terminated_at = None))]
+    fn step(
+        &mut self,
+        slots: &Bound<'_, PyAny>,
+        token_ids: &Bound<'_, PyAny>,
+        run_lengths: Option<&Bound<'_, PyAny>>,
+        texts: Option<&Bound<'_, PyAny>>,
+        grammar_terminated_at: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyBatchStepResult> {
+        let py = slots.py();
+        let slots_v: Vec<i64> = match slots.cast::<PyRange>() {
+            Ok(r) => range_values(r, self.inner.max_slots())?,
+            Err(_) => extract_i64s(slots, "slots", self.inner.max_slots())?,
+        };
+        let runs = opt_list(run_lengths)
+            .map(|r| {
+                extract_i64s(r, "run_lengths", self.inner.max_slots())?
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        usize::try_from(v).map_err(|_| {
+                            let problem = Problem::Below {
+                                min: 0,
+                                value: v.into(),
+                            };
+                            arg_err(&format!("run_lengths[{i}]"), problem)
+                        })
+                    })
+                    .collect::<PyResult<Vec<usize>>>()
+            })
+            .transpose()?;
+        let grammar = opt_list(grammar_terminated_at)
+            .map(|g| extract_i64s(g, "grammar_terminated_at", self.inner.max_slots()))
+            .transpose()?;
+        // Errors in the flat arrays name the slot that owns the element.
+        let owner = |field: &'static str| {
+            let (slots_v, runs) = (&slots_v, runs.as_deref());
+            move |j: usize| match slot_of(slots_v, runs, j) {
+                Some(slot) => format!("{field}[{j}] (slot {slot})"),
+                None => format!("{field}[{j}]"),
+            }
+        };
+        let ids = extract_ids_named(
+            token_ids,
+            "token_ids",
+            limits::MAX_STEP_TOKENS,
+            &owner("token_ids"),
+        )?;
+        let texts = opt_list(texts);
+        if let Some(dec) = self.detok.as_mut() {
+            if texts.is_some() {
+                return Err(PyValueError::new_err(
+                    "texts must be None: this batch decodes the ids with its vocabulary",
+                ));
+            }
+            return detok::batch_ids_step(
+                py,
+                &mut self.inner,
+                dec,
+                &slots_v,
+                &ids,
+                runs.as_deref(),
+                grammar.as_deref(),
+            );
+        }
+        // One piece per slot in a plain list (the decode step): the pieces
+        // are read from a private copy, which becomes the result's text
+        // deltas once the step is done.
+        if let (None, Some(list)) = (&runs, texts.and_then(|t| t.cast_exact::<PyList>().ok())) {
+            let copy = PrivateList::copy(list)?;
+            if let Some(strs) = copy.strs() {
+                self.replaced.clear();
+                let mut deltas = Deltas::Pieces(&mut self.replaced);
+                let rows = batch_step(
+                    py,
+                    &mut self.inner,
+                    &slots_v,
+                    &ids,
+                    None,
+                    Some(&strs),
+                    grammar.as_deref(),
+                    &mut deltas,
+                )?;
+                drop(strs);
+                return rows.into_result(deltas, Some(copy.into_list()));
+            }
+        }
+        // The pieces last (reading ints may call `__index__`, which could
+        // change the list); see `with_pieces`.
+        let inner = &mut self.inner;
+        let fresh = PyList::empty(py);
+        with_pieces(texts, &owner("texts"), |pieces, objects| {
+            let mut deltas = Deltas::Fresh(objects, fresh);
+            batch_step(
+                py,
+                inner,
+                &slots_v,
+                &ids,
+                runs.as_deref(),
+                pieces,
+                grammar.as_deref(),
+                &mut deltas,
+            )?
+            .into_result(deltas, None)
+        })
+    }
+}
+
+/// Where a batch step's text deltas go.
+pub(super) enum Deltas<'a, 'py> {
+    /// One piece per slot: the deltas are the pieces' list, in which the
+    /// rows recorded here (those whose delta is not exactly their piece) are
+    /// replaced once the step is done.
+    Pieces(&'a mut Vec<(usize, Py<PyString>)>),
+    /// An empty list that every row's delta is appended to; a one-token row
+    /// whose delta is exactly its piece appends that piece's object.
+    Fresh(&'a [Bound<'py, PyAny>], Bound<'py, PyList>),
+}
+
+/// A batch step's rows, before their text deltas are a list.
+pub(super) struct StepRows {
+    rows: Vec<BatchRow>,
+    finished: Vec<(usize, Outcome)>,
+    tokens: Vec<u32>,
+}
+
+impl StepRows {
+    /// The Python result; `pieces` is the pieces' list for `Deltas::Pieces`.
+    pub(super) fn into_result<'py>(
+        self,
+        deltas: Deltas<'_, 'py>,
+        pieces: Option<Bound<'py, PyList>>,
+    ) -> PyResult<PyBatchStepResult> {
+        let list = match (deltas, pieces) {
+            (Deltas::Fresh(_, list), _) => list,
+            (Deltas::Pieces(replaced), Some(list)) => {
+                for (k, s) in replaced.drain(..) {
+                    list.set_item(k, s)?;
+                }
+                list
+            }
+            (Deltas::Pieces(_), None) => {
+                return Err(PyRuntimeError::new_err(
+                    "internal: a step's pieces list is missing",
+                ))
+            }
+        };
+        Ok(PyBatchStepResult {
+            rows: self.rows,
+            finished: self.finished,
+            text_deltas: list.unbind(),
+            tokens: self.tokens,
+        })
+    }
+}
+
+/// Runs one `FinishBatch` step, recording its text deltas in `deltas`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn batch_step<'py>(
+    py: Python<'py>,
+    inner: &mut FinishBatch,
+    slots: &[i64],
+    ids: &[u32],
+    runs: Option<&[usize]>,
+    pieces: Option<&[&str]>,
+    grammar: Option<&[i64]>,
+    deltas: &mut Deltas<'_, 'py>,
+) -> PyResult<StepRows> {
+    let mut rows = Vec::with_capacity(slots.len());
+    let mut tokens = Vec::with_capacity(ids.len());
+    let mut finished = Vec::new();
+    let mut failed = None;
+    inner
+        .step_each(slots, ids, runs, pieces, grammar, |k, t, s| {
+            let whole_one = s.step.whole_run && s.run.len() == 1;
+            let text = || PyString::new(py, &t.text()[s.step.text_delta.clone()]);
+            let r = match deltas {
+                Deltas::Pieces(_) if whole_one => Ok(()),
+                Deltas::Pieces(replaced) => {
+                    replaced.push((k, text().unbind()));
+                    Ok(())
+                }
+                Deltas::Fresh(objects, list) if whole_one && !objects.is_empty() => {
+                    list.append(&objects[s.run.start])
+                }
+                Deltas::Fresh(_, list) => list.append(text()),
+            };
+            if let Err(e) = r {
+                failed.get_or_insert(e);
+            }
+            let delta = &t.token_ids()[s.step.token_ids_delta.clone()];
+            if let [id] = delta {
+                tokens.push(*id);
+            } else {
+                tokens.extend_from_slice(delta);
+            }
+            if t.is_finished() {
+                finished.push((k, Outcome::of(t)));
+            }
+            rows.push(BatchRow {
+                slot: s.slot,
+                num_tokens: t.token_ids().len(),
+                text_len: t.text_len(),
+                tokens_end: tokens.len(),
+            });
+        })
+        .map_err(to_py_err)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(StepRows {
+        rows,
+        finished,
+        tokens,
+    })
+}

@@ -1,0 +1,510 @@
+//! Python values to core types: every extraction helper of the binding and
+//! the messages its errors carry. Fast paths read plain lists and buffers
+//! through [`ffi`]; everything else takes the general path, whose errors name
+//! the field and element.
+
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
+use pyo3::IntoPyObjectExt;
+
+use super::errors::arg_err;
+use super::ffi;
+use crate::error::Problem;
+use crate::limits;
+
+/// Python's `repr()` of a Rust value converted to its Python counterpart.
+/// Python's `repr()` of a Rust value converted to its Python counterpart.
+pub(super) fn py_repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<String> {
+    Ok(value.into_bound_py_any(py)?.repr()?.to_string())
+}
+
+/// Extracts a `str` as UTF-8 plus its length in code points; `field` names
+/// the argument in error messages.
+#[inline(always)]
+pub(super) fn extract_str<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    field: &dyn Fn() -> String,
+) -> PyResult<(&'a str, usize)> {
+    let text = extract_utf8(obj, field)?;
+    let chars = obj
+        .cast::<PyString>()
+        .map_err(PyErr::from)?
+        .code_point_len()?;
+    Ok((text, chars))
+}
+
+/// Extracts a `str` as UTF-8 (no code-point count: the core counts while it
+/// scans, which is cheaper for the short pieces of a decoding step).
+#[inline(always)]
+pub(super) fn extract_utf8<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    field: &dyn Fn() -> String,
+) -> PyResult<&'a str> {
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| arg_err(&field(), wrong_type("str", obj)))?;
+    s.to_str()
+        .map_err(|_| arg_err(&field(), Problem::LoneSurrogate))
+}
+
+/// `obj`'s iterator; "not iterable" becomes a TypeError naming `field` and
+/// `what` it must be, anything else `__iter__` raised propagates as is.
+pub(super) fn iter_of<'py>(
+    obj: &Bound<'py, PyAny>,
+    field: &str,
+    what: &'static str,
+) -> PyResult<Bound<'py, PyIterator>> {
+    obj.try_iter().map_err(|e| {
+        if e.is_instance_of::<PyTypeError>(obj.py()) {
+            arg_err(field, wrong_type(what, obj))
+        } else {
+            e
+        }
+    })
+}
+
+/// The items of `obj` (an iterable), refused with a `ValueError` naming
+/// `field` and `cap` when there are more than `cap`: before anything is
+/// materialized when `len()` tells, else after `cap + 1` items (an endless
+/// iterator ends there). "Not iterable" is a `TypeError` naming `field` and
+/// `what`; anything the caller's object raises propagates unchanged.
+pub(super) fn take_capped<'py>(
+    obj: &Bound<'py, PyAny>,
+    field: &str,
+    what: &'static str,
+    cap: usize,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let over = |n: Option<usize>| over_cap(field, n, cap);
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        if list.len() > cap {
+            return Err(over(Some(list.len())));
+        }
+        return Ok(list.iter().collect());
+    }
+    known_len(obj, cap, &over)?;
+    let mut out = Vec::new();
+    for item in iter_of(obj, field, what)? {
+        if out.len() == cap {
+            return Err(over(None));
+        }
+        out.push(item?);
+    }
+    Ok(out)
+}
+
+/// Refuses `obj` when `len(obj)` says it has more than `cap` items (a length
+/// too large for an index counts as more). Objects without a length pass;
+/// an exception other than "no len" or "too large" propagates.
+pub(super) fn known_len(
+    obj: &Bound<'_, PyAny>,
+    cap: usize,
+    over: &dyn Fn(Option<usize>) -> PyErr,
+) -> PyResult<()> {
+    if obj.is_instance_of::<PyString>() {
+        return Ok(());
+    }
+    match obj.len() {
+        Ok(n) if n > cap => Err(over(Some(n))),
+        Ok(_) => Ok(()),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => Err(over(None)),
+        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// One token id: a non-negative int below 2**32.
+#[inline]
+pub(super) fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u32> {
+    let v = extract_int(item, field)?;
+    u32::try_from(v).map_err(|_| arg_err(&field(), Problem::NotATokenId { value: v }))
+}
+
+/// A sequence of at most `cap` token ids (list, tuple, any iterable of
+/// ints, or one int).
+pub(super) fn extract_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec<u32>> {
+    extract_ids_named(obj, field, cap, &|i| format!("{field}[{i}]"))
+}
+
+/// An empty Vec with room for `n` items, or `MemoryError`: a failed
+/// allocation in Rust would abort the process. `n` is capped by the caller.
+pub(super) fn try_vec<T>(n: usize, field: &str) -> PyResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        PyMemoryError::new_err(format!("{field}: cannot allocate room for {n} entries"))
+    })?;
+    Ok(v)
+}
+
+/// The error for a sequence of more than `cap` entries (`n` when known).
+pub(super) fn over_cap(field: &str, n: Option<usize>, cap: usize) -> PyErr {
+    arg_err(field, Problem::TooMany { n, cap })
+}
+
+/// [`extract_ids`] with `name(i)` naming element i in errors.
+pub(super) fn extract_ids_named(
+    obj: &Bound<'_, PyAny>,
+    field: &str,
+    cap: usize,
+    name: &dyn Fn(usize) -> String,
+) -> PyResult<Vec<u32>> {
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        if list.len() > cap {
+            return Err(over_cap(field, Some(list.len()), cap));
+        }
+        let room = try_vec(list.len(), field)?;
+        if let Some(ids) = ffi::list_ints(list, |v| u32::try_from(v).ok(), room) {
+            return Ok(ids);
+        }
+        let mut out = try_vec(list.len(), field)?;
+        for (i, item) in list.iter().enumerate() {
+            out.push(extract_id(&item, &|| name(i))?);
+        }
+        return Ok(out);
+    }
+    if let Some(ids) = buffer_ids(obj, field, cap)? {
+        return Ok(ids);
+    }
+    // One int (or int-like, as numpy integers are) for a one-token run.
+    if obj.is_instance_of::<PyInt>() {
+        return Ok(vec![extract_id(obj, &|| field.to_string())?]);
+    }
+    if !obj.is_instance_of::<PyString>() {
+        match obj.extract::<i64>() {
+            Ok(_) if obj.try_iter().is_err() => {
+                return Ok(vec![extract_id(obj, &|| field.to_string())?])
+            }
+            Ok(_) => {}
+            Err(e) if !is_conversion_error(&e, obj.py()) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
+    let mut out = Vec::new();
+    for (i, item) in iter_of(obj, field, "a sequence of ints")?.enumerate() {
+        if i == cap {
+            return Err(over_cap(field, None, cap));
+        }
+        out.push(extract_id(&item?, &|| name(i))?);
+    }
+    Ok(out)
+}
+
+/// The errors of converting a value that is no int (TypeError) or too large
+/// (OverflowError); anything else came from the caller's code.
+pub(super) fn is_conversion_error(e: &PyErr, py: Python<'_>) -> bool {
+    e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyOverflowError>(py)
+}
+
+/// An int that fits in i64: a wrong type is a TypeError, an int out of range
+/// a ValueError; both name the field. Anything else an `__index__` raises
+/// (KeyboardInterrupt, MemoryError, ...) propagates as is.
+#[inline]
+pub(super) fn extract_int(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<i64> {
+    // bool is an int subclass, but max_tokens=True or token_ids=[True] is a
+    // bug, not 1 (the same policy as stopline.baseline).
+    if item.is_instance_of::<PyBool>() {
+        return Err(arg_err(&field(), wrong_type("an int", item)));
+    }
+    item.extract::<i64>().map_err(|e| {
+        let py = item.py();
+        if item.is_instance_of::<PyInt>() || e.is_instance_of::<PyOverflowError>(py) {
+            let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
+            arg_err(&field(), Problem::OutOfRange { shown })
+        } else if e.is_instance_of::<PyTypeError>(py) {
+            arg_err(&field(), wrong_type("an int", item))
+        } else {
+            e
+        }
+    })
+}
+
+/// An int argument, with `OverflowError` above `i64` (as PyO3's own
+/// conversion) and the one bool policy of [`extract_int`].
+pub(super) fn extract_i64_arg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<i64> {
+    if obj.is_instance_of::<PyBool>() {
+        return Err(arg_err(field, wrong_type("an int", obj)));
+    }
+    obj.extract::<i64>().map_err(|e| {
+        let py = obj.py();
+        if e.is_instance_of::<PyOverflowError>(py) {
+            let shown = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+            PyOverflowError::new_err(Problem::OutOfRange { shown }.about(field))
+        } else if e.is_instance_of::<PyTypeError>(py) {
+            arg_err(field, wrong_type("an int", obj))
+        } else {
+            e
+        }
+    })
+}
+
+/// A wrong-type problem: `obj` is not `expected`.
+pub(super) fn wrong_type(expected: &'static str, obj: &Bound<'_, PyAny>) -> Problem {
+    Problem::WrongType {
+        expected,
+        got: type_name(obj),
+    }
+}
+
+/// An int that must be at least `min`.
+pub(super) fn extract_at_least(obj: &Bound<'_, PyAny>, field: &str, min: i64) -> PyResult<i64> {
+    let v = extract_int(obj, &|| field.to_string())?;
+    Problem::at_least(min, v).map_err(|p| arg_err(field, p))?;
+    Ok(v)
+}
+
+pub(super) fn extract_nonneg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<u64> {
+    Ok(extract_at_least(obj, field, 0)? as u64)
+}
+
+pub(super) fn extract_opt_nonneg(
+    obj: Option<&Bound<'_, PyAny>>,
+    field: &str,
+) -> PyResult<Option<u64>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => extract_nonneg(o, field).map(Some),
+    }
+}
+
+/// Text pieces aligned with token ids, as `str` objects checked to be valid
+/// Unicode. `name(i)` names element i in errors.
+pub(super) fn extract_piece_objects<'py>(
+    obj: &Bound<'py, PyAny>,
+    field: &str,
+    name: &dyn Fn(usize) -> String,
+) -> PyResult<Vec<Bound<'py, PyString>>> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be a sequence of str (one piece per token), not a single str"
+        )));
+    }
+    let one = |i: usize, item: Bound<'py, PyAny>| -> PyResult<Bound<'py, PyString>> {
+        let s = item
+            .cast_into::<PyString>()
+            .map_err(|e| arg_err(&name(i), wrong_type("str", e.into_inner().as_any())))?;
+        s.to_str()
+            .map_err(|_| arg_err(&name(i), Problem::LoneSurrogate))?;
+        Ok(s)
+    };
+    take_capped(obj, field, "a sequence of str", limits::MAX_STEP_TOKENS)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| one(i, item))
+        .collect()
+}
+
+pub(super) fn opt_list<'a, 'py>(
+    obj: Option<&'a Bound<'py, PyAny>>,
+) -> Option<&'a Bound<'py, PyAny>> {
+    obj.filter(|o| !o.is_none())
+}
+
+/// Runs `f` on the text pieces of `texts` (one `str` per token) as UTF-8
+/// views, each with its `str` object, or on `None` without texts.
+///
+/// A plain list of exact `str` is read holding a reference to each item, so
+/// the views borrow objects this call owns whatever the caller's code does
+/// to the list meanwhile. Anything else, or an item that is not a valid
+/// `str`, goes through [`extract_piece_objects`], whose errors name the
+/// element with `name(i)`.
+pub(super) fn with_pieces<'py, R>(
+    texts: Option<&Bound<'py, PyAny>>,
+    name: &dyn Fn(usize) -> String,
+    f: impl FnOnce(Option<&[&str]>, &[Bound<'py, PyAny>]) -> PyResult<R>,
+) -> PyResult<R> {
+    let Some(texts) = texts else {
+        return f(None, &[]);
+    };
+    if let Ok(list) = texts.cast_exact::<PyList>() {
+        if list.len() > limits::MAX_STEP_TOKENS {
+            return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
+        }
+        let held: Vec<Bound<'py, PyAny>> = list.iter().collect();
+        let strs: Option<Vec<&str>> = held
+            .iter()
+            .map(|o| o.cast_exact::<PyString>().ok()?.to_str().ok())
+            .collect();
+        if let Some(strs) = strs {
+            return f(Some(&strs), &held);
+        }
+    }
+    // Pieces of a `str` subclass are handed on as plain `str` copies.
+    let held: Vec<Bound<'py, PyAny>> = extract_piece_objects(texts, "texts", name)?
+        .into_iter()
+        .map(|s| {
+            if s.is_exact_instance_of::<PyString>() {
+                Ok(s.into_any())
+            } else {
+                Ok(PyString::new(s.py(), s.to_str()?).into_any())
+            }
+        })
+        .collect::<PyResult<_>>()?;
+    let strs = held
+        .iter()
+        .map(|s| s.cast::<PyString>()?.to_str())
+        .collect::<PyResult<Vec<&str>>>()?;
+    f(Some(&strs), &held)
+}
+
+/// The values of a `range` (any step). One longer than `max_slots` cannot
+/// hold distinct slots in range, and is refused before it is materialized.
+#[inline]
+pub(super) fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult<Vec<i64>> {
+    let n = match r.len() {
+        Ok(n) if n <= max_slots => n,
+        Ok(n) => return Err(over_cap("slots", Some(n), max_slots)),
+        Err(_) => return Err(over_cap("slots", None, max_slots)),
+    };
+    let out_of_range = |_| {
+        let shown = r.repr().map(|s| s.to_string()).unwrap_or_default();
+        arg_err("slots", Problem::OutOfRange { shown })
+    };
+    let (start, step) = (
+        r.start().map_err(out_of_range)?,
+        r.step().map_err(out_of_range)?,
+    );
+    // start and step fit isize, and n <= max_slots, so no value overflows i64
+    // unless the range does; such a slot is out of range for the batch anyway.
+    let (start, step) = (start as i64, step as i64);
+    let last = (n as i64 - 1)
+        .max(0)
+        .checked_mul(step)
+        .and_then(|d| start.checked_add(d));
+    Ok(match last {
+        // No value overflows: a plain loop the compiler vectorizes.
+        Some(_) => (0..n as i64).map(|k| start + k * step).collect(),
+        None => (0..n as i64)
+            .map(|k| start.saturating_add(k.saturating_mul(step)))
+            .collect(),
+    })
+}
+
+/// At most `cap` ints (a longer sequence is refused naming `field`).
+pub(super) fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> PyResult<Vec<i64>> {
+    let one = |item: &Bound<'_, PyAny>, i: usize| -> PyResult<i64> {
+        extract_int(item, &|| format!("{field}[{i}]"))
+    };
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        if list.len() > cap {
+            return Err(over_cap(field, Some(list.len()), cap));
+        }
+        if let Some(v) = ffi::list_ints(list, Some, try_vec(list.len(), field)?) {
+            return Ok(v);
+        }
+        let mut out = try_vec(list.len(), field)?;
+        for (i, item) in list.iter().enumerate() {
+            out.push(one(&item, i)?);
+        }
+        return Ok(out);
+    }
+    if let Some(v) = buffer_i64s(obj, field, cap)? {
+        return Ok(v);
+    }
+    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
+    iter_of(obj, field, "a sequence of ints")?
+        .enumerate()
+        .map(|(i, x)| {
+            if i == cap {
+                return Err(over_cap(field, None, cap));
+            }
+            one(&x?, i)
+        })
+        .collect()
+}
+
+/// The ints of a one-dimensional, C-contiguous buffer of native-order
+/// integers (a NumPy int32/int64/uint32 array, `array.array`, `bytes`),
+/// read in one pass with no Python object per element. `None` when `obj`
+/// exports no such buffer (or a uint64 above `i64::MAX`); the caller's
+/// general path then iterates `obj` and names any bad element.
+pub(super) fn buffer_i64s(
+    obj: &Bound<'_, PyAny>,
+    field: &str,
+    cap: usize,
+) -> PyResult<Option<Vec<i64>>> {
+    let Some(buf) = native_int_buffer(obj) else {
+        return Ok(None);
+    };
+    if buf.item_count() > cap {
+        return Err(over_cap(field, Some(buf.item_count()), cap));
+    }
+    Ok(read_int_buffer(&buf, try_vec(buf.item_count(), field)?))
+}
+
+/// `obj`'s buffer when it is one-dimensional, C-contiguous and of
+/// native-order integers, the kind [`read_int_buffer`] reads.
+fn native_int_buffer(obj: &Bound<'_, PyAny>) -> Option<PyUntypedBuffer> {
+    if !ffi::has_buffer(obj) {
+        return None;
+    }
+    let buf = PyUntypedBuffer::get(obj).ok()?;
+    let format = buf.format().to_bytes();
+    // 'c' items are one-byte `bytes` objects, not ints.
+    if format.last() == Some(&b'c') {
+        return None;
+    }
+    let order = format.first().copied();
+    let native = matches!(order, Some(b'@' | b'=' | b'a'..=b'z' | b'A'..=b'Z'))
+        || (cfg!(target_endian = "little") && order == Some(b'<'));
+    native.then_some(buf)
+}
+
+/// The ints of a buffer accepted by [`native_int_buffer`]; `None` for an
+/// element type it does not read, a buffer that is not one-dimensional,
+/// contiguous and aligned (`np.frombuffer(..., offset=1)` starts at any
+/// byte), or a uint64 above `i64::MAX`. `out` comes with room for the
+/// buffer's items ([`try_vec`]).
+fn read_int_buffer(buf: &PyUntypedBuffer, mut out: Vec<i64>) -> Option<Vec<i64>> {
+    use pyo3::buffer::ElementType;
+    fn widen<E: ffi::IntItem + Into<i64>>(buf: &PyUntypedBuffer, out: &mut Vec<i64>) -> Option<()> {
+        out.extend(ffi::buffer_items::<E>(buf)?.iter().map(|&e| e.into()));
+        Some(())
+    }
+    match ElementType::from_format(buf.format()) {
+        ElementType::SignedInteger { bytes: 8 } => widen::<i64>(buf, &mut out),
+        ElementType::SignedInteger { bytes: 4 } => widen::<i32>(buf, &mut out),
+        ElementType::SignedInteger { bytes: 2 } => widen::<i16>(buf, &mut out),
+        ElementType::SignedInteger { bytes: 1 } => widen::<i8>(buf, &mut out),
+        ElementType::UnsignedInteger { bytes: 8 } => {
+            let items = ffi::buffer_items::<u64>(buf)?;
+            if items.iter().any(|&e| e > i64::MAX as u64) {
+                return None;
+            }
+            out.extend(items.iter().map(|&e| e as i64));
+            Some(())
+        }
+        ElementType::UnsignedInteger { bytes: 4 } => widen::<u32>(buf, &mut out),
+        ElementType::UnsignedInteger { bytes: 2 } => widen::<u16>(buf, &mut out),
+        ElementType::UnsignedInteger { bytes: 1 } => widen::<u8>(buf, &mut out),
+        _ => None,
+    }?;
+    Some(out)
+}
+
+/// [`buffer_i64s`] for token ids: `None` also when one is outside `u32`.
+pub(super) fn buffer_ids(
+    obj: &Bound<'_, PyAny>,
+    field: &str,
+    cap: usize,
+) -> PyResult<Option<Vec<u32>>> {
+    let Some(v) = buffer_i64s(obj, field, cap)? else {
+        return Ok(None);
+    };
+    // Two branch-free passes the compiler vectorizes.
+    if v.iter().any(|&x| u32::try_from(x).is_err()) {
+        return Ok(None);
+    }
+    let mut out = try_vec(v.len(), field)?;
+    out.extend(v.iter().map(|&x| x as u32));
+    Ok(Some(out))
+}

@@ -1,0 +1,261 @@
+//! `StopParams`: a request's stop parameters, validated at construction.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyAttributeError, PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::convert::{
+    extract_ids, extract_nonneg, extract_opt_nonneg, py_repr, take_capped, type_name, wrong_type,
+};
+use super::errors::{arg_err, to_py_err};
+use super::matchers::{compile_regexes, compile_stops};
+use crate::error::Problem;
+use crate::finish::{Repetition, StopParams};
+use crate::limits;
+
+fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
+    let get = |key: &str, default: Option<u64>| -> PyResult<usize> {
+        let v = match obj.get_item(key) {
+            Ok(v) => Some(v),
+            Err(e) if e.is_instance_of::<PyKeyError>(obj.py()) => None,
+            // Whatever else the caller's `__getitem__` raised is theirs.
+            Err(e) if !e.is_instance_of::<PyTypeError>(obj.py()) => return Err(e),
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "repetition must be a mapping with keys max_pattern_size, min_pattern_size, min_count; got {}",
+                    type_name(obj)
+                )))
+            }
+        };
+        match (v, default) {
+            (Some(v), _) => Ok(extract_nonneg(&v, &format!("repetition[{key:?}]"))? as usize),
+            (None, Some(d)) => Ok(d as usize),
+            (None, None) => Err(PyValueError::new_err(format!(
+                "repetition is missing the key {key:?}"
+            ))),
+        }
+    };
+    const KEYS: [&str; 3] = ["max_pattern_size", "min_pattern_size", "min_count"];
+    // A mapping's `keys()` is called and its errors propagate: a mapping
+    // whose keys cannot be listed is not silently taken as having none.
+    let keys = match obj.getattr("keys") {
+        Ok(keys) => Some(keys.call0()?),
+        Err(e) if e.is_instance_of::<PyAttributeError>(obj.py()) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(keys) = keys {
+        let keys = take_capped(&keys, "repetition.keys()", "an iterable of keys", 64)?;
+        for key in keys {
+            let known = key
+                .extract::<String>()
+                .is_ok_and(|k| KEYS.contains(&k.as_str()));
+            if !known {
+                return Err(PyValueError::new_err(format!(
+                    "repetition has the unknown key {}; expected {KEYS:?}",
+                    key.repr()?
+                )));
+            }
+        }
+    }
+    Ok(Repetition {
+        max_pattern_size: get("max_pattern_size", None)?,
+        min_pattern_size: get("min_pattern_size", Some(0))?,
+        min_count: get("min_count", None)?,
+    })
+}
+
+/// The `params=` argument of `FinishTracker(...)` / `FinishBatch.add`.
+pub(super) fn params_arg(obj: &Bound<'_, PyAny>) -> PyResult<Arc<StopParams>> {
+    let p = obj
+        .cast::<PyStopParams>()
+        .map_err(|_| arg_err("params", wrong_type("a stopline.StopParams", obj)))?;
+    Ok(Arc::clone(&p.get().inner))
+}
+
+/// Per-request stop parameters, validated at construction (field names as in
+/// vLLM's `SamplingParams`; all keyword-only).
+///
+/// Counts are output tokens (`max_tokens`, `min_tokens`) or prompt + output
+/// tokens (`max_model_len`, with `prompt_len` the prompt's). `stop` is a
+/// sequence of non-empty str or a compiled `StopStrings`; `stop_regex` a
+/// sequence of Rust-syntax patterns; `eos_token_ids` / `stop_token_ids` ints in
+/// [0, vocab_size) when `vocab_size` is set; `repetition` a mapping with
+/// `max_pattern_size`, `min_pattern_size` (0 means 1) and `min_count` (vLLM's
+/// repetition detection). The order of checks these feed is in
+/// docs/semantics.md.
+///
+/// Raises `ValueError` naming the field and value for out-of-range values
+/// (max_tokens < 1, min_tokens > max_tokens, prompt_len >= max_model_len, ids
+/// >= vocab_size, empty stop strings, bad repetition values, unknown
+/// repetition keys) and `TypeError` for wrong types.
+#[pyclass(name = "StopParams", module = "stopline", frozen)]
+pub struct PyStopParams {
+    pub(super) inner: Arc<StopParams>,
+}
+
+#[pymethods]
+impl PyStopParams {
+    #[new]
+    #[pyo3(signature = (
+        *, max_tokens = None, min_tokens = None, prompt_len = None, max_model_len = None,
+        eos_token_ids = None, ignore_eos = false, stop_token_ids = None, stop = None,
+        include_stop_str_in_output = false, vocab_size = None, repetition = None,
+        stop_regex = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        max_tokens: Option<&Bound<'_, PyAny>>,
+        min_tokens: Option<&Bound<'_, PyAny>>,
+        prompt_len: Option<&Bound<'_, PyAny>>,
+        max_model_len: Option<&Bound<'_, PyAny>>,
+        eos_token_ids: Option<&Bound<'_, PyAny>>,
+        ignore_eos: bool,
+        stop_token_ids: Option<&Bound<'_, PyAny>>,
+        stop: Option<&Bound<'_, PyAny>>,
+        include_stop_str_in_output: bool,
+        vocab_size: Option<&Bound<'_, PyAny>>,
+        repetition: Option<&Bound<'_, PyAny>>,
+        stop_regex: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let ids = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Vec<u32>> {
+            match o {
+                Some(o) if !o.is_none() => extract_ids(o, field, limits::MAX_STOP_TOKEN_IDS),
+                _ => Ok(Vec::new()),
+            }
+        };
+        let vocab = extract_opt_nonneg(vocab_size, "vocab_size")?;
+        let params = StopParams {
+            max_tokens: extract_opt_nonneg(max_tokens, "max_tokens")?,
+            min_tokens: extract_opt_nonneg(min_tokens, "min_tokens")?.unwrap_or(0),
+            prompt_len: extract_opt_nonneg(prompt_len, "prompt_len")?.unwrap_or(0),
+            max_model_len: extract_opt_nonneg(max_model_len, "max_model_len")?,
+            eos_token_ids: ids(eos_token_ids, "eos_token_ids")?,
+            ignore_eos,
+            stop_token_ids: ids(stop_token_ids, "stop_token_ids")?,
+            stop: match stop {
+                Some(s) if !s.is_none() => Some(compile_stops(s, "stop")?),
+                _ => None,
+            },
+            stop_regex: match stop_regex {
+                Some(s) if !s.is_none() => Some(compile_regexes(s)?),
+                _ => None,
+            },
+            include_stop_str_in_output,
+            vocab_size: vocab
+                .map(|v| {
+                    u32::try_from(v).map_err(|_| {
+                        let max = u32::MAX.into();
+                        arg_err("vocab_size", Problem::Unsupported { value: v, max })
+                    })
+                })
+                .transpose()?,
+            repetition: match repetition {
+                Some(r) if !r.is_none() => Some(extract_repetition(r)?),
+                _ => None,
+            },
+        };
+        params.validate().map_err(to_py_err)?;
+        Ok(Self {
+            inner: Arc::new(params),
+        })
+    }
+
+    /// Output-token budget; `None` for no cap.
+    #[getter]
+    fn max_tokens(&self) -> Option<u64> {
+        self.inner.max_tokens
+    }
+    /// Output tokens gating stop strings, regexes and repetition (0 when not set).
+    #[getter]
+    fn min_tokens(&self) -> u64 {
+        self.inner.min_tokens
+    }
+    /// Prompt tokens (0 when not set).
+    #[getter]
+    fn prompt_len(&self) -> u64 {
+        self.inner.prompt_len
+    }
+    /// Context cap in prompt-plus-output positions; `None` for none.
+    #[getter]
+    fn max_model_len(&self) -> Option<u64> {
+        self.inner.max_model_len
+    }
+    /// EOS ids, a new list on every read (empty when not set).
+    #[getter]
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.inner.eos_token_ids.clone()
+    }
+    /// Whether the EOS check is disabled.
+    #[getter]
+    fn ignore_eos(&self) -> bool {
+        self.inner.ignore_eos
+    }
+    /// Stop token ids, a new list on every read (empty when not set).
+    #[getter]
+    fn stop_token_ids(&self) -> Vec<u32> {
+        self.inner.stop_token_ids.clone()
+    }
+    /// Stop strings in list order, a new list on every read (empty when not set).
+    #[getter]
+    fn stop(&self) -> Vec<String> {
+        self.inner
+            .stop
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.stops().to_vec())
+    }
+    /// Stop regex patterns in list order, a new list on every read (empty when not set).
+    #[getter]
+    fn stop_regex(&self) -> Vec<String> {
+        self.inner
+            .stop_regex
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.patterns().to_vec())
+    }
+    /// Whether stop text and an ending token's text are kept.
+    #[getter]
+    fn include_stop_str_in_output(&self) -> bool {
+        self.inner.include_stop_str_in_output
+    }
+    /// Vocabulary size; `None` when ids are not range-checked.
+    #[getter]
+    fn vocab_size(&self) -> Option<u32> {
+        self.inner.vocab_size
+    }
+    /// `{"max_pattern_size", "min_pattern_size", "min_count"}`, as accepted.
+    #[getter]
+    fn repetition<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.inner
+            .repetition
+            .map(|r| {
+                let d = PyDict::new(py);
+                d.set_item("max_pattern_size", r.max_pattern_size)?;
+                d.set_item("min_pattern_size", r.min_pattern_size)?;
+                d.set_item("min_count", r.min_count)?;
+                Ok(d)
+            })
+            .transpose()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let p = &self.inner;
+        Ok(format!(
+            "StopParams(max_tokens={}, min_tokens={}, prompt_len={}, max_model_len={}, eos_token_ids={}, \
+             ignore_eos={}, stop_token_ids={}, stop={}, stop_regex={}, include_stop_str_in_output={}, vocab_size={}, \
+             repetition={})",
+            py_repr(py, p.max_tokens)?,
+            p.min_tokens,
+            p.prompt_len,
+            py_repr(py, p.max_model_len)?,
+            py_repr(py, &p.eos_token_ids)?,
+            py_repr(py, p.ignore_eos)?,
+            py_repr(py, &p.stop_token_ids)?,
+            py_repr(py, self.stop())?,
+            py_repr(py, self.stop_regex())?,
+            py_repr(py, p.include_stop_str_in_output)?,
+            py_repr(py, p.vocab_size)?,
+            py_repr(py, self.repetition(py)?)?,
+        ))
+    }
+}

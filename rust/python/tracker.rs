@@ -1,0 +1,349 @@
+//! `FinishTracker` (one sequence) and the `StepResult` it and the batch
+//! report.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use pyo3::IntoPyObjectExt;
+
+use super::convert::{extract_ids, extract_int, opt_list, with_pieces};
+use super::detok;
+use super::errors::{arg_err, to_py_err};
+use super::params::params_arg;
+use crate::error::Problem;
+use crate::finish::{Finish, FinishTracker, Matched, Step, StopReason};
+use crate::limits;
+
+/// The state a `StepResult` reports, taken from a tracker.
+#[derive(Clone)]
+pub(super) struct Outcome {
+    finish: Option<Finish>,
+    /// Set when a stop string or regex finished the sequence (boxed: most
+    /// outcomes of a batch step are unfinished and stay small).
+    stop_text: Option<Box<StopText>>,
+    num_tokens: usize,
+    text_len: usize,
+}
+
+#[derive(Clone)]
+pub(super) struct StopText {
+    /// The stop string or stop regex pattern that finished the sequence.
+    stop: String,
+    /// The text a stop regex matched.
+    regex_matched: Option<String>,
+}
+
+impl Outcome {
+    /// A row that did not finish.
+    pub(super) fn unfinished(num_tokens: usize, text_len: usize) -> Self {
+        Outcome {
+            finish: None,
+            stop_text: None,
+            num_tokens,
+            text_len,
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn of(t: &FinishTracker) -> Self {
+        let finish = t.finish();
+        let stop_text = match finish.and_then(|f| f.matched) {
+            Some(Matched::StopString(i)) => Some(Box::new(StopText {
+                stop: t.stop_string(i).to_owned(),
+                regex_matched: None,
+            })),
+            Some(Matched::StopRegex(i)) => Some(Box::new(StopText {
+                stop: t.stop_regex(i).to_owned(),
+                regex_matched: Some(t.regex_matched().to_owned()),
+            })),
+            _ => None,
+        };
+        Outcome {
+            finish,
+            stop_text,
+            num_tokens: t.token_ids().len(),
+            text_len: t.text_len(),
+        }
+    }
+
+    pub(super) fn finish_reason(&self) -> Option<&'static str> {
+        self.finish.map(|f| f.reason.as_str())
+    }
+
+    fn stop_string(&self) -> Option<&str> {
+        self.stop_text.as_ref().map(|s| s.stop.as_str())
+    }
+
+    pub(super) fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self.finish.and_then(|f| f.stop_reason) {
+            None => py.None(),
+            Some(StopReason::StopString(_) | StopReason::StopRegex(_)) => {
+                self.stop_string().into_py_any(py)?
+            }
+            Some(StopReason::TokenId(id)) => id.into_py_any(py)?,
+            Some(StopReason::RepetitionDetected) => "repetition_detected".into_py_any(py)?,
+        })
+    }
+
+    pub(super) fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self.finish.and_then(|f| f.matched) {
+            None => py.None(),
+            Some(Matched::StopString(_)) => self.stop_string().into_py_any(py)?,
+            Some(Matched::StopRegex(_)) => self
+                .stop_text
+                .as_ref()
+                .and_then(|s| s.regex_matched.as_deref())
+                .into_py_any(py)?,
+            Some(Matched::TokenId(id)) => id.into_py_any(py)?,
+        })
+    }
+}
+
+/// What one update reported: the state after it and the streaming deltas.
+///
+/// `num_tokens` counts output tokens kept; `text_len` is the kept text in
+/// code points; `text_delta` / `token_ids_delta` are what may be streamed now.
+#[pyclass(name = "StepResult", module = "stopline", frozen)]
+pub struct PyStepResult {
+    pub(super) outcome: Outcome,
+    /// Text released by this update for streaming; the hold-back stays until it is decided,
+    /// and a finish flushes what is kept (semantics.md 4). Joined, the deltas are the kept
+    /// text.
+    #[pyo3(get)]
+    pub(super) text_delta: String,
+    /// Output token ids released by this update, a new list on every read; a token is
+    /// released only once all of its text is (semantics.md 5). Joined, the deltas are the
+    /// kept ids.
+    #[pyo3(get)]
+    pub(super) token_ids_delta: Vec<u32>,
+}
+
+impl PyStepResult {
+    pub(super) fn new(t: &FinishTracker, step: &Step) -> Self {
+        PyStepResult {
+            outcome: Outcome::of(t),
+            text_delta: t.text()[step.text_delta.clone()].to_owned(),
+            token_ids_delta: t.token_ids()[step.token_ids_delta.clone()].to_vec(),
+        }
+    }
+}
+
+#[pymethods]
+impl PyStepResult {
+    /// Whether the sequence has finished (in this or an earlier call).
+    #[getter]
+    fn finished(&self) -> bool {
+        self.outcome.finish.is_some()
+    }
+    /// Why it finished (semantics.md 1, 3); `None` while running.
+    #[getter]
+    fn finish_reason(&self) -> Option<&'static str> {
+        self.outcome.finish_reason()
+    }
+    /// The stop string, the stop regex's pattern, the stop token id, or
+    /// `"repetition_detected"`; `None` for EOS, grammar end, length, abort, error, or while
+    /// running (semantics.md 1).
+    #[getter]
+    fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.outcome.stop_reason(py)
+    }
+    /// The stop string, the text a stop regex matched, or the id of the deciding token
+    /// (EOS, stop token, grammar end); `None` otherwise (semantics.md 1).
+    #[getter]
+    fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.outcome.matched(py)
+    }
+    /// Output tokens kept so far (tokens after the deciding one are not kept).
+    #[getter]
+    fn num_tokens(&self) -> usize {
+        self.outcome.num_tokens
+    }
+    /// Output text kept so far, in code points.
+    #[getter]
+    fn text_len(&self) -> usize {
+        self.outcome.text_len
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "StepResult(finished={}, finish_reason={}, stop_reason={}, matched={}, num_tokens={}, text_len={}, \
+             text_delta={}, token_ids_delta={:?})",
+            if self.finished() { "True" } else { "False" },
+            self.finish_reason().map_or("None".to_string(), |r| format!("'{r}'")),
+            self.stop_reason(py)?.bind(py).repr()?,
+            self.matched(py)?.bind(py).repr()?,
+            self.outcome.num_tokens,
+            self.outcome.text_len,
+            PyString::new(py, &self.text_delta).repr()?,
+            self.token_ids_delta
+        ))
+    }
+}
+
+/// The finish state of one sequence. Not thread-safe: concurrent use raises
+/// instead of corrupting state.
+#[pyclass(name = "FinishTracker", module = "stopline")]
+pub struct PyFinishTracker {
+    inner: FinishTracker,
+    /// With a vocabulary: its decoder for ids-only updates.
+    detok: Option<(
+        Arc<crate::detokenize::Vocabulary>,
+        crate::detok_batch::SeqDecoder,
+    )>,
+}
+
+#[pymethods]
+impl PyFinishTracker {
+    /// `vocabulary` (a `Vocabulary`) lets `update` take ids without texts;
+    /// then `prompt_token_ids` primes its decoder and `skip_special_tokens` /
+    /// `spaces_between_special_tokens` are as in vLLM's `SamplingParams`.
+    #[new]
+    #[pyo3(signature = (params, vocabulary = None, prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
+    fn new(
+        params: &Bound<'_, PyAny>,
+        vocabulary: Option<&Bound<'_, PyAny>>,
+        prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        skip_special_tokens: bool,
+        spaces_between_special_tokens: bool,
+    ) -> PyResult<Self> {
+        let params = params_arg(params)?;
+        let vocab = detok::vocabulary_arg(vocabulary)?;
+        let dec = detok::seq_decoder(
+            vocab.as_ref(),
+            &params,
+            prompt_token_ids,
+            skip_special_tokens,
+            spaces_between_special_tokens,
+        )?;
+        Ok(Self {
+            inner: FinishTracker::new(Arc::clone(&params)).map_err(to_py_err)?,
+            detok: vocab.zip(dec),
+        })
+    }
+
+    /// Appends one decoding step: one token or a speculative accept run.
+    ///
+    /// `token_ids`: an int or a sequence of ints (the run, in order).
+    /// `texts`: one str piece per token as a streaming detokenizer produced it
+    /// ("" while a multi-byte character is incomplete); required when the
+    /// params have stop strings or regexes. `grammar_terminated_at`: index in
+    /// the run of the token that terminated the grammar, if any.
+    ///
+    /// The run is examined token by token in the order of docs/semantics.md, so
+    /// a run of k tokens gives exactly what k one-token updates give; tokens
+    /// after the deciding one are dropped. Returns a `StepResult` whose
+    /// `text_delta` (code points) and `token_ids_delta` are what may be
+    /// streamed now.
+    ///
+    /// With a vocabulary `texts` must be None: the ids are decoded
+    /// (docs/semantics.md section 10).
+    ///
+    /// Raises `RuntimeError` after the sequence finished; `ValueError` /
+    /// `TypeError` for negative or non-int ids, a `texts` length that differs
+    /// from the run, missing texts, or `grammar_terminated_at` outside the run.
+    /// Nothing changes on error.
+    #[pyo3(signature = (token_ids, texts = None, grammar_terminated_at = None))]
+    fn update(
+        &mut self,
+        token_ids: &Bound<'_, PyAny>,
+        texts: Option<&Bound<'_, PyAny>>,
+        grammar_terminated_at: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyStepResult> {
+        let ids = extract_ids(token_ids, "token_ids", limits::MAX_STEP_TOKENS)?;
+
+        let g = match opt_list(grammar_terminated_at) {
+            None => None,
+            Some(g) => Some(extract_int(g, &|| "grammar_terminated_at".into())?),
+        };
+        let g = match g {
+            None => None,
+            Some(g) => Some(usize::try_from(g).map_err(|_| {
+                let problem = Problem::OutsideRun {
+                    index: None,
+                    value: g,
+                    run_len: ids.len(),
+                };
+                arg_err("grammar_terminated_at", problem)
+            })?),
+        };
+        if let Some((vocab, dec)) = self.detok.as_mut() {
+            if opt_list(texts).is_some() {
+                return Err(PyValueError::new_err(
+                    "texts must be None: this tracker decodes the ids with its vocabulary",
+                ));
+            }
+            let step = detok::tracker_ids_update(vocab, dec, &mut self.inner, &ids, g)?;
+            return Ok(PyStepResult::new(&self.inner, &step));
+        }
+        let inner = &mut self.inner;
+        let step = with_pieces(opt_list(texts), &|i| format!("texts[{i}]"), |pieces, _| {
+            inner.update(&ids, pieces, g).map_err(to_py_err)
+        })?;
+        Ok(PyStepResult::new(&self.inner, &step))
+    }
+
+    /// Finishes with "abort" and flushes everything kept; a no-op (empty
+    /// deltas) once finished.
+    fn abort(&mut self) -> PyStepResult {
+        let step = self.inner.abort();
+        PyStepResult::new(&self.inner, &step)
+    }
+
+    /// Whether the sequence has finished.
+    #[getter]
+    fn finished(&self) -> bool {
+        self.inner.is_finished()
+    }
+    /// Why it finished (semantics.md 1, 3); `None` while running.
+    #[getter]
+    fn finish_reason(&self) -> Option<&'static str> {
+        self.inner.finish().map(|f| f.reason.as_str())
+    }
+    /// As `StepResult.stop_reason`.
+    #[getter]
+    fn stop_reason(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Outcome::of(&self.inner).stop_reason(py)
+    }
+    /// As `StepResult.matched`.
+    #[getter]
+    fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Outcome::of(&self.inner).matched(py)
+    }
+    /// Output tokens kept.
+    #[getter]
+    fn num_tokens(&self) -> usize {
+        self.inner.token_ids().len()
+    }
+    /// Output text kept, in code points.
+    #[getter]
+    fn text_len(&self) -> usize {
+        self.inner.text_len()
+    }
+    /// Output token ids kept (a copy).
+    #[getter]
+    fn token_ids(&self) -> Vec<u32> {
+        self.inner.token_ids().to_vec()
+    }
+    /// Output text kept.
+    #[getter]
+    fn text(&self) -> &str {
+        self.inner.text()
+    }
+    /// Code points released through `text_delta` so far.
+    #[getter]
+    fn emitted_len(&self) -> usize {
+        self.inner.emitted_len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "FinishTracker(num_tokens={}, text_len={}, finish_reason={})",
+            self.inner.token_ids().len(),
+            self.inner.text_len(),
+            self.finish_reason()
+                .map_or("None".to_string(), |r| format!("'{r}'"))
+        )
+    }
+}
