@@ -49,14 +49,30 @@ pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
 /// `s` cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary), with how much
 /// was left out; what error messages show of a caller's value.
 pub fn shown(s: &str) -> String {
+    match cut(s) {
+        Some(head) => format!("{head:?}... ({} bytes in all)", s.len()),
+        None => format!("{s:?}"),
+    }
+}
+
+/// [`shown`] for a text that is already a Python `repr()`: not quoted again.
+pub fn shown_repr(s: &str) -> String {
+    match cut(s) {
+        Some(head) => format!("{head}... ({} bytes in all)", s.len()),
+        None => s.to_string(),
+    }
+}
+
+/// The head of `s` that fits [`MAX_SHOWN_BYTES`], or `None` when all of it does.
+fn cut(s: &str) -> Option<&str> {
     if s.len() <= MAX_SHOWN_BYTES {
-        return format!("{s:?}");
+        return None;
     }
     let mut end = MAX_SHOWN_BYTES;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{:?}... ({} bytes in all)", &s[..end], s.len())
+    Some(&s[..end])
 }
 
 #[cfg(test)]
@@ -70,6 +86,8 @@ mod tests {
         assert!(s.len() < 2 * MAX_SHOWN_BYTES + 40, "{}", s.len());
         assert!(s.ends_with("(2000000 bytes in all)"));
         assert_eq!(shown("ab"), "\"ab\"");
+        assert_eq!(shown_repr("[1, 2]"), "[1, 2]");
+        assert!(shown_repr(&"x".repeat(1000)).ends_with("... (1000 bytes in all)"));
     }
 
     #[test]
