@@ -783,6 +783,7 @@ impl FinishTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::StepInput;
     use proptest::prelude::*;
 
     fn params(f: impl FnOnce(&mut StopParams)) -> Arc<StopParams> {
@@ -1093,15 +1094,9 @@ mod tests {
             }
             let grammar = (grammar_at == Some(i)).then_some(&[0i64, -1][..]);
             out.clear();
-            b.step(
-                &[3, 1],
-                &[id, 7],
-                None,
-                Some(&[piece, "z"]),
-                grammar,
-                &mut out,
-            )
-            .unwrap();
+            let ids = [id, 7];
+            let input = StepInput::new(&[3, 1], &ids).grammar(grammar);
+            b.step(input.texts(Some(&[piece, "z"])), &mut out).unwrap();
             let t = b.get(3).unwrap();
             text.push_str(&t.text()[out[0].step.text_delta.clone()]);
             tokens.extend_from_slice(&t.token_ids()[out[0].step.token_ids_delta.clone()]);

@@ -21,7 +21,7 @@ use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use stopline::stop_regex::StopRegexes;
 use stopline::stop_strings::EngineKind;
-use stopline::{FinishBatch, FinishTracker, Repetition, StopParams, StopStrings};
+use stopline::{FinishBatch, FinishTracker, Repetition, StepInput, StopParams, StopStrings};
 
 const PIECES: [&str; 12] = [
     "", "a", "b", "ab", "END", "E", "ND", "é", "日本", "🙂", "\n", "x\u{301}",
@@ -194,14 +194,10 @@ fn run_batch(
         let mut step_texts = vec!["z"];
         step_texts.extend_from_slice(&texts[prev..end]);
         out.clear();
-        b.step(
-            &[0, 2],
-            &step_ids,
-            Some(&[1, len]),
-            Some(&step_texts),
-            Some(&[-1, g]),
-            &mut out,
-        )
+        let input = StepInput::new(&[0, 2], &step_ids)
+            .runs(Some(&[1, len]))
+            .grammar(Some(&[-1, g]));
+        b.step(input.texts(Some(&step_texts)), &mut out)
         .expect("consistent batch step");
         let t = b.get(2).expect("slot 2");
         let row = &out[1];

@@ -16,7 +16,7 @@ use super::errors::{arg_err, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
 use super::tracker::{Outcome, PyStepResult};
-use crate::batch::FinishBatch;
+use crate::batch::{FinishBatch, StepInput};
 use crate::error::Problem;
 use crate::finish::Step;
 use crate::limits;
@@ -432,16 +432,8 @@ impl PyFinishBatch {
             if let Some(strs) = copy.strs() {
                 self.replaced.clear();
                 let mut deltas = Deltas::Pieces(&mut self.replaced);
-                let rows = batch_step(
-                    py,
-                    &mut self.inner,
-                    &slots_v,
-                    &ids,
-                    None,
-                    Some(&strs),
-                    grammar.as_deref(),
-                    &mut deltas,
-                )?;
+                let input = StepInput::new(&slots_v, &ids).grammar(grammar.as_deref());
+                let rows = batch_step(py, &mut self.inner, input.texts(Some(&strs)), &mut deltas)?;
                 drop(strs);
                 return rows.into_result(deltas, Some(copy.into_list()));
             }
@@ -452,17 +444,10 @@ impl PyFinishBatch {
         let fresh = PyList::empty(py);
         with_pieces(texts, &owner("texts"), |pieces, objects| {
             let mut deltas = Deltas::Fresh(objects, fresh);
-            batch_step(
-                py,
-                inner,
-                &slots_v,
-                &ids,
-                runs.as_deref(),
-                pieces,
-                grammar.as_deref(),
-                &mut deltas,
-            )?
-            .into_result(deltas, None)
+            let input = StepInput::new(&slots_v, &ids)
+                .runs(runs.as_deref())
+                .grammar(grammar.as_deref());
+            batch_step(py, inner, input.texts(pieces), &mut deltas)?.into_result(deltas, None)
         })
     }
 }
@@ -516,23 +501,18 @@ impl StepRows {
 }
 
 /// Runs one `FinishBatch` step, recording its text deltas in `deltas`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn batch_step<'py>(
     py: Python<'py>,
     inner: &mut FinishBatch,
-    slots: &[i64],
-    ids: &[u32],
-    runs: Option<&[usize]>,
-    pieces: Option<&[&str]>,
-    grammar: Option<&[i64]>,
+    input: StepInput<'_>,
     deltas: &mut Deltas<'_, 'py>,
 ) -> PyResult<StepRows> {
-    let mut rows = Vec::with_capacity(slots.len());
-    let mut tokens = Vec::with_capacity(ids.len());
+    let mut rows = Vec::with_capacity(input.slots.len());
+    let mut tokens = Vec::with_capacity(input.token_ids.len());
     let mut finished = Vec::new();
     let mut failed = None;
     inner
-        .step_each(slots, ids, runs, pieces, grammar, |k, t, s| {
+        .step_each(input, |k, t, s| {
             let whole_one = s.step.whole_run && s.run.len() == 1;
             let text = || PyString::new(py, &t.text()[s.step.text_delta.clone()]);
             let r = match deltas {

@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyList, PyString};
 use super::batch::{batch_step, Deltas, PyBatchStepResult};
 use super::convert::{extract_ids, type_name};
 use super::errors::to_py_err;
-use crate::batch::FinishBatch;
+use crate::batch::{FinishBatch, StepInput};
 use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
 use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
 use crate::finish::{FinishTracker, Step, StopParams};
@@ -309,16 +309,8 @@ pub(super) fn batch_ids_step<'py>(
     } else {
         (Deltas::Fresh(&objects, PyList::empty(py)), None)
     };
-    let rows = batch_step(
-        py,
-        inner,
-        slots,
-        ids,
-        runs,
-        Some(&strs),
-        grammar,
-        &mut deltas,
-    )?;
+    let input = StepInput::new(slots, ids).runs(runs).grammar(grammar);
+    let rows = batch_step(py, inner, input.texts(Some(&strs)), &mut deltas)?;
     let r = rows.into_result(deltas, list)?;
     drop(strs);
     dec.inner.commit(slots);
