@@ -194,11 +194,12 @@ fn run_batch(
         let mut step_texts = vec!["z"];
         step_texts.extend_from_slice(&texts[prev..end]);
         out.clear();
+        let (runs, grammar) = ([1, len], [-1, g]);
         let input = StepInput::new(&[0, 2], &step_ids)
-            .runs(Some(&[1, len]))
-            .grammar(Some(&[-1, g]));
+            .runs(Some(&runs))
+            .grammar(Some(&grammar));
         b.step(input.texts(Some(&step_texts)), &mut out)
-        .expect("consistent batch step");
+            .expect("consistent batch step");
         let t = b.get(2).expect("slot 2");
         let row = &out[1];
         assert_eq!(row.slot, 2);
@@ -291,14 +292,14 @@ fn malformed_batch_step(u: &mut Unstructured<'_>, p: &Arc<StopParams>) -> Result
         })
         .collect();
     let mut out = Vec::new();
-    let r = b.step(
-        &slots,
-        &ids,
-        runs.as_deref(),
-        texts.as_deref(),
-        grammar.as_deref(),
-        &mut out,
-    );
+    let input = StepInput {
+        slots: &slots,
+        token_ids: &ids,
+        run_lengths: runs.as_deref(),
+        texts: texts.as_deref(),
+        grammar_terminated_at: grammar.as_deref(),
+    };
+    let r = b.step(input, &mut out);
     if r.is_err() {
         let after: Vec<Option<(String, Vec<u32>)>> = (0..b.max_slots() as i64)
             .map(|s| {
