@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyRange, PyString};
 
@@ -431,11 +431,11 @@ impl PyFinishBatch {
             let copy = PrivateList::copy(list)?;
             if let Some(strs) = copy.strs() {
                 self.replaced.clear();
-                let mut deltas = Deltas::Pieces(&mut self.replaced);
+                let mut deltas = Replaced(&mut self.replaced);
                 let input = StepInput::new(&slots_v, &ids).grammar(grammar.as_deref());
                 let rows = batch_step(py, &mut self.inner, input.texts(Some(&strs)), &mut deltas)?;
                 drop(strs);
-                return rows.into_result(deltas, Some(copy.into_list()));
+                return Ok(rows.into_result(deltas.apply(copy.into_list())?));
             }
         }
         // The pieces last (reading ints may call `__index__`, which could
@@ -443,24 +443,86 @@ impl PyFinishBatch {
         let inner = &mut self.inner;
         let fresh = PyList::empty(py);
         with_pieces(texts, &owner("texts"), |pieces, objects| {
-            let mut deltas = Deltas::Fresh(objects, fresh);
+            let mut deltas = Appended {
+                objects,
+                list: fresh,
+            };
             let input = StepInput::new(&slots_v, &ids)
                 .runs(runs.as_deref())
                 .grammar(grammar.as_deref());
-            batch_step(py, inner, input.texts(pieces), &mut deltas)?.into_result(deltas, None)
+            let rows = batch_step(py, inner, input.texts(pieces), &mut deltas)?;
+            Ok(rows.into_result(deltas.list))
         })
     }
 }
 
-/// Where a batch step's text deltas go.
-pub(super) enum Deltas<'a, 'py> {
-    /// One piece per slot: the deltas are the pieces' list, in which the
-    /// rows recorded here (those whose delta is not exactly their piece) are
-    /// replaced once the step is done.
-    Pieces(&'a mut Vec<(usize, Py<PyString>)>),
-    /// An empty list that every row's delta is appended to; a one-token row
-    /// whose delta is exactly its piece appends that piece's object.
-    Fresh(&'a [Bound<'py, PyAny>], Bound<'py, PyList>),
+/// Where a batch step's text deltas go, row by row. Generic rather than an
+/// enum: each kind's per-row code is compiled into the step's loop on its own.
+pub(super) trait Deltas<'py> {
+    /// Row `k`'s delta: the `piece`-th piece's object itself when `whole_one`
+    /// (the delta is exactly that one piece), else `text()`.
+    fn row(
+        &mut self,
+        k: usize,
+        whole_one: bool,
+        piece: usize,
+        text: impl FnOnce() -> Bound<'py, PyString>,
+    ) -> PyResult<()>;
+}
+
+/// One piece per slot: the deltas are the pieces' list, in which the rows
+/// recorded here (those whose delta is not exactly their piece) are replaced
+/// once the step is done ([`Replaced::apply`]).
+pub(super) struct Replaced<'a>(pub(super) &'a mut Vec<(usize, Py<PyString>)>);
+
+impl<'py> Deltas<'py> for Replaced<'_> {
+    #[inline(always)]
+    fn row(
+        &mut self,
+        k: usize,
+        whole_one: bool,
+        _: usize,
+        text: impl FnOnce() -> Bound<'py, PyString>,
+    ) -> PyResult<()> {
+        if !whole_one {
+            self.0.push((k, text().unbind()));
+        }
+        Ok(())
+    }
+}
+
+impl Replaced<'_> {
+    /// `pieces` with the recorded rows replaced.
+    pub(super) fn apply<'py>(self, pieces: Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
+        for (k, s) in self.0.drain(..) {
+            pieces.set_item(k, s)?;
+        }
+        Ok(pieces)
+    }
+}
+
+/// An empty list that every row's delta is appended to; a one-token row
+/// whose delta is exactly its piece appends that piece's object (one per
+/// token in `objects`).
+pub(super) struct Appended<'a, 'py> {
+    pub(super) objects: &'a [Bound<'py, PyAny>],
+    pub(super) list: Bound<'py, PyList>,
+}
+
+impl<'py> Deltas<'py> for Appended<'_, 'py> {
+    #[inline(always)]
+    fn row(
+        &mut self,
+        _: usize,
+        whole_one: bool,
+        piece: usize,
+        text: impl FnOnce() -> Bound<'py, PyString>,
+    ) -> PyResult<()> {
+        match self.objects.get(piece) {
+            Some(o) if whole_one => self.list.append(o),
+            _ => self.list.append(text()),
+        }
+    }
 }
 
 /// A batch step's rows, before their text deltas are a list.
@@ -471,32 +533,14 @@ pub(super) struct StepRows {
 }
 
 impl StepRows {
-    /// The Python result; `pieces` is the pieces' list for `Deltas::Pieces`.
-    pub(super) fn into_result<'py>(
-        self,
-        deltas: Deltas<'_, 'py>,
-        pieces: Option<Bound<'py, PyList>>,
-    ) -> PyResult<PyBatchStepResult> {
-        let list = match (deltas, pieces) {
-            (Deltas::Fresh(_, list), _) => list,
-            (Deltas::Pieces(replaced), Some(list)) => {
-                for (k, s) in replaced.drain(..) {
-                    list.set_item(k, s)?;
-                }
-                list
-            }
-            (Deltas::Pieces(_), None) => {
-                return Err(PyRuntimeError::new_err(
-                    "internal: a step's pieces list is missing",
-                ))
-            }
-        };
-        Ok(PyBatchStepResult {
+    /// The Python result, with `text_deltas` in the order of the rows.
+    pub(super) fn into_result(self, text_deltas: Bound<'_, PyList>) -> PyBatchStepResult {
+        PyBatchStepResult {
             rows: self.rows,
             finished: self.finished,
-            text_deltas: list.unbind(),
+            text_deltas: text_deltas.unbind(),
             tokens: self.tokens,
-        })
+        }
     }
 }
 
@@ -505,7 +549,7 @@ pub(super) fn batch_step<'py>(
     py: Python<'py>,
     inner: &mut FinishBatch,
     input: StepInput<'_>,
-    deltas: &mut Deltas<'_, 'py>,
+    deltas: &mut impl Deltas<'py>,
 ) -> PyResult<StepRows> {
     let mut rows = Vec::with_capacity(input.slots.len());
     let mut tokens = Vec::with_capacity(input.token_ids.len());
@@ -515,17 +559,7 @@ pub(super) fn batch_step<'py>(
         .step_each(input, |k, t, s| {
             let whole_one = s.step.whole_run && s.run.len() == 1;
             let text = || PyString::new(py, &t.text()[s.step.text_delta.clone()]);
-            let r = match deltas {
-                Deltas::Pieces(_) if whole_one => Ok(()),
-                Deltas::Pieces(replaced) => {
-                    replaced.push((k, text().unbind()));
-                    Ok(())
-                }
-                Deltas::Fresh(objects, list) if whole_one && !objects.is_empty() => {
-                    list.append(&objects[s.run.start])
-                }
-                Deltas::Fresh(_, list) => list.append(text()),
-            };
+            let r = deltas.row(k, whole_one, s.run.start, text);
             if let Err(e) = r {
                 failed.get_or_insert(e);
             }

@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use super::batch::{batch_step, Deltas, PyBatchStepResult};
+use super::batch::{batch_step, Appended, PyBatchStepResult, Replaced};
 use super::convert::{extract_ids, type_name};
 use super::errors::to_py_err;
 use crate::batch::{FinishBatch, StepInput};
@@ -300,18 +300,23 @@ pub(super) fn batch_ids_step<'py>(
     }
     // One piece per slot: the result's deltas start as the pieces, as with
     // pieces passed in.
-    let mut replaced = Vec::new();
-    let (mut deltas, list) = if runs.is_none() {
-        (
-            Deltas::Pieces(&mut replaced),
-            Some(PyList::new(py, &objects)?),
-        )
-    } else {
-        (Deltas::Fresh(&objects, PyList::empty(py)), None)
-    };
     let input = StepInput::new(slots, ids).runs(runs).grammar(grammar);
-    let rows = batch_step(py, inner, input.texts(Some(&strs)), &mut deltas)?;
-    let r = rows.into_result(deltas, list)?;
+    let input = input.texts(Some(&strs));
+    let r = if runs.is_none() {
+        let list = PyList::new(py, &objects)?;
+        let mut replaced = Vec::new();
+        let mut deltas = Replaced(&mut replaced);
+        let rows = batch_step(py, inner, input, &mut deltas)?;
+        rows.into_result(deltas.apply(list)?)
+    } else {
+        let list = PyList::empty(py);
+        let mut deltas = Appended {
+            objects: &objects,
+            list,
+        };
+        let rows = batch_step(py, inner, input, &mut deltas)?;
+        rows.into_result(deltas.list)
+    };
     drop(strs);
     dec.inner.commit(slots);
     Ok(r)
