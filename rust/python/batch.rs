@@ -5,20 +5,20 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyRange, PyString};
+use pyo3::types::{PyList, PyString};
 
 use super::convert::{
-    extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, range_values,
-    with_pieces,
+    extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, with_pieces,
+    Slots,
 };
 use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
 use super::tracker::{Outcome, PyStepResult};
-use crate::batch::{FinishBatch, StepInput};
+use crate::batch::{FinishBatch, SlotStep, StepInput};
 use crate::error::Problem;
-use crate::finish::Step;
+use crate::finish::{FinishTracker, Step};
 use crate::limits;
 
 /// The slot that owns element `j` of a batch step's flat arrays.
@@ -362,17 +362,14 @@ impl PyFinishBatch {
     #[pyo3(signature = (slots, token_ids, run_lengths = None, texts = None, grammar_terminated_at = None))]
     fn step(
         &mut self,
-        slots: &Bound<'_, PyAny>,
+        slots: Slots<'_, '_>,
         token_ids: &Bound<'_, PyAny>,
         run_lengths: Option<&Bound<'_, PyAny>>,
         texts: Option<&Bound<'_, PyAny>>,
         grammar_terminated_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyBatchStepResult> {
-        let py = slots.py();
-        let slots_v: Vec<i64> = match slots.cast::<PyRange>() {
-            Ok(r) => range_values(r, self.inner.max_slots())?,
-            Err(_) => extract_i64s(slots, "slots", self.inner.max_slots())?,
-        };
+        let py = token_ids.py();
+        let slots_v = slots.values(self.inner.max_slots())?;
         let runs = opt_list(run_lengths)
             .map(|r| {
                 extract_i64s(r, "run_lengths", self.inner.max_slots())?
@@ -459,15 +456,19 @@ impl PyFinishBatch {
 /// Where a batch step's text deltas go, row by row. Generic rather than an
 /// enum: each kind's per-row code is compiled into the step's loop on its own.
 pub(super) trait Deltas<'py> {
-    /// Row `k`'s delta: the `piece`-th piece's object itself when `whole_one`
-    /// (the delta is exactly that one piece), else `text()`.
-    fn row(
-        &mut self,
-        k: usize,
-        whole_one: bool,
-        piece: usize,
-        text: impl FnOnce() -> Bound<'py, PyString>,
-    ) -> PyResult<()>;
+    /// Row `k`: slot step `s` of tracker `t`.
+    fn row(&mut self, py: Python<'py>, k: usize, t: &FinishTracker, s: &SlotStep) -> PyResult<()>;
+}
+
+/// Whether a row's text delta is exactly its one piece.
+#[inline(always)]
+fn is_its_piece(s: &SlotStep) -> bool {
+    s.step.whole_run && s.run.len() == 1
+}
+
+/// A row's text delta as a new `str`.
+fn delta_text<'py>(py: Python<'py>, t: &FinishTracker, s: &SlotStep) -> Bound<'py, PyString> {
+    PyString::new(py, &t.text()[s.step.text_delta.clone()])
 }
 
 /// One piece per slot: the deltas are the pieces' list, in which the rows
@@ -477,15 +478,9 @@ pub(super) struct Replaced<'a>(pub(super) &'a mut Vec<(usize, Py<PyString>)>);
 
 impl<'py> Deltas<'py> for Replaced<'_> {
     #[inline(always)]
-    fn row(
-        &mut self,
-        k: usize,
-        whole_one: bool,
-        _: usize,
-        text: impl FnOnce() -> Bound<'py, PyString>,
-    ) -> PyResult<()> {
-        if !whole_one {
-            self.0.push((k, text().unbind()));
+    fn row(&mut self, py: Python<'py>, k: usize, t: &FinishTracker, s: &SlotStep) -> PyResult<()> {
+        if !is_its_piece(s) {
+            self.0.push((k, delta_text(py, t, s).unbind()));
         }
         Ok(())
     }
@@ -511,16 +506,10 @@ pub(super) struct Appended<'a, 'py> {
 
 impl<'py> Deltas<'py> for Appended<'_, 'py> {
     #[inline(always)]
-    fn row(
-        &mut self,
-        _: usize,
-        whole_one: bool,
-        piece: usize,
-        text: impl FnOnce() -> Bound<'py, PyString>,
-    ) -> PyResult<()> {
-        match self.objects.get(piece) {
-            Some(o) if whole_one => self.list.append(o),
-            _ => self.list.append(text()),
+    fn row(&mut self, py: Python<'py>, _: usize, t: &FinishTracker, s: &SlotStep) -> PyResult<()> {
+        match self.objects.get(s.run.start) {
+            Some(o) if is_its_piece(s) => self.list.append(o),
+            _ => self.list.append(delta_text(py, t, s)),
         }
     }
 }
@@ -557,10 +546,7 @@ pub(super) fn batch_step<'py>(
     let mut failed = None;
     inner
         .step_each(input, |k, t, s| {
-            let whole_one = s.step.whole_run && s.run.len() == 1;
-            let text = || PyString::new(py, &t.text()[s.step.text_delta.clone()]);
-            let r = deltas.row(k, whole_one, s.run.start, text);
-            if let Err(e) = r {
+            if let Err(e) = deltas.row(py, k, t, s) {
                 failed.get_or_insert(e);
             }
             let delta = &t.token_ids()[s.step.token_ids_delta.clone()];
