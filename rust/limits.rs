@@ -46,17 +46,30 @@ pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
     Problem::at_most_entries(n, cap, true).map_err(|p| Error::param(field, p))
 }
 
-/// `s` cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary), with how much
-/// was left out; what error messages show of a caller's value.
+/// `s` quoted and cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary),
+/// with how much was left out; what error messages show of a caller's value.
 pub fn shown(s: &str) -> String {
+    let (head, rest) = cut(s);
+    format!("{head:?}{rest}")
+}
+
+/// A Python `repr` (already quoted where it is a string) cut as in
+/// [`shown`].
+pub fn shown_repr(repr: &str) -> String {
+    let (head, rest) = cut(repr);
+    format!("{head}{rest}")
+}
+
+/// At most [`MAX_SHOWN_BYTES`] of `s`, and what to append when it was cut.
+fn cut(s: &str) -> (&str, String) {
     if s.len() <= MAX_SHOWN_BYTES {
-        return format!("{s:?}");
+        return (s, String::new());
     }
     let mut end = MAX_SHOWN_BYTES;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{:?}... ({} bytes in all)", &s[..end], s.len())
+    (&s[..end], format!("... ({} bytes in all)", s.len()))
 }
 
 #[cfg(test)]

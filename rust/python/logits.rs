@@ -104,7 +104,7 @@ fn read_word(word: &Bound<'_, PyAny>, vocab: u32, cap: usize, ids: &mut Vec<i64>
         || word.is_instance_of::<PyBytes>()
         || !word.get_type().hasattr(pyo3::intern!(py, "__iter__"))?
     {
-        let got = crate::limits::shown(&word.repr()?.to_string());
+        let got = crate::limits::shown_repr(&word.repr()?.to_string());
         return Err(arg_err(
             FIELD,
             Problem::NotASequence {
@@ -146,7 +146,7 @@ fn read_id(item: &Bound<'_, PyAny>, vocab: u32) -> PyResult<i64> {
         || (!item.is_instance_of::<PyBool>()
             && item.is_instance(INTEGRAL.import(py, "numbers", "Integral")?)?);
     if !is_int {
-        let shown = crate::limits::shown(&item.repr()?.to_string());
+        let shown = crate::limits::shown_repr(&item.repr()?.to_string());
         return Err(arg_err(FIELD, Problem::IdNotInt { shown }));
     }
     item.extract::<i64>().map_err(|e| {
