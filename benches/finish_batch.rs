@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use stopline::batch::FinishBatch;
+use stopline::batch::{FinishBatch, StepInput};
 use stopline::finish::StopParams;
 use stopline::stop_strings::StopStrings;
 
@@ -69,9 +69,8 @@ fn step_256(c: &mut Criterion) {
                 let t0 = Instant::now();
                 for (ids, texts) in &steps[..n as usize] {
                     out.clear();
-                    batch
-                        .step(&slots, ids, None, Some(texts.as_slice()), None, &mut out)
-                        .unwrap();
+                    let input = StepInput::new(&slots, ids).texts(Some(texts.as_slice()));
+                    batch.step(input, &mut out).unwrap();
                     black_box(&out);
                 }
                 total += t0.elapsed();

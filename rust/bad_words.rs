@@ -204,7 +204,7 @@ mod tests {
             msg(&[&long, &[100]]),
             "bad_words has 65 entries; at most 64 are accepted"
         );
-        let (ids, ends) = words(&vec![&[1][..]; 5]);
+        let (ids, ends) = words(&[&[1][..]; 5]);
         assert_eq!(
             build(&ids, &ends, 100, 4, 64).unwrap_err().to_string(),
             "bad_words has 5 entries; at most 4 are accepted"

@@ -34,6 +34,75 @@ pub struct FinishBatch {
     occupied: usize,
 }
 
+/// One batch step's arguments.
+///
+/// * `slots[i]` takes `run_lengths[i]` tokens (1 each when `None`) from
+///   `token_ids`, in order; `texts`, when given, is aligned with `token_ids`.
+/// * `grammar_terminated_at[i]` is an index into slot i's run, or -1 for
+///   none.
+#[derive(Debug)]
+pub struct StepInput<'a, S = &'a str> {
+    pub slots: &'a [i64],
+    pub token_ids: &'a [u32],
+    pub run_lengths: Option<&'a [usize]>,
+    pub texts: Option<&'a [S]>,
+    pub grammar_terminated_at: Option<&'a [i64]>,
+}
+
+// By hand: a derive would ask `S: Copy`, but only references are copied.
+impl<S> Clone for StepInput<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for StepInput<'_, S> {}
+
+impl<'a> StepInput<'a> {
+    /// One token per slot, without texts or grammar terminations.
+    #[must_use]
+    pub fn new(slots: &'a [i64], token_ids: &'a [u32]) -> Self {
+        StepInput {
+            slots,
+            token_ids,
+            run_lengths: None,
+            texts: None,
+            grammar_terminated_at: None,
+        }
+    }
+}
+
+impl<'a, S> StepInput<'a, S> {
+    /// The same step with `texts` as its pieces.
+    #[must_use]
+    pub fn texts<T>(self, texts: Option<&'a [T]>) -> StepInput<'a, T> {
+        StepInput {
+            slots: self.slots,
+            token_ids: self.token_ids,
+            run_lengths: self.run_lengths,
+            texts,
+            grammar_terminated_at: self.grammar_terminated_at,
+        }
+    }
+
+    /// The same step with `run_lengths`.
+    #[must_use]
+    pub fn runs(self, run_lengths: Option<&'a [usize]>) -> Self {
+        StepInput {
+            run_lengths,
+            ..self
+        }
+    }
+
+    /// The same step with `grammar_terminated_at`.
+    #[must_use]
+    pub fn grammar(self, grammar_terminated_at: Option<&'a [i64]>) -> Self {
+        StepInput {
+            grammar_terminated_at,
+            ..self
+        }
+    }
+}
+
 /// One slot's outcome of a batch step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotStep {
@@ -216,12 +285,7 @@ impl FinishBatch {
         self.len() == 0
     }
 
-    /// Advances every listed slot by its run.
-    ///
-    /// * `slots[i]` takes `run_lengths[i]` tokens (1 each when `None`) from
-    ///   `token_ids`, in order; `texts`, when given, is aligned with `token_ids`.
-    /// * `grammar_terminated_at[i]` is an index into slot i's run, or -1 for
-    ///   none.
+    /// Advances every listed slot by its run (see [`StepInput`]).
     ///
     /// Results are appended to `out` in the order of `slots`.
     ///
@@ -230,21 +294,10 @@ impl FinishBatch {
     /// [`Error::Finished`]) is reported before any slot changes.
     pub fn step<S: AsRef<str>>(
         &mut self,
-        slots: &[i64],
-        token_ids: &[u32],
-        run_lengths: Option<&[usize]>,
-        texts: Option<&[S]>,
-        grammar_terminated_at: Option<&[i64]>,
+        input: StepInput<'_, S>,
         out: &mut Vec<SlotStep>,
     ) -> Result<(), Error> {
-        self.step_each(
-            slots,
-            token_ids,
-            run_lengths,
-            texts,
-            grammar_terminated_at,
-            |_, _, step| out.push(step.clone()),
-        )
+        self.step_each(input, |_, _, step| out.push(step.clone()))
     }
 
     /// [`step`](Self::step), handing each slot's outcome to `emit(i, tracker,
@@ -256,13 +309,16 @@ impl FinishBatch {
     #[inline]
     pub fn step_each<S: AsRef<str>>(
         &mut self,
-        slots: &[i64],
-        token_ids: &[u32],
-        run_lengths: Option<&[usize]>,
-        texts: Option<&[S]>,
-        grammar_terminated_at: Option<&[i64]>,
+        input: StepInput<'_, S>,
         mut emit: impl FnMut(usize, &FinishTracker, &SlotStep),
     ) -> Result<(), Error> {
+        let StepInput {
+            slots,
+            token_ids,
+            run_lengths,
+            texts,
+            grammar_terminated_at,
+        } = input;
         self.check(
             slots,
             token_ids,
@@ -459,15 +515,9 @@ mod tests {
         let mut t0 = FinishTracker::new(params()).unwrap();
         let mut t3 = FinishTracker::new(params()).unwrap();
         let mut out = vec![];
-        b.step(
-            &[3, 0],
-            &[5, 6, 2, 7],
-            Some(&[1, 3]),
-            Some(&["a", "b", "", "E"]),
-            None,
-            &mut out,
-        )
-        .unwrap();
+        let input = StepInput::new(&[3, 0], &[5, 6, 2, 7]).runs(Some(&[1, 3]));
+        b.step(input.texts(Some(&["a", "b", "", "E"])), &mut out)
+            .unwrap();
         t3.update(&[5], Some(&["a"]), None).unwrap();
         t0.update(&[6, 2, 7], Some(&["b", "", "E"]), None).unwrap();
         assert_eq!(b.get(0).unwrap().token_ids(), t0.token_ids());
@@ -483,18 +533,13 @@ mod tests {
         b.add(0, params()).unwrap();
         b.add(1, params()).unwrap();
         let mut out = vec![];
-        let err = b.step(
-            &[0, 1, 0],
-            &[5, 6, 7],
-            None,
-            Some(&["a", "b", "c"]),
-            None,
-            &mut out,
-        );
+        let input = StepInput::new(&[0, 1, 0], &[5, 6, 7]).texts(Some(&["a", "b", "c"]));
+        let err = b.step(input, &mut out);
         assert!(matches!(err, Err(Error::Slot { slot: 0, .. })));
-        let err = b.step(&[0, 5], &[5, 6], None, Some(&["a", "b"]), None, &mut out);
+        let input = StepInput::new(&[0, 5], &[5, 6]).texts(Some(&["a", "b"]));
+        let err = b.step(input, &mut out);
         assert!(matches!(err, Err(Error::Slot { slot: 5, .. })));
-        let err = b.step::<&str>(&[0, 1], &[5, 6], None, None, None, &mut out);
+        let err = b.step(StepInput::new(&[0, 1], &[5, 6]), &mut out);
         assert!(matches!(err, Err(Error::Step { field: "texts", .. })));
         assert!(out.is_empty());
         assert!(b.get(0).unwrap().token_ids().is_empty());
@@ -514,7 +559,7 @@ mod tests {
             b.get(5000).is_err() && b.get(5000).err().unwrap().to_string().contains("is empty")
         );
         let e = b
-            .step(&[5000], &[1], None, None::<&[&str]>, None, &mut Vec::new())
+            .step(StepInput::new(&[5000], &[1]), &mut Vec::new())
             .unwrap_err();
         assert_eq!(e.to_string(), "slot 5000: is empty");
         b.remove(1000).unwrap();

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::batch::{FinishBatch, SlotStep};
+use crate::batch::{FinishBatch, SlotStep, StepInput};
 use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary};
 use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, StopParams};
@@ -267,7 +267,8 @@ impl BatchDecoder {
     ) -> Result<(), Error> {
         self.decode_step(slots, ids, runs, grammar)?;
         let strs = self.pieces.strs();
-        batch.step_each(slots, ids, runs, Some(&strs), grammar, emit)?;
+        let input = StepInput::new(slots, ids).runs(runs).grammar(grammar);
+        batch.step_each(input.texts(Some(&strs)), emit)?;
         self.commit(slots);
         Ok(())
     }
@@ -329,7 +330,10 @@ mod tests {
             let mut piece = String::new();
             v.step(&mut st, id, &mut piece);
             by_pieces
-                .step(&[1], &[id], None, Some(&[piece]), None, &mut vec![])
+                .step(
+                    StepInput::new(&[1], &[id]).texts(Some(&[piece])),
+                    &mut vec![],
+                )
                 .unwrap();
         }
         dec_run

@@ -783,6 +783,7 @@ impl FinishTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::StepInput;
     use proptest::prelude::*;
 
     fn params(f: impl FnOnce(&mut StopParams)) -> Arc<StopParams> {
@@ -1066,6 +1067,56 @@ mod tests {
         )
     }
 
+    /// [`drive`] over sampled `(id, piece)` tokens, after checking that the
+    /// streamed text and ids add up to what was kept.
+    fn drive_streamed(
+        p: &Arc<StopParams>,
+        toks: &[(u32, String)],
+        bounds: &[usize],
+        grammar_at: Option<usize>,
+    ) -> Result<Run, TestCaseError> {
+        let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
+        let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
+        let run = drive(p, &ids, &texts, bounds, grammar_at);
+        prop_assert_eq!(&run.1, &run.4);
+        prop_assert_eq!(&run.2, &run.5);
+        Ok(run)
+    }
+
+    /// A step-invariance case: tokens, cut points, `min_tokens`,
+    /// `include_stop_str_in_output`.
+    type Sample = (Vec<(u32, String)>, Vec<usize>, u64, bool);
+
+    fn sample() -> impl Strategy<Value = Sample> {
+        (
+            prop::collection::vec((0u32..12, piece()), 1..30),
+            prop::collection::vec(1usize..30, 0..6),
+            0u64..4,
+            any::<bool>(),
+        )
+    }
+
+    /// With EOS 11, at most 25 tokens and then `f`'s parameters, one token
+    /// per update and the runs the cuts make give the same run.
+    fn same_run_in_any_steps(
+        (toks, cuts, min_tokens, include): Sample,
+        grammar_at: Option<usize>,
+        f: impl FnOnce(&mut StopParams),
+    ) -> Result<(), TestCaseError> {
+        let p = params(|p| {
+            p.eos_token_ids = vec![11];
+            p.max_tokens = Some(25);
+            p.min_tokens = min_tokens;
+            p.include_stop_str_in_output = include;
+            f(p);
+        });
+        let singles: Vec<usize> = (1..=toks.len()).collect();
+        let a = drive_streamed(&p, &toks, &singles, grammar_at)?;
+        let b = drive_streamed(&p, &toks, &bounds(cuts, toks.len()), grammar_at)?;
+        prop_assert_eq!(a, b);
+        Ok(())
+    }
+
     /// The cut points below `n` from `cuts`, sorted, ending at `n`.
     fn bounds(cuts: Vec<usize>, n: usize) -> Vec<usize> {
         let mut b: Vec<usize> = cuts.into_iter().filter(|&c| c < n).collect();
@@ -1093,15 +1144,9 @@ mod tests {
             }
             let grammar = (grammar_at == Some(i)).then_some(&[0i64, -1][..]);
             out.clear();
-            b.step(
-                &[3, 1],
-                &[id, 7],
-                None,
-                Some(&[piece, "z"]),
-                grammar,
-                &mut out,
-            )
-            .unwrap();
+            let ids = [id, 7];
+            let input = StepInput::new(&[3, 1], &ids).grammar(grammar);
+            b.step(input.texts(Some(&[piece, "z"])), &mut out).unwrap();
             let t = b.get(3).unwrap();
             text.push_str(&t.text()[out[0].step.text_delta.clone()]);
             tokens.extend_from_slice(&t.token_ids()[out[0].step.token_ids_delta.clone()]);
@@ -1142,17 +1187,15 @@ mod tests {
                 p.include_stop_str_in_output = include;
                 p.vocab_size = vocab_size;
             });
-            let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
-            let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
-            let one_run = drive(&p, &ids, &texts, &[ids.len()], grammar_at);
+            let one_run = drive_streamed(&p, &toks, &[toks.len()], grammar_at)?;
             let before = PLAIN_STEPS.with(std::cell::Cell::get);
-            let one_by_one: Vec<usize> = (1..=ids.len()).collect();
-            let a = drive(&p, &ids, &texts, &one_by_one, grammar_at);
+            let one_by_one: Vec<usize> = (1..=toks.len()).collect();
+            let a = drive_streamed(&p, &toks, &one_by_one, grammar_at)?;
             plain.set(plain.get() + PLAIN_STEPS.with(std::cell::Cell::get) - before);
             singles.set(singles.get() + a.2.len() as u64);
             prop_assert_eq!(&a, &one_run);
-            prop_assert_eq!(&a.1, &a.4);
-            prop_assert_eq!(&a.2, &a.5);
+            let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
+            let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
             prop_assert_eq!(&drive_batch_decode(&p, &ids, &texts, grammar_at), &one_run);
             Ok(())
         });
@@ -1170,55 +1213,23 @@ mod tests {
     proptest! {
         #[test]
         fn step_invariance_and_stream_reassembly(
-            toks in prop::collection::vec((0u32..12, piece()), 1..30),
-            cuts in prop::collection::vec(1usize..30, 0..6),
-            min_tokens in 0u64..4,
-            include in any::<bool>(),
+            s in sample(),
             grammar_at in prop::option::of(0usize..30),
         ) {
-            let p = params(|p| {
+            same_run_in_any_steps(s, grammar_at, |p| {
                 p.stop = stops(&["ab", "STOP", "a日"]);
-                p.eos_token_ids = vec![11];
                 p.stop_token_ids = vec![10];
-                p.max_tokens = Some(25);
-                p.min_tokens = min_tokens;
-                p.include_stop_str_in_output = include;
                 p.vocab_size = Some(12);
                 p.repetition = Some(Repetition { max_pattern_size: 2, min_pattern_size: 1, min_count: 4 });
-            });
-            let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
-            let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
-            let singles: Vec<usize> = (1..=ids.len()).collect();
-            let a = drive(&p, &ids, &texts, &singles, grammar_at);
-            let b = drive(&p, &ids, &texts, &bounds(cuts, ids.len()), grammar_at);
-            prop_assert_eq!(&a, &b);
-            prop_assert_eq!(&a.1, &a.4);
-            prop_assert_eq!(&a.2, &a.5);
+            })?;
         }
 
         #[test]
-        fn step_invariance_with_stop_regexes(
-            toks in prop::collection::vec((0u32..12, piece()), 1..30),
-            cuts in prop::collection::vec(1usize..30, 0..6),
-            min_tokens in 0u64..4,
-            include in any::<bool>(),
-        ) {
-            let p = params(|p| {
+        fn step_invariance_with_stop_regexes(s in sample()) {
+            same_run_in_any_steps(s, None, |p| {
                 p.stop = stops(&["STOP", "a日"]);
                 p.stop_regex = regexes(&[r"b\.?$", r"(?-u:\b)ca(?-u:\b)", r"日本+é", r"[xy]{3}"]);
-                p.eos_token_ids = vec![11];
-                p.max_tokens = Some(25);
-                p.min_tokens = min_tokens;
-                p.include_stop_str_in_output = include;
-            });
-            let ids: Vec<u32> = toks.iter().map(|t| t.0).collect();
-            let texts: Vec<&str> = toks.iter().map(|t| t.1.as_str()).collect();
-            let singles: Vec<usize> = (1..=ids.len()).collect();
-            let a = drive(&p, &ids, &texts, &singles, None);
-            let b = drive(&p, &ids, &texts, &bounds(cuts, ids.len()), None);
-            prop_assert_eq!(&a, &b);
-            prop_assert_eq!(&a.1, &a.4);
-            prop_assert_eq!(&a.2, &a.5);
+            })?;
         }
     }
 }

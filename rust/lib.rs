@@ -34,7 +34,7 @@ pub mod stop_strings;
 #[deny(unsafe_code)]
 mod python;
 
-pub use batch::{FinishBatch, SlotStep};
+pub use batch::{FinishBatch, SlotStep, StepInput};
 pub use detokenize::{DecodeOptions, DecodeState, Vocabulary};
 pub use error::Error;
 pub use finish::{

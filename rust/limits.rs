@@ -46,33 +46,30 @@ pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
     Problem::at_most_entries(n, cap, true).map_err(|p| Error::param(field, p))
 }
 
-/// `s` cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary), with how much
-/// was left out; what error messages show of a caller's value.
+/// `s` quoted and cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary),
+/// with how much was left out; what error messages show of a caller's value.
 pub fn shown(s: &str) -> String {
-    match cut(s) {
-        Some(head) => format!("{head:?}... ({} bytes in all)", s.len()),
-        None => format!("{s:?}"),
-    }
+    let (head, rest) = cut(s);
+    format!("{head:?}{rest}")
 }
 
-/// [`shown`] for a text that is already a Python `repr()`: not quoted again.
-pub fn shown_repr(s: &str) -> String {
-    match cut(s) {
-        Some(head) => format!("{head}... ({} bytes in all)", s.len()),
-        None => s.to_string(),
-    }
+/// A Python `repr` (already quoted where it is a string) cut as in
+/// [`shown`].
+pub fn shown_repr(repr: &str) -> String {
+    let (head, rest) = cut(repr);
+    format!("{head}{rest}")
 }
 
-/// The head of `s` that fits [`MAX_SHOWN_BYTES`], or `None` when all of it does.
-fn cut(s: &str) -> Option<&str> {
+/// At most [`MAX_SHOWN_BYTES`] of `s`, and what to append when it was cut.
+fn cut(s: &str) -> (&str, String) {
     if s.len() <= MAX_SHOWN_BYTES {
-        return None;
+        return (s, String::new());
     }
     let mut end = MAX_SHOWN_BYTES;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    Some(&s[..end])
+    (&s[..end], format!("... ({} bytes in all)", s.len()))
 }
 
 #[cfg(test)]

@@ -303,6 +303,7 @@ fn step_in<T: Entry>(trans: &[T], classes: &[u8; 256], mut state: u32, bytes: &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stop_strings::strategies::{chars, stop_lists};
     use aho_corasick::automaton::Automaton;
     use aho_corasick::dfa::DFA;
     use aho_corasick::{Anchored, MatchKind};
@@ -380,15 +381,11 @@ mod tests {
         }
     }
 
-    fn alphabet() -> impl Strategy<Value = char> {
-        prop::sample::select(vec!['a', 'b', 'c', 'é', '日', '🙂', '\u{301}'])
-    }
-
     proptest! {
         #[test]
         fn same_matches_as_the_crate_dfa(
-            text in prop::collection::vec(alphabet(), 0..60),
-            stops in prop::collection::vec(prop::collection::vec(alphabet(), 1..6), 1..8),
+            text in chars(0..60),
+            stops in stop_lists(1..6, 1..8),
         ) {
             let stops: Vec<String> = stops.iter().map(|s| s.iter().collect()).collect();
             let text: String = text.iter().collect();

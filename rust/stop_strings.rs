@@ -558,8 +558,31 @@ impl StopMatcher {
     }
 }
 
+/// Proptest inputs of the matcher tests here and in `stop_dfa`.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use proptest::prelude::*;
+    use std::ops::Range;
+
+    /// `len` code points from a small alphabet of 1- to 4-byte characters and
+    /// a combining mark.
+    pub(crate) fn chars(len: Range<usize>) -> impl Strategy<Value = Vec<char>> {
+        let alphabet = prop::sample::select(vec!['a', 'b', 'c', 'é', '日', '🙂', '\u{301}']);
+        prop::collection::vec(alphabet, len)
+    }
+
+    /// `count` stop strings of `len` code points each.
+    pub(crate) fn stop_lists(
+        len: Range<usize>,
+        count: Range<usize>,
+    ) -> impl Strategy<Value = Vec<Vec<char>>> {
+        prop::collection::vec(chars(len), count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::strategies::{chars, stop_lists};
     use super::*;
     use proptest::prelude::*;
 
@@ -634,17 +657,28 @@ mod tests {
         best
     }
 
-    fn earliest_end_then_list_order(kind: EngineKind) {
-        let s = build(kind, &["a", "is"]);
+    /// `(index, start, end)` of the match that feeding `new` after
+    /// `earlier` finds.
+    fn hit_after(
+        kind: EngineKind,
+        stops: &[&str],
+        earlier: &str,
+        new: &str,
+    ) -> (usize, usize, usize) {
+        let s = build(kind, stops);
         let mut m = s.matcher(false);
-        m.feed(" The user");
-        let hit = m.feed(" is a").unwrap();
-        assert_eq!((hit.index, hit.start, hit.end), (1, 10, 12));
-        let s = build(kind, &["ab", "b"]);
-        let hit = s.matcher(false).feed("ab").unwrap();
-        assert_eq!(hit.index, 0);
-        let s = build(kind, &["b", "ab"]);
-        assert_eq!(s.matcher(false).feed("ab").unwrap().index, 0);
+        assert!(m.feed(earlier).is_none());
+        let hit = m.feed(new).unwrap();
+        (hit.index, hit.start, hit.end)
+    }
+
+    fn earliest_end_then_list_order(kind: EngineKind) {
+        assert_eq!(
+            hit_after(kind, &["a", "is"], " The user", " is a"),
+            (1, 10, 12)
+        );
+        assert_eq!(hit_after(kind, &["ab", "b"], "", "ab").0, 0);
+        assert_eq!(hit_after(kind, &["b", "ab"], "", "ab").0, 0);
     }
 
     fn match_may_start_in_earlier_text_but_must_end_in_new_text(kind: EngineKind) {
@@ -657,11 +691,10 @@ mod tests {
     }
 
     fn code_point_offsets(kind: EngineKind) {
-        let s = build(kind, &["キス", "テ"]);
-        let mut m = s.matcher(false);
-        m.feed("日本語の");
-        let hit = m.feed("テキスト").unwrap();
-        assert_eq!((hit.index, hit.start, hit.end), (1, 4, 5));
+        assert_eq!(
+            hit_after(kind, &["キス", "テ"], "日本語の", "テキスト"),
+            (1, 4, 5)
+        );
     }
 
     fn holdback_is_exact(kind: EngineKind) {
@@ -778,15 +811,11 @@ mod tests {
         assert_eq!((hit.index, hit.start), (999, 1));
     }
 
-    fn alphabet() -> impl Strategy<Value = char> {
-        prop::sample::select(vec!['a', 'b', 'c', 'é', '日', '🙂', '\u{301}'])
-    }
-
     proptest! {
         #[test]
         fn matches_naive_reference_under_any_chunking(
-            text in prop::collection::vec(alphabet(), 0..40),
-            stops in prop::collection::vec(prop::collection::vec(alphabet(), 1..5), 0..6),
+            text in chars(0..40),
+            stops in stop_lists(1..5, 0..6),
             cuts in prop::collection::vec(0usize..40, 0..8),
             include in any::<bool>(),
         ) {
@@ -823,8 +852,8 @@ mod tests {
 
         #[test]
         fn stateless_check_equals_matcher(
-            text in prop::collection::vec(alphabet(), 0..30),
-            stops in prop::collection::vec(prop::collection::vec(alphabet(), 1..4), 0..5),
+            text in chars(0..30),
+            stops in stop_lists(1..4, 0..5),
             new in 0usize..30,
         ) {
             let new = new.min(text.len());

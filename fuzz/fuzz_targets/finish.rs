@@ -21,7 +21,7 @@ use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use stopline::stop_regex::StopRegexes;
 use stopline::stop_strings::EngineKind;
-use stopline::{FinishBatch, FinishTracker, Repetition, StopParams, StopStrings};
+use stopline::{FinishBatch, FinishTracker, Repetition, StepInput, StopParams, StopStrings};
 
 const PIECES: [&str; 12] = [
     "", "a", "b", "ab", "END", "E", "ND", "é", "日本", "🙂", "\n", "x\u{301}",
@@ -194,15 +194,12 @@ fn run_batch(
         let mut step_texts = vec!["z"];
         step_texts.extend_from_slice(&texts[prev..end]);
         out.clear();
-        b.step(
-            &[0, 2],
-            &step_ids,
-            Some(&[1, len]),
-            Some(&step_texts),
-            Some(&[-1, g]),
-            &mut out,
-        )
-        .expect("consistent batch step");
+        let (runs, grammar) = ([1, len], [-1, g]);
+        let input = StepInput::new(&[0, 2], &step_ids)
+            .runs(Some(&runs))
+            .grammar(Some(&grammar));
+        b.step(input.texts(Some(&step_texts)), &mut out)
+            .expect("consistent batch step");
         let t = b.get(2).expect("slot 2");
         let row = &out[1];
         assert_eq!(row.slot, 2);
@@ -295,14 +292,14 @@ fn malformed_batch_step(u: &mut Unstructured<'_>, p: &Arc<StopParams>) -> Result
         })
         .collect();
     let mut out = Vec::new();
-    let r = b.step(
-        &slots,
-        &ids,
-        runs.as_deref(),
-        texts.as_deref(),
-        grammar.as_deref(),
-        &mut out,
-    );
+    let input = StepInput {
+        slots: &slots,
+        token_ids: &ids,
+        run_lengths: runs.as_deref(),
+        texts: texts.as_deref(),
+        grammar_terminated_at: grammar.as_deref(),
+    };
+    let r = b.step(input, &mut out);
     if r.is_err() {
         let after: Vec<Option<(String, Vec<u32>)>> = (0..b.max_slots() as i64)
             .map(|s| {

@@ -3,22 +3,22 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyRange, PyString};
+use pyo3::types::{PyList, PyString};
 
 use super::convert::{
-    extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, range_values,
-    with_pieces,
+    extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, with_pieces,
+    Slots,
 };
 use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
 use super::tracker::{Outcome, PyStepResult};
-use crate::batch::FinishBatch;
+use crate::batch::{FinishBatch, SlotStep, StepInput};
 use crate::error::Problem;
-use crate::finish::Step;
+use crate::finish::{FinishTracker, Step};
 use crate::limits;
 
 /// The slot that owns element `j` of a batch step's flat arrays.
@@ -362,17 +362,14 @@ impl PyFinishBatch {
     #[pyo3(signature = (slots, token_ids, run_lengths = None, texts = None, grammar_terminated_at = None))]
     fn step(
         &mut self,
-        slots: &Bound<'_, PyAny>,
+        slots: Slots<'_, '_>,
         token_ids: &Bound<'_, PyAny>,
         run_lengths: Option<&Bound<'_, PyAny>>,
         texts: Option<&Bound<'_, PyAny>>,
         grammar_terminated_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyBatchStepResult> {
-        let py = slots.py();
-        let slots_v: Vec<i64> = match slots.cast::<PyRange>() {
-            Ok(r) => range_values(r, self.inner.max_slots())?,
-            Err(_) => extract_i64s(slots, "slots", self.inner.max_slots())?,
-        };
+        let py = token_ids.py();
+        let slots_v = slots.values(self.inner.max_slots())?;
         let runs = opt_list(run_lengths)
             .map(|r| {
                 extract_i64s(r, "run_lengths", self.inner.max_slots())?
@@ -431,19 +428,11 @@ impl PyFinishBatch {
             let copy = PrivateList::copy(list)?;
             if let Some(strs) = copy.strs() {
                 self.replaced.clear();
-                let mut deltas = Deltas::Pieces(&mut self.replaced);
-                let rows = batch_step(
-                    py,
-                    &mut self.inner,
-                    &slots_v,
-                    &ids,
-                    None,
-                    Some(&strs),
-                    grammar.as_deref(),
-                    &mut deltas,
-                )?;
+                let mut deltas = Replaced(&mut self.replaced);
+                let input = StepInput::new(&slots_v, &ids).grammar(grammar.as_deref());
+                let rows = batch_step(py, &mut self.inner, input.texts(Some(&strs)), &mut deltas)?;
                 drop(strs);
-                return rows.into_result(deltas, Some(copy.into_list()));
+                return Ok(rows.into_result(deltas.apply(copy.into_list())?));
             }
         }
         // The pieces last (reading ints may call `__index__`, which could
@@ -451,31 +440,78 @@ impl PyFinishBatch {
         let inner = &mut self.inner;
         let fresh = PyList::empty(py);
         with_pieces(texts, &owner("texts"), |pieces, objects| {
-            let mut deltas = Deltas::Fresh(objects, fresh);
-            batch_step(
-                py,
-                inner,
-                &slots_v,
-                &ids,
-                runs.as_deref(),
-                pieces,
-                grammar.as_deref(),
-                &mut deltas,
-            )?
-            .into_result(deltas, None)
+            let mut deltas = Appended {
+                objects,
+                list: fresh,
+            };
+            let input = StepInput::new(&slots_v, &ids)
+                .runs(runs.as_deref())
+                .grammar(grammar.as_deref());
+            let rows = batch_step(py, inner, input.texts(pieces), &mut deltas)?;
+            Ok(rows.into_result(deltas.list))
         })
     }
 }
 
-/// Where a batch step's text deltas go.
-pub(super) enum Deltas<'a, 'py> {
-    /// One piece per slot: the deltas are the pieces' list, in which the
-    /// rows recorded here (those whose delta is not exactly their piece) are
-    /// replaced once the step is done.
-    Pieces(&'a mut Vec<(usize, Py<PyString>)>),
-    /// An empty list that every row's delta is appended to; a one-token row
-    /// whose delta is exactly its piece appends that piece's object.
-    Fresh(&'a [Bound<'py, PyAny>], Bound<'py, PyList>),
+/// Where a batch step's text deltas go, row by row. Generic rather than an
+/// enum: each kind's per-row code is compiled into the step's loop on its own.
+pub(super) trait Deltas<'py> {
+    /// Row `k`: slot step `s` of tracker `t`.
+    fn row(&mut self, py: Python<'py>, k: usize, t: &FinishTracker, s: &SlotStep) -> PyResult<()>;
+}
+
+/// Whether a row's text delta is exactly its one piece.
+#[inline(always)]
+fn is_its_piece(s: &SlotStep) -> bool {
+    s.step.whole_run && s.run.len() == 1
+}
+
+/// A row's text delta as a new `str`.
+fn delta_text<'py>(py: Python<'py>, t: &FinishTracker, s: &SlotStep) -> Bound<'py, PyString> {
+    PyString::new(py, &t.text()[s.step.text_delta.clone()])
+}
+
+/// One piece per slot: the deltas are the pieces' list, in which the rows
+/// recorded here (those whose delta is not exactly their piece) are replaced
+/// once the step is done ([`Replaced::apply`]).
+pub(super) struct Replaced<'a>(pub(super) &'a mut Vec<(usize, Py<PyString>)>);
+
+impl<'py> Deltas<'py> for Replaced<'_> {
+    #[inline(always)]
+    fn row(&mut self, py: Python<'py>, k: usize, t: &FinishTracker, s: &SlotStep) -> PyResult<()> {
+        if !is_its_piece(s) {
+            self.0.push((k, delta_text(py, t, s).unbind()));
+        }
+        Ok(())
+    }
+}
+
+impl Replaced<'_> {
+    /// `pieces` with the recorded rows replaced.
+    pub(super) fn apply<'py>(self, pieces: Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
+        for (k, s) in self.0.drain(..) {
+            pieces.set_item(k, s)?;
+        }
+        Ok(pieces)
+    }
+}
+
+/// An empty list that every row's delta is appended to; a one-token row
+/// whose delta is exactly its piece appends that piece's object (one per
+/// token in `objects`).
+pub(super) struct Appended<'a, 'py> {
+    pub(super) objects: &'a [Bound<'py, PyAny>],
+    pub(super) list: Bound<'py, PyList>,
+}
+
+impl<'py> Deltas<'py> for Appended<'_, 'py> {
+    #[inline(always)]
+    fn row(&mut self, py: Python<'py>, _: usize, t: &FinishTracker, s: &SlotStep) -> PyResult<()> {
+        match self.objects.get(s.run.start) {
+            Some(o) if is_its_piece(s) => self.list.append(o),
+            _ => self.list.append(delta_text(py, t, s)),
+        }
+    }
 }
 
 /// A batch step's rows, before their text deltas are a list.
@@ -486,67 +522,31 @@ pub(super) struct StepRows {
 }
 
 impl StepRows {
-    /// The Python result; `pieces` is the pieces' list for `Deltas::Pieces`.
-    pub(super) fn into_result<'py>(
-        self,
-        deltas: Deltas<'_, 'py>,
-        pieces: Option<Bound<'py, PyList>>,
-    ) -> PyResult<PyBatchStepResult> {
-        let list = match (deltas, pieces) {
-            (Deltas::Fresh(_, list), _) => list,
-            (Deltas::Pieces(replaced), Some(list)) => {
-                for (k, s) in replaced.drain(..) {
-                    list.set_item(k, s)?;
-                }
-                list
-            }
-            (Deltas::Pieces(_), None) => {
-                return Err(PyRuntimeError::new_err(
-                    "internal: a step's pieces list is missing",
-                ))
-            }
-        };
-        Ok(PyBatchStepResult {
+    /// The Python result, with `text_deltas` in the order of the rows.
+    pub(super) fn into_result(self, text_deltas: Bound<'_, PyList>) -> PyBatchStepResult {
+        PyBatchStepResult {
             rows: self.rows,
             finished: self.finished,
-            text_deltas: list.unbind(),
+            text_deltas: text_deltas.unbind(),
             tokens: self.tokens,
-        })
+        }
     }
 }
 
 /// Runs one `FinishBatch` step, recording its text deltas in `deltas`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn batch_step<'py>(
     py: Python<'py>,
     inner: &mut FinishBatch,
-    slots: &[i64],
-    ids: &[u32],
-    runs: Option<&[usize]>,
-    pieces: Option<&[&str]>,
-    grammar: Option<&[i64]>,
-    deltas: &mut Deltas<'_, 'py>,
+    input: StepInput<'_>,
+    deltas: &mut impl Deltas<'py>,
 ) -> PyResult<StepRows> {
-    let mut rows = Vec::with_capacity(slots.len());
-    let mut tokens = Vec::with_capacity(ids.len());
+    let mut rows = Vec::with_capacity(input.slots.len());
+    let mut tokens = Vec::with_capacity(input.token_ids.len());
     let mut finished = Vec::new();
     let mut failed = None;
     inner
-        .step_each(slots, ids, runs, pieces, grammar, |k, t, s| {
-            let whole_one = s.step.whole_run && s.run.len() == 1;
-            let text = || PyString::new(py, &t.text()[s.step.text_delta.clone()]);
-            let r = match deltas {
-                Deltas::Pieces(_) if whole_one => Ok(()),
-                Deltas::Pieces(replaced) => {
-                    replaced.push((k, text().unbind()));
-                    Ok(())
-                }
-                Deltas::Fresh(objects, list) if whole_one && !objects.is_empty() => {
-                    list.append(&objects[s.run.start])
-                }
-                Deltas::Fresh(_, list) => list.append(text()),
-            };
-            if let Err(e) = r {
+        .step_each(input, |k, t, s| {
+            if let Err(e) = deltas.row(py, k, t, s) {
                 failed.get_or_insert(e);
             }
             let delta = &t.token_ids()[s.step.token_ids_delta.clone()];

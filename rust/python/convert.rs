@@ -14,6 +14,30 @@ use super::ffi;
 use crate::error::Problem;
 use crate::limits;
 
+/// A getter's value of a core field: a copy or clone, or for a compiled list
+/// its entries in list order (empty when not set).
+pub(super) trait ReadAs<T> {
+    fn read_as(&self) -> T;
+}
+
+impl<T: Clone> ReadAs<T> for T {
+    fn read_as(&self) -> T {
+        self.clone()
+    }
+}
+
+/// A compiled list's entries (stop strings, regex patterns) in list order.
+pub(super) trait Entries {
+    fn entries(&self) -> &[String];
+}
+
+impl<L: Entries> ReadAs<Vec<String>> for Option<std::sync::Arc<L>> {
+    fn read_as(&self) -> Vec<String> {
+        self.as_deref()
+            .map_or_else(Vec::new, |l| l.entries().to_vec())
+    }
+}
+
 /// Python's `repr()` of a Rust value converted to its Python counterpart.
 /// Python's `repr()` of a Rust value converted to its Python counterpart.
 pub(super) fn py_repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<String> {
@@ -329,6 +353,18 @@ pub(super) fn with_pieces<'py, R>(
         if list.len() > limits::MAX_STEP_TOKENS {
             return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
         }
+        // One piece (a decode step's update): no vectors.
+        if list.len() == 1 {
+            if let Ok(item) = list.get_item(0) {
+                if let Some(s) = item
+                    .cast_exact::<PyString>()
+                    .ok()
+                    .and_then(|s| s.to_str().ok())
+                {
+                    return f(Some(&[s]), std::slice::from_ref(&item));
+                }
+            }
+        }
         let held: Vec<Bound<'py, PyAny>> = list.iter().collect();
         let strs: Option<Vec<&str>> = held
             .iter()
@@ -354,6 +390,35 @@ pub(super) fn with_pieces<'py, R>(
         .map(|s| s.cast::<PyString>()?.to_str())
         .collect::<PyResult<Vec<&str>>>()?;
     f(Some(&strs), &held)
+}
+
+/// The `slots=` argument of `FinishBatch.step`: a `range`, read from its
+/// start and step, or any sequence of ints.
+pub(super) enum Slots<'a, 'py> {
+    Range(Borrowed<'a, 'py, PyRange>),
+    Ints(Borrowed<'a, 'py, PyAny>),
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Slots<'a, 'py> {
+    type Error = std::convert::Infallible;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self, Self::Error> {
+        Ok(match obj.cast::<PyRange>() {
+            Ok(r) => Slots::Range(r),
+            Err(_) => Slots::Ints(obj),
+        })
+    }
+}
+
+impl Slots<'_, '_> {
+    /// The slots, at most `max_slots` of them.
+    #[inline]
+    pub(super) fn values(&self, max_slots: usize) -> PyResult<Vec<i64>> {
+        match self {
+            Slots::Range(r) => range_values(r, max_slots),
+            Slots::Ints(obj) => extract_i64s(obj, "slots", max_slots),
+        }
+    }
 }
 
 /// The values of a `range` (any step). One longer than `max_slots` cannot

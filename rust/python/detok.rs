@@ -7,10 +7,10 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use super::batch::{batch_step, Deltas, PyBatchStepResult};
+use super::batch::{batch_step, Appended, PyBatchStepResult, Replaced};
 use super::convert::{extract_ids, type_name};
 use super::errors::to_py_err;
-use crate::batch::FinishBatch;
+use crate::batch::{FinishBatch, StepInput};
 use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
 use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
 use crate::finish::{FinishTracker, Step, StopParams};
@@ -300,26 +300,23 @@ pub(super) fn batch_ids_step<'py>(
     }
     // One piece per slot: the result's deltas start as the pieces, as with
     // pieces passed in.
-    let mut replaced = Vec::new();
-    let (mut deltas, list) = if runs.is_none() {
-        (
-            Deltas::Pieces(&mut replaced),
-            Some(PyList::new(py, &objects)?),
-        )
+    let input = StepInput::new(slots, ids).runs(runs).grammar(grammar);
+    let input = input.texts(Some(&strs));
+    let r = if runs.is_none() {
+        let list = PyList::new(py, &objects)?;
+        let mut replaced = Vec::new();
+        let mut deltas = Replaced(&mut replaced);
+        let rows = batch_step(py, inner, input, &mut deltas)?;
+        rows.into_result(deltas.apply(list)?)
     } else {
-        (Deltas::Fresh(&objects, PyList::empty(py)), None)
+        let list = PyList::empty(py);
+        let mut deltas = Appended {
+            objects: &objects,
+            list,
+        };
+        let rows = batch_step(py, inner, input, &mut deltas)?;
+        rows.into_result(deltas.list)
     };
-    let rows = batch_step(
-        py,
-        inner,
-        slots,
-        ids,
-        runs,
-        Some(&strs),
-        grammar,
-        &mut deltas,
-    )?;
-    let r = rows.into_result(deltas, list)?;
     drop(strs);
     dec.inner.commit(slots);
     Ok(r)

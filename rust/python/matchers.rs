@@ -8,7 +8,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
-use super::convert::{extract_i64_arg, extract_str, extract_utf8, py_repr, take_capped};
+use super::convert::{extract_i64_arg, extract_str, extract_utf8, py_repr, take_capped, Entries};
 use super::errors::{arg_err, to_py_err};
 use crate::error::{Error, Problem};
 use crate::limits;
@@ -152,6 +152,12 @@ macro_rules! compiled_list_class {
             }
 
             $($extra)*
+        }
+
+        impl Entries for $core {
+            fn entries(&self) -> &[String] {
+                self.$entries()
+            }
         }
     };
 }

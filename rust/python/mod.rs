@@ -8,6 +8,32 @@
 //! * `params`, `tracker`, `batch`, `detok`, `openai`: one Python API each.
 //! * `logits`: the host-side reading of `stopline.logits`' bad words.
 
+/// `#[pymethods]` of a class with a documented getter for each listed field
+/// of `self.$inner`, read through `convert::ReadAs` (a copy, a clone, a
+/// compiled list's entries), before the class's other methods.
+macro_rules! pymethods_with_getters {
+    (
+        impl $class:ty {
+            getters of $inner:ident {
+                $( $(#[doc = $doc:literal])+ $field:ident: $ty:ty, )*
+            }
+            $($methods:tt)*
+        }
+    ) => {
+        #[pymethods]
+        impl $class {
+            $(
+                $(#[doc = $doc])+
+                #[getter]
+                fn $field(&self) -> $ty {
+                    $crate::python::convert::ReadAs::read_as(&self.$inner.$field)
+                }
+            )*
+            $($methods)*
+        }
+    };
+}
+
 mod batch;
 mod convert;
 mod detok;

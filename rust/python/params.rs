@@ -95,8 +95,33 @@ pub struct PyStopParams {
     pub(super) inner: Arc<StopParams>,
 }
 
-#[pymethods]
+pymethods_with_getters! {
 impl PyStopParams {
+    getters of inner {
+        /// Output-token budget; `None` for no cap.
+        max_tokens: Option<u64>,
+        /// Output tokens gating stop strings, regexes and repetition (0 when not set).
+        min_tokens: u64,
+        /// Prompt tokens (0 when not set).
+        prompt_len: u64,
+        /// Context cap in prompt-plus-output positions; `None` for none.
+        max_model_len: Option<u64>,
+        /// EOS ids, a new list on every read (empty when not set).
+        eos_token_ids: Vec<u32>,
+        /// Whether the EOS check is disabled.
+        ignore_eos: bool,
+        /// Stop token ids, a new list on every read (empty when not set).
+        stop_token_ids: Vec<u32>,
+        /// Whether stop text and an ending token's text are kept.
+        include_stop_str_in_output: bool,
+        /// Vocabulary size; `None` when ids are not range-checked.
+        vocab_size: Option<u32>,
+        /// Stop strings in list order, a new list on every read (empty when not set).
+        stop: Vec<String>,
+        /// Stop regex patterns in list order, a new list on every read (empty when not set).
+        stop_regex: Vec<String>,
+    }
+
     #[new]
     #[pyo3(signature = (
         *, max_tokens = None, min_tokens = None, prompt_len = None, max_model_len = None,
@@ -162,67 +187,6 @@ impl PyStopParams {
         })
     }
 
-    /// Output-token budget; `None` for no cap.
-    #[getter]
-    fn max_tokens(&self) -> Option<u64> {
-        self.inner.max_tokens
-    }
-    /// Output tokens gating stop strings, regexes and repetition (0 when not set).
-    #[getter]
-    fn min_tokens(&self) -> u64 {
-        self.inner.min_tokens
-    }
-    /// Prompt tokens (0 when not set).
-    #[getter]
-    fn prompt_len(&self) -> u64 {
-        self.inner.prompt_len
-    }
-    /// Context cap in prompt-plus-output positions; `None` for none.
-    #[getter]
-    fn max_model_len(&self) -> Option<u64> {
-        self.inner.max_model_len
-    }
-    /// EOS ids, a new list on every read (empty when not set).
-    #[getter]
-    fn eos_token_ids(&self) -> Vec<u32> {
-        self.inner.eos_token_ids.clone()
-    }
-    /// Whether the EOS check is disabled.
-    #[getter]
-    fn ignore_eos(&self) -> bool {
-        self.inner.ignore_eos
-    }
-    /// Stop token ids, a new list on every read (empty when not set).
-    #[getter]
-    fn stop_token_ids(&self) -> Vec<u32> {
-        self.inner.stop_token_ids.clone()
-    }
-    /// Stop strings in list order, a new list on every read (empty when not set).
-    #[getter]
-    fn stop(&self) -> Vec<String> {
-        self.inner
-            .stop
-            .as_ref()
-            .map_or_else(Vec::new, |s| s.stops().to_vec())
-    }
-    /// Stop regex patterns in list order, a new list on every read (empty when not set).
-    #[getter]
-    fn stop_regex(&self) -> Vec<String> {
-        self.inner
-            .stop_regex
-            .as_ref()
-            .map_or_else(Vec::new, |s| s.patterns().to_vec())
-    }
-    /// Whether stop text and an ending token's text are kept.
-    #[getter]
-    fn include_stop_str_in_output(&self) -> bool {
-        self.inner.include_stop_str_in_output
-    }
-    /// Vocabulary size; `None` when ids are not range-checked.
-    #[getter]
-    fn vocab_size(&self) -> Option<u32> {
-        self.inner.vocab_size
-    }
     /// `{"max_pattern_size", "min_pattern_size", "min_count"}`, as accepted.
     #[getter]
     fn repetition<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
@@ -258,4 +222,5 @@ impl PyStopParams {
             py_repr(py, self.repetition(py)?)?,
         ))
     }
+}
 }

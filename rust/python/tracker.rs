@@ -130,8 +130,15 @@ impl PyStepResult {
     }
 }
 
-#[pymethods]
+pymethods_with_getters! {
 impl PyStepResult {
+    getters of outcome {
+        /// Output tokens kept so far (tokens after the deciding one are not kept).
+        num_tokens: usize,
+        /// Output text kept so far, in code points.
+        text_len: usize,
+    }
+
     /// Whether the sequence has finished (in this or an earlier call).
     #[getter]
     fn finished(&self) -> bool {
@@ -155,16 +162,6 @@ impl PyStepResult {
     fn matched(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.outcome.matched(py)
     }
-    /// Output tokens kept so far (tokens after the deciding one are not kept).
-    #[getter]
-    fn num_tokens(&self) -> usize {
-        self.outcome.num_tokens
-    }
-    /// Output text kept so far, in code points.
-    #[getter]
-    fn text_len(&self) -> usize {
-        self.outcome.text_len
-    }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
@@ -180,6 +177,7 @@ impl PyStepResult {
             self.token_ids_delta
         ))
     }
+}
 }
 
 /// The finish state of one sequence. Not thread-safe: concurrent use raises
