@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+import stopline
+
 # Address space for a child on top of what the bare interpreter has mapped
 # (a free-threaded build reserves 1 GiB for its allocator at start): stopline
 # and the case's own data fit with room to spare; each refused input would
@@ -169,6 +171,54 @@ def test_a_huge_pattern_gives_a_short_message() -> None:
     """)
     assert out.get("raised") == "ValueError", out
     assert "16001 bytes in all" in out["message"] and len(out["message"]) < 1000, out
+
+
+class _WideStr(int):
+    """An int whose str() is multi-byte text: what a message shows of it must
+    be cut at a character boundary (a byte cut would panic in Rust)."""
+
+    def __str__(self) -> str:
+        return "\u65e5" * 100
+
+    __repr__ = __str__
+
+
+_HUGE_VALUES = {
+    "a 1 MB single stop str": (lambda: stopline.StopParams(stop="s" * 1_000_000), TypeError),
+    "a 1 MB single stop_regex str": (lambda: stopline.StopParams(stop_regex="s" * 1_000_000), TypeError),
+    "a 1 MB finish_reason": (lambda: stopline.to_openai_finish_reason("r" * 1_000_000), ValueError),
+    "a 1 MB repetition key": (
+        lambda: stopline.StopParams(repetition={"k" * 1_000_000: 1, "max_pattern_size": 2}), ValueError),
+    "a 5,000-digit max_tokens": (lambda: stopline.StopParams(max_tokens=10**5000), (ValueError, OverflowError)),
+    "a 5,000-digit token id": (lambda: stopline.FinishTracker(stopline.StopParams()).update([10**5000]), ValueError),
+    "an int subclass with a multi-byte str": (
+        lambda: stopline.FinishTracker(stopline.StopParams()).update([_WideStr(2**70)]), ValueError),
+}
+
+
+@pytest.mark.parametrize("case", list(_HUGE_VALUES))
+def test_messages_about_huge_values_stay_short(case: str) -> None:
+    call, exc = _HUGE_VALUES[case]
+    with pytest.raises(exc) as info:
+        call()
+    assert len(str(info.value)) < 1000, (case, len(str(info.value)))
+
+
+def test_bad_words_with_huge_values_give_short_messages() -> None:
+    pytest.importorskip("torch")
+    from stopline.logits import LogitsConstraints
+
+    lc = LogitsConstraints(max_slots=1, vocab_size=100)
+    for words, exc in [
+        ([[_WideStr(2**70)]], ValueError),
+        ([[10**5000]], ValueError),
+        ([["w" * 1_000_000]], TypeError),
+        ([b"b" * 1_000_000], TypeError),
+        ("s" * 1_000_000, TypeError),
+    ]:
+        with pytest.raises(exc) as info:
+            lc.set(0, bad_words=words)
+        assert len(str(info.value)) < 1000 and "bad_words" in str(info.value), str(info.value)[:300]
 
 
 def test_compile_errors_keep_the_process_alive_under_a_tight_limit() -> None:

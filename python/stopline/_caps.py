@@ -1,10 +1,27 @@
-"""Reading a caller's iterable under a cap, shared by the Python modules."""
+"""Reading a caller's iterable under a cap, and showing a caller's value in
+an error message, shared by the Python modules."""
 
 from __future__ import annotations
 
 import itertools
+import reprlib
 from collections.abc import Iterable
 from typing import Any
+
+
+_SHOWN = reprlib.Repr()  # keyword arguments only from 3.12
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 2, 80, 80, 80
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` as an error message shows it: bounded (about 200
+    characters, as the core's messages), whatever the value's size."""
+    try:
+        return _SHOWN.repr(value)
+    except ValueError:  # an int over sys.get_int_max_str_digits()
+        if isinstance(value, int):
+            return f"<an int of {value.bit_length()} bits>"
+        raise
 
 
 def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:

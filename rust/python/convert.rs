@@ -13,6 +13,7 @@ use super::errors::arg_err;
 use super::ffi;
 use crate::error::Problem;
 use crate::limits;
+use pyo3::exceptions::PyValueError;
 
 /// A getter's value of a core field: a copy or clone, or for a compiled list
 /// its entries in list order (empty when not set).
@@ -145,6 +146,31 @@ pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// What an error message shows of a caller's value: its `repr()` cut to
+/// [`limits::MAX_SHOWN_BYTES`]; an int too long for `repr()` (over 4,300
+/// digits) as its size. What a caller's `__repr__` raises propagates.
+pub(super) fn shown_value(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    match obj.repr() {
+        Ok(r) => Ok(limits::shown_repr(&r.to_string())),
+        Err(e) if obj.is_instance_of::<PyInt>() && e.is_instance_of::<PyValueError>(obj.py()) => {
+            let bits: u64 = obj
+                .call_method0(pyo3::intern!(obj.py(), "bit_length"))?
+                .extract()?;
+            Ok(format!("<an int of {bits} bits>"))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The `TypeError` for a bare `str` where a sequence of `str` is expected.
+pub(super) fn single_str_err(field: &str, s: &Bound<'_, PyAny>) -> PyErr {
+    let text = s.extract::<String>().unwrap_or_default();
+    PyTypeError::new_err(format!(
+        "{field} must be a sequence of str, not a single str (wrap it in a list: [{}])",
+        limits::shown(&text)
+    ))
+}
+
 /// One token id: a non-negative int below 2**32.
 #[inline]
 pub(super) fn extract_id(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -> PyResult<u32> {
@@ -241,8 +267,10 @@ pub(super) fn extract_int(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -
     item.extract::<i64>().map_err(|e| {
         let py = item.py();
         if item.is_instance_of::<PyInt>() || e.is_instance_of::<PyOverflowError>(py) {
-            let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
-            arg_err(&field(), Problem::OutOfRange { shown })
+            match shown_value(item) {
+                Ok(shown) => arg_err(&field(), Problem::OutOfRange { shown }),
+                Err(e) => e,
+            }
         } else if e.is_instance_of::<PyTypeError>(py) {
             arg_err(&field(), wrong_type("an int", item))
         } else {
@@ -260,8 +288,10 @@ pub(super) fn extract_i64_arg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<i
     obj.extract::<i64>().map_err(|e| {
         let py = obj.py();
         if e.is_instance_of::<PyOverflowError>(py) {
-            let shown = obj.repr().map(|r| r.to_string()).unwrap_or_default();
-            PyOverflowError::new_err(Problem::OutOfRange { shown }.about(field))
+            match shown_value(obj) {
+                Ok(shown) => PyOverflowError::new_err(Problem::OutOfRange { shown }.about(field)),
+                Err(e) => e,
+            }
         } else if e.is_instance_of::<PyTypeError>(py) {
             arg_err(field, wrong_type("an int", obj))
         } else {
@@ -430,9 +460,9 @@ pub(super) fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult
         Ok(n) => return Err(over_cap("slots", Some(n), max_slots)),
         Err(_) => return Err(over_cap("slots", None, max_slots)),
     };
-    let out_of_range = |_| {
-        let shown = r.repr().map(|s| s.to_string()).unwrap_or_default();
-        arg_err("slots", Problem::OutOfRange { shown })
+    let out_of_range = |_| match shown_value(r) {
+        Ok(shown) => arg_err("slots", Problem::OutOfRange { shown }),
+        Err(e) => e,
     };
     let (start, step) = (
         r.start().map_err(out_of_range)?,

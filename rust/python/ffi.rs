@@ -21,10 +21,15 @@
 //!    valid UTF-8 owned by the `str` (cached in it), and lives as long as
 //!    the `str`, which rule 2 keeps alive.
 //! 4. **Buffer slices are checked before they are formed**: one dimension,
-//!    C-contiguous, item size equal to the element type's, aligned start;
+//!    C-contiguous, item size equal to the element type's, a non-null and
+//!    aligned start (an empty buffer is never viewed);
 //!    element types are plain integers (any bit pattern is valid). The slice
 //!    borrows the `PyUntypedBuffer`, whose export keeps the exporter from
-//!    resizing the memory (`BufferError`) until it is released.
+//!    resizing the memory (`BufferError`) until it is released. Not
+//!    excluded: another thread of the caller's writing the items while they
+//!    are read (on a GIL build only code that releases the GIL can); the
+//!    slice is read once, front to back, into a Vec, and such a race yields
+//!    a mix of old and new values, never a read outside the buffer.
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::ffi;
@@ -169,15 +174,20 @@ int_items!(i8, i16, i32, i64, u8, u16, u32, u64);
 /// The items of `buf` as `E`, or `None` when its shape, item size or
 /// alignment do not allow that view (the format is the caller's check).
 pub(super) fn buffer_items<E: IntItem>(buf: &PyUntypedBuffer) -> Option<&[E]> {
+    if buf.item_count() == 0 {
+        // An exporter may give a null pointer for no items.
+        return Some(&[]);
+    }
     let ptr = buf.buf_ptr() as *const E;
-    let ok = buf.dimensions() == 1
+    let ok = !ptr.is_null()
+        && buf.dimensions() == 1
         && buf.is_c_contiguous()
         && buf.item_size() == std::mem::size_of::<E>()
         && ptr.is_aligned();
     if !ok {
         return None;
     }
-    // SAFETY: (rule 4) checked above: `item_count` contiguous, aligned
-    // items of E's size, valid for any bit pattern, held by `buf`.
+    // SAFETY: (rule 4) checked above: a non-null, aligned start and
+    // `item_count` contiguous items of E's size, valid for any bit pattern, held by `buf`.
     Some(unsafe { std::slice::from_raw_parts(ptr, buf.item_count()) })
 }

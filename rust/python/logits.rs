@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyString, PyTuple, PyType};
 
-use super::convert::{buffer_i64s, over_cap, take_capped, try_vec, type_name};
+use super::convert::{buffer_i64s, over_cap, shown_value, take_capped, try_vec, type_name};
 use super::errors::{arg_err, to_py_err};
 use super::ffi::list_ints;
 use crate::bad_words::{build, check_ids};
@@ -76,14 +76,10 @@ fn read_word(word: &Bound<'_, PyAny>, vocab: u32, cap: usize, ids: &mut Vec<i64>
         if list.len() > cap {
             return Err(over_cap(FIELD, Some(list.len()), cap));
         }
+        // The fast read refuses a bool (or any non-int): the loop below names it.
         if let Some(v) = list_ints(list, Some, try_vec(list.len(), FIELD)?) {
-            // The fast read takes True/False as 1/0; a bool is no token id.
-            if !v.iter().any(|&x| x == 0 || x == 1)
-                || !list.iter().any(|x| x.is_instance_of::<PyBool>())
-            {
-                ids.extend(v);
-                return Ok(());
-            }
+            ids.extend(v);
+            return Ok(());
         }
         for x in list.iter() {
             ids.push(read_id(&x, vocab)?);
@@ -104,7 +100,7 @@ fn read_word(word: &Bound<'_, PyAny>, vocab: u32, cap: usize, ids: &mut Vec<i64>
         || word.is_instance_of::<PyBytes>()
         || !word.get_type().hasattr(pyo3::intern!(py, "__iter__"))?
     {
-        let got = crate::limits::shown_repr(&word.repr()?.to_string());
+        let got = shown_value(word)?;
         return Err(arg_err(
             FIELD,
             Problem::NotASequence {
@@ -146,15 +142,15 @@ fn read_id(item: &Bound<'_, PyAny>, vocab: u32) -> PyResult<i64> {
         || (!item.is_instance_of::<PyBool>()
             && item.is_instance(INTEGRAL.import(py, "numbers", "Integral")?)?);
     if !is_int {
-        let shown = crate::limits::shown_repr(&item.repr()?.to_string());
+        let shown = shown_value(item)?;
         return Err(arg_err(FIELD, Problem::IdNotInt { shown }));
     }
     item.extract::<i64>().map_err(|e| {
         if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
-            let mut shown = item.str().map(|s| s.to_string()).unwrap_or_default();
-            if shown.len() > crate::limits::MAX_SHOWN_BYTES {
-                shown = format!("{}... ({} digits)", &shown[..40], shown.len());
-            }
+            let shown = match shown_value(item) {
+                Ok(shown) => shown,
+                Err(e) => return e,
+            };
             arg_err(
                 FIELD,
                 Problem::IdNotInVocab {

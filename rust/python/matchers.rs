@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
-use super::convert::{extract_i64_arg, extract_str, extract_utf8, py_repr, take_capped, Entries};
+use super::convert::{
+    extract_i64_arg, extract_str, extract_utf8, py_repr, single_str_err, take_capped, Entries,
+};
 use super::errors::{arg_err, to_py_err};
 use crate::error::{Error, Problem};
 use crate::limits;
@@ -26,10 +27,7 @@ pub(super) fn compile_stops(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Arc
         return Ok(Arc::clone(&compiled.get().inner));
     }
     if obj.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "{field} must be a sequence of str, not a single str (wrap it in a list: [{:?}])",
-            obj.extract::<String>().unwrap_or_default()
-        )));
+        return Err(single_str_err(field, obj));
     }
     let items = take_capped(obj, field, "a sequence of str", limits::MAX_STOP_STRINGS)?;
     let mut stops = Vec::with_capacity(items.len());
@@ -71,10 +69,7 @@ fn too_many_bytes(field: &str, cap: usize) -> PyErr {
 /// stop strings); errors name `stop_regex[i]` and the pattern.
 pub(super) fn compile_regexes(obj: &Bound<'_, PyAny>) -> PyResult<Arc<CoreRegexes>> {
     if obj.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "stop_regex must be a sequence of str, not a single str (wrap it in a list: [{:?}])",
-            obj.extract::<String>().unwrap_or_default()
-        )));
+        return Err(single_str_err("stop_regex", obj));
     }
     let items = take_capped(
         obj,

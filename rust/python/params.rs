@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    extract_ids, extract_nonneg, extract_opt_nonneg, py_repr, take_capped, type_name, wrong_type,
+    extract_ids, extract_nonneg, extract_opt_nonneg, py_repr, shown_value, take_capped, type_name,
+    wrong_type,
 };
 use super::errors::{arg_err, to_py_err};
 use super::matchers::{compile_regexes, compile_stops};
@@ -54,7 +55,7 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
             if !known {
                 return Err(PyValueError::new_err(format!(
                     "repetition has the unknown key {}; expected {KEYS:?}",
-                    key.repr()?
+                    shown_value(&key)?
                 )));
             }
         }

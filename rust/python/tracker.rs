@@ -238,8 +238,8 @@ impl PyFinishTracker {
     /// With a vocabulary `texts` must be None: the ids are decoded
     /// (docs/semantics.md section 10).
     ///
-    /// Raises `RuntimeError` after the sequence finished; `ValueError` /
-    /// `TypeError` for negative or non-int ids, a `texts` length that differs
+    /// Raises `SequenceFinishedError` (a `RuntimeError`) after the sequence
+    /// finished; `ValueError` / `TypeError` for negative, non-int or bool ids, a `texts` length that differs
     /// from the run, missing texts, or `grammar_terminated_at` outside the run.
     /// Nothing changes on error.
     #[pyo3(signature = (token_ids, texts = None, grammar_terminated_at = None))]

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from stopline import _core
-from stopline._caps import capped
+from stopline._caps import capped, shown
 
 from .device_state import DeviceState, DeviceTables, SlotHost, pack_bits, reserve_widths
 from .limits import BACKENDS, LIMITS, RESTORE_POLICIES
@@ -29,7 +29,7 @@ _INT_DTYPES = (torch.int32, torch.int64)
 
 def _token_id(value, field_name: str, vocab_size: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{field_name}: token id {value!r} is not an int")
+        raise TypeError(f"{field_name}: token id {shown(value)} is not an int")
     value = int(value)
     if not 0 <= value < vocab_size:
         raise ValueError(f"{field_name}: token id {value} is outside [0, vocab_size={vocab_size})")
@@ -38,7 +38,7 @@ def _token_id(value, field_name: str, vocab_size: int) -> int:
 
 def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> list[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{field_name}: expected a sequence of token ids, got {values!r}")
+        raise TypeError(f"{field_name}: expected a sequence of token ids, got {shown(values)}")
     if isinstance(values, torch.Tensor) and values.dim() != 1:
         raise TypeError(f"{field_name}: expected a 1-D sequence of token ids, got a {values.dim()}-d tensor")
     out = capped(values, field_name, cap)
@@ -54,7 +54,7 @@ def _bad_words(words: object, vocab_size: int) -> tuple[torch.Tensor, int, torch
     number of distinct multi-token words, their prefixes ``[multi, width]``
     padded with -1, prefix lengths and last tokens (int32 CPU tensors)."""
     if isinstance(words, (str, bytes)) or not isinstance(words, Iterable):
-        raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {words!r}")
+        raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {shown(words)}")
     single, prefix, plen, last, width = _core._bad_words_table(
         words, vocab_size, LIMITS["max_bad_words"], LIMITS["max_bad_word_tokens"])
     n_multi = len(last) // 4
@@ -104,7 +104,7 @@ class LogitsConstraints:
                  reserve: Mapping[str, int | bool] | None = None, _tuning: KernelTuning | None = None):
         for name, value in (("max_slots", max_slots), ("vocab_size", vocab_size)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an int, got {value!r}")
+                raise TypeError(f"{name} must be an int, got {shown(value)}")
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         if int(vocab_size) >= 2**31 - 64:
@@ -156,7 +156,7 @@ class LogitsConstraints:
 
     def _slot(self, slot) -> int:
         if isinstance(slot, bool) or not isinstance(slot, numbers.Integral):
-            raise TypeError(f"slot must be an int, got {slot!r}")
+            raise TypeError(f"slot must be an int, got {shown(slot)}")
         if not 0 <= int(slot) < self.max_slots:
             raise ValueError(f"slot {slot} is outside [0, max_slots={self.max_slots})")
         return int(slot)
@@ -217,13 +217,13 @@ class LogitsConstraints:
         s = self._slot(slot)
         V = self.vocab_size
         if isinstance(min_tokens, bool) or not isinstance(min_tokens, numbers.Integral):
-            raise TypeError(f"min_tokens must be an int, got {min_tokens!r}")
+            raise TypeError(f"min_tokens must be an int, got {shown(min_tokens)}")
         if min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
         if min_tokens >= 2**31:
             raise ValueError(f"min_tokens {min_tokens} does not fit int32")
         if not isinstance(restore, str) or restore not in RESTORE_POLICIES:
-            raise ValueError(f"restore must be one of {sorted(RESTORE_POLICIES)}, got {restore!r}")
+            raise ValueError(f"restore must be one of {sorted(RESTORE_POLICIES)}, got {shown(restore)}")
         stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V, LIMITS["max_stop_token_ids"]))
         allowed = None
         if allowed_token_ids is not None:
@@ -236,22 +236,22 @@ class LogitsConstraints:
         if logit_bias is not None:
             items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
             if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-                raise TypeError(f"logit_bias: expected a mapping or (token_id, bias) pairs, got {logit_bias!r}")
+                raise TypeError(f"logit_bias: expected a mapping or (token_id, bias) pairs, got {shown(logit_bias)}")
             seen_ids: set[int] = set()
             for item in capped(items, "logit_bias", LIMITS["max_logit_bias"]):
                 try:
                     tid, val = item
                 except (TypeError, ValueError):
-                    raise TypeError(f"logit_bias: expected (token_id, bias) pairs, got {item!r}") from None
+                    raise TypeError(f"logit_bias: expected (token_id, bias) pairs, got {shown(item)}") from None
                 tid = _token_id(tid, "logit_bias", V)
                 if isinstance(val, bool) or not isinstance(val, numbers.Real):
-                    raise TypeError(f"logit_bias: bias for token {tid} is not a number: {val!r}")
+                    raise TypeError(f"logit_bias: bias for token {tid} is not a number: {shown(val)}")
                 try:
                     val = float(val)
                 except OverflowError:
-                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {val!r}") from None
+                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}") from None
                 if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
-                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {val!r}")
+                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}")
                 if tid in seen_ids:
                     raise ValueError(f"logit_bias: token id {tid} appears twice")
                 seen_ids.add(tid)
@@ -431,7 +431,7 @@ class LogitsConstraints:
                 ``TRITON_INTERPRET=1``.
         """
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+            raise ValueError(f"backend must be one of {BACKENDS}, got {shown(backend)}")
         if not isinstance(logits, torch.Tensor):
             raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
         if logits.dtype not in LOGITS_DTYPES:
@@ -483,7 +483,7 @@ class LogitsConstraints:
                 self._check_slot_values(value)
             return value
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-            raise TypeError(f"{name} must be an int tensor or a sequence of ints, got {value!r}")
+            raise TypeError(f"{name} must be an int tensor or a sequence of ints, got {shown(value)}")
         try:
             n = len(value)  # type: ignore[arg-type]
         except TypeError:
@@ -493,7 +493,7 @@ class LogitsConstraints:
         vals = capped(value, name, rows)
         for v in vals:
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{name}: {v!r} is not an int")
+                raise TypeError(f"{name}: {shown(v)} is not an int")
             if not -(2**31) <= int(v) < 2**31:
                 what = "slot" if check_slots else "position"
                 raise ValueError(f"{name}: {what} {v} is outside the int32 range")

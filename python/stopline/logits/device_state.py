@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from stopline._caps import shown
+
 from .limits import LIMITS
 
 #: The table widths a request needs, in the order of ``SlotHost.widths``.
@@ -102,7 +104,7 @@ def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) 
     if reserve is None:
         return (0, 0, 0, 0, 0), False
     if not isinstance(reserve, Mapping):
-        raise TypeError(f"reserve must be a mapping of table name to capacity, got {reserve!r}")
+        raise TypeError(f"reserve must be a mapping of table name to capacity, got {shown(reserve)}")
     caps = {
         "stop_token_ids": LIMITS["max_stop_token_ids"],
         "sparse_bans": sparse_ban_limit,
@@ -114,14 +116,14 @@ def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) 
     for key, value in reserve.items():
         if key == "allowed_token_ids":
             if not isinstance(value, bool):
-                raise TypeError(f"reserve['allowed_token_ids'] must be a bool, got {value!r}")
+                raise TypeError(f"reserve['allowed_token_ids'] must be a bool, got {shown(value)}")
             continue
         if key not in caps:
-            raise ValueError(f"reserve: unknown table {key!r}; known: {sorted([*caps, 'allowed_token_ids'])}")
+            raise ValueError(f"reserve: unknown table {shown(key)}; known: {sorted([*caps, 'allowed_token_ids'])}")
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"reserve[{key!r}] must be an int, got {value!r}")
+            raise TypeError(f"reserve[{shown(key)}] must be an int, got {shown(value)}")
         if not 0 <= int(value) <= caps[key]:
-            raise ValueError(f"reserve[{key!r}]={value} is outside [0, {caps[key]}]")
+            raise ValueError(f"reserve[{shown(key)}]={value} is outside [0, {caps[key]}]")
         counts[key] = int(value)
     if counts.get("bad_word_tokens", 0) > 1 and not counts.get("bad_words"):
         raise ValueError("reserve: 'bad_word_tokens' needs 'bad_words' (the multi-token words per slot)")
