@@ -219,6 +219,18 @@ pub enum Problem {
     SumOverflows,
     /// `{field} is required: {why}`.
     Required { why: &'static str },
+    /// `{field} must be None: {why}`.
+    MustBeNone { why: &'static str },
+    /// `{field} must be {what}, not a single str` and, with `wrapped`,
+    /// ` (wrap it in a list: [{wrapped}])` (a TypeError).
+    SingleStr {
+        what: &'static str,
+        wrapped: Option<String>,
+    },
+    /// `{field} is missing the key {key:?}`.
+    MissingKey { key: String },
+    /// `{field} has the unknown key {shown}; expected {expected}`.
+    UnknownKey { shown: String, expected: String },
     /// `{field}={value} is outside the run of {run_len} tokens`, or for a
     /// batch row `{field}[{index}]={value}: use -1 for none or an index
     /// into the run`.
@@ -339,6 +351,21 @@ impl Problem {
                 "{field} add up to more than any list of token ids can hold"
             ),
             Problem::Required { why } => write!(f, "{field} is required: {why}"),
+            Problem::MustBeNone { why } => write!(f, "{field} must be None: {why}"),
+            Problem::SingleStr { what, wrapped } => {
+                write!(f, "{field} must be {what}, not a single str")?;
+                match wrapped {
+                    Some(w) => write!(f, " (wrap it in a list: [{w}])"),
+                    None => Ok(()),
+                }
+            }
+            Problem::MissingKey { key } => write!(f, "{field} is missing the key {key:?}"),
+            Problem::UnknownKey { shown, expected } => {
+                write!(
+                    f,
+                    "{field} has the unknown key {shown}; expected {expected}"
+                )
+            }
             Problem::OutsideRun {
                 index: None,
                 value,

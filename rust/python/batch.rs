@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
@@ -407,8 +407,11 @@ impl PyFinishBatch {
         let texts = opt_list(texts);
         if let Some(dec) = self.detok.as_mut() {
             if texts.is_some() {
-                return Err(PyValueError::new_err(
-                    "texts must be None: this batch decodes the ids with its vocabulary",
+                return Err(arg_err(
+                    "texts",
+                    Problem::MustBeNone {
+                        why: "this batch decodes the ids with its vocabulary",
+                    },
                 ));
             }
             return detok::batch_ids_step(

@@ -4,14 +4,14 @@
 //! the field and element.
 
 use pyo3::buffer::PyUntypedBuffer;
-use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
 use pyo3::IntoPyObjectExt;
 
-use super::errors::arg_err;
+use super::errors::{arg_err, to_py_err};
 use super::ffi;
-use crate::error::Problem;
+use crate::error::{Error, Problem};
 use crate::limits;
 use pyo3::exceptions::PyValueError;
 
@@ -165,10 +165,13 @@ pub(super) fn shown_value(obj: &Bound<'_, PyAny>) -> PyResult<String> {
 /// The `TypeError` for a bare `str` where a sequence of `str` is expected.
 pub(super) fn single_str_err(field: &str, s: &Bound<'_, PyAny>) -> PyErr {
     let text = s.extract::<String>().unwrap_or_default();
-    PyTypeError::new_err(format!(
-        "{field} must be a sequence of str, not a single str (wrap it in a list: [{}])",
-        limits::shown(&text)
-    ))
+    arg_err(
+        field,
+        Problem::SingleStr {
+            what: "a sequence of str",
+            wrapped: Some(limits::shown(&text)),
+        },
+    )
 }
 
 /// One token id: a non-negative int below 2**32.
@@ -189,7 +192,9 @@ pub(super) fn extract_ids(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> Py
 pub(super) fn try_vec<T>(n: usize, field: &str) -> PyResult<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| {
-        PyMemoryError::new_err(format!("{field}: cannot allocate room for {n} entries"))
+        to_py_err(Error::Alloc {
+            what: format!("room for {n} entries of {field}"),
+        })
     })?;
     Ok(v)
 }
@@ -338,9 +343,13 @@ pub(super) fn extract_piece_objects<'py>(
     name: &dyn Fn(usize) -> String,
 ) -> PyResult<Vec<Bound<'py, PyString>>> {
     if obj.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "{field} must be a sequence of str (one piece per token), not a single str"
-        )));
+        return Err(arg_err(
+            field,
+            Problem::SingleStr {
+                what: "a sequence of str (one piece per token)",
+                wrapped: None,
+            },
+        ));
     }
     let one = |i: usize, item: Bound<'py, PyAny>| -> PyResult<Bound<'py, PyString>> {
         let s = item
@@ -383,9 +392,13 @@ pub(super) fn with_pieces<'py, R>(
         if list.len() > limits::MAX_STEP_TOKENS {
             return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
         }
+        // The items are read from a copy (`list(texts)`, taken under the
+        // list's lock on a free-threaded build): another thread replacing
+        // them cannot hand this call a mix of two states.
+        let copy = list.as_sequence().to_list()?;
         // One piece (a decode step's update): no vectors.
-        if list.len() == 1 {
-            if let Ok(item) = list.get_item(0) {
+        if copy.len() == 1 {
+            if let Ok(item) = copy.get_item(0) {
                 if let Some(s) = item
                     .cast_exact::<PyString>()
                     .ok()
@@ -395,7 +408,7 @@ pub(super) fn with_pieces<'py, R>(
                 }
             }
         }
-        let held: Vec<Bound<'py, PyAny>> = list.iter().collect();
+        let held: Vec<Bound<'py, PyAny>> = copy.iter().collect();
         let strs: Option<Vec<&str>> = held
             .iter()
             .map(|o| o.cast_exact::<PyString>().ok()?.to_str().ok())

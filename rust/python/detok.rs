@@ -3,16 +3,17 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
 use super::batch::{batch_step, Appended, PyBatchStepResult, Replaced};
 use super::convert::{extract_ids, type_name};
-use super::errors::to_py_err;
+use super::errors::{arg_err, to_py_err};
 use crate::batch::{FinishBatch, StepInput};
 use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
 use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
+use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
 
 /// A tokenizer's decoding table, built from a Hugging Face `tokenizer.json`:
@@ -50,9 +51,11 @@ impl PyVocabulary {
             .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?
             .len();
         if len > MAX_TOKENIZER_JSON_BYTES as u64 {
-            return Err(PyValueError::new_err(format!(
-                "tokenizer: {shown} is {len} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
-            )));
+            return Err(to_py_err(Error::Tokenizer {
+                message: format!(
+                    "{shown} is {len} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
+                ),
+            }));
         }
         let data = std::fs::read(&path)
             .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?;
@@ -200,10 +203,13 @@ pub(super) fn vocabulary_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<
         None => Ok(None),
         Some(o) => {
             let v = o.cast::<PyVocabulary>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "vocabulary must be a stopline.Vocabulary or None, got {}",
-                    type_name(o)
-                ))
+                arg_err(
+                    "vocabulary",
+                    Problem::WrongType {
+                        expected: "a stopline.Vocabulary or None",
+                        got: type_name(o),
+                    },
+                )
             })?;
             Ok(Some(Arc::clone(&v.get().inner)))
         }

@@ -33,9 +33,10 @@ pub(super) fn to_py_err(e: Error) -> PyErr {
 pub(super) fn arg_err(field: &str, problem: Problem) -> PyErr {
     let message = problem.about(field);
     match problem {
-        Problem::WrongType { .. } | Problem::IdNotInt { .. } | Problem::NotASequence { .. } => {
-            PyTypeError::new_err(message)
-        }
+        Problem::WrongType { .. }
+        | Problem::IdNotInt { .. }
+        | Problem::NotASequence { .. }
+        | Problem::SingleStr { .. } => PyTypeError::new_err(message),
         _ => PyValueError::new_err(message),
     }
 }

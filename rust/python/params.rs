@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyAttributeError, PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyKeyError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -24,18 +24,23 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
             // Whatever else the caller's `__getitem__` raised is theirs.
             Err(e) if !e.is_instance_of::<PyTypeError>(obj.py()) => return Err(e),
             Err(_) => {
-                return Err(PyTypeError::new_err(format!(
-                    "repetition must be a mapping with keys max_pattern_size, min_pattern_size, min_count; got {}",
-                    type_name(obj)
-                )))
+                return Err(arg_err(
+                    "repetition",
+                    Problem::WrongType {
+                        expected:
+                            "a mapping with keys max_pattern_size, min_pattern_size, min_count",
+                        got: type_name(obj),
+                    },
+                ))
             }
         };
         match (v, default) {
             (Some(v), _) => Ok(extract_nonneg(&v, &format!("repetition[{key:?}]"))? as usize),
             (None, Some(d)) => Ok(d as usize),
-            (None, None) => Err(PyValueError::new_err(format!(
-                "repetition is missing the key {key:?}"
-            ))),
+            (None, None) => Err(arg_err(
+                "repetition",
+                Problem::MissingKey { key: key.into() },
+            )),
         }
     };
     const KEYS: [&str; 3] = ["max_pattern_size", "min_pattern_size", "min_count"];
@@ -53,10 +58,13 @@ fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
                 .extract::<String>()
                 .is_ok_and(|k| KEYS.contains(&k.as_str()));
             if !known {
-                return Err(PyValueError::new_err(format!(
-                    "repetition has the unknown key {}; expected {KEYS:?}",
-                    shown_value(&key)?
-                )));
+                return Err(arg_err(
+                    "repetition",
+                    Problem::UnknownKey {
+                        shown: shown_value(&key)?,
+                        expected: format!("{KEYS:?}"),
+                    },
+                ));
             }
         }
     }

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use pyo3::IntoPyObjectExt;
@@ -268,8 +267,11 @@ impl PyFinishTracker {
         };
         if let Some((vocab, dec)) = self.detok.as_mut() {
             if opt_list(texts).is_some() {
-                return Err(PyValueError::new_err(
-                    "texts must be None: this tracker decodes the ids with its vocabulary",
+                return Err(arg_err(
+                    "texts",
+                    Problem::MustBeNone {
+                        why: "this tracker decodes the ids with its vocabulary",
+                    },
                 ));
             }
             let step = detok::tracker_ids_update(vocab, dec, &mut self.inner, &ids, g)?;
