@@ -162,6 +162,19 @@ pub(super) fn shown_value(obj: &Bound<'_, PyAny>) -> PyResult<String> {
     }
 }
 
+/// The error `problem(shown)` for `field`, `shown` being `obj` as
+/// [`shown_value`] renders it (or what rendering it raised).
+pub(super) fn value_err(
+    field: &str,
+    obj: &Bound<'_, PyAny>,
+    problem: impl FnOnce(String) -> Problem,
+) -> PyErr {
+    match shown_value(obj) {
+        Ok(shown) => arg_err(field, problem(shown)),
+        Err(e) => e,
+    }
+}
+
 /// The `TypeError` for a bare `str` where a sequence of `str` is expected.
 pub(super) fn single_str_err(field: &str, s: &Bound<'_, PyAny>) -> PyErr {
     let text = s.extract::<String>().unwrap_or_default();
@@ -272,10 +285,7 @@ pub(super) fn extract_int(item: &Bound<'_, PyAny>, field: &dyn Fn() -> String) -
     item.extract::<i64>().map_err(|e| {
         let py = item.py();
         if item.is_instance_of::<PyInt>() || e.is_instance_of::<PyOverflowError>(py) {
-            match shown_value(item) {
-                Ok(shown) => arg_err(&field(), Problem::OutOfRange { shown }),
-                Err(e) => e,
-            }
+            value_err(&field(), item, |shown| Problem::OutOfRange { shown })
         } else if e.is_instance_of::<PyTypeError>(py) {
             arg_err(&field(), wrong_type("an int", item))
         } else {
@@ -375,26 +385,25 @@ pub(super) fn opt_list<'a, 'py>(
 /// Runs `f` on the text pieces of `texts` (one `str` per token) as UTF-8
 /// views, each with its `str` object, or on `None` without texts.
 ///
-/// A plain list of exact `str` is read holding a reference to each item, so
-/// the views borrow objects this call owns whatever the caller's code does
-/// to the list meanwhile. Anything else, or an item that is not a valid
-/// `str`, goes through [`extract_piece_objects`], whose errors name the
-/// element with `name(i)`.
+/// A plain list is read from one copy of it (`list(texts)`, taken under the
+/// list's lock on a free-threaded build), holding a reference to each item:
+/// the views borrow objects this call owns, and another thread replacing
+/// the items cannot hand this call a mix of two states. Anything that is
+/// not a list of exact `str` goes through [`extract_piece_objects`] (on that
+/// same copy for a list), whose errors name the element with `name(i)`.
 pub(super) fn with_pieces<'py, R>(
     texts: Option<&Bound<'py, PyAny>>,
     name: &dyn Fn(usize) -> String,
     f: impl FnOnce(Option<&[&str]>, &[Bound<'py, PyAny>]) -> PyResult<R>,
 ) -> PyResult<R> {
-    let Some(texts) = texts else {
+    let Some(mut texts) = texts else {
         return f(None, &[]);
     };
+    let copied;
     if let Ok(list) = texts.cast_exact::<PyList>() {
         if list.len() > limits::MAX_STEP_TOKENS {
             return Err(over_cap("texts", Some(list.len()), limits::MAX_STEP_TOKENS));
         }
-        // The items are read from a copy (`list(texts)`, taken under the
-        // list's lock on a free-threaded build): another thread replacing
-        // them cannot hand this call a mix of two states.
         let copy = list.as_sequence().to_list()?;
         // One piece (a decode step's update): no vectors.
         if copy.len() == 1 {
@@ -416,6 +425,8 @@ pub(super) fn with_pieces<'py, R>(
         if let Some(strs) = strs {
             return f(Some(&strs), &held);
         }
+        copied = copy.into_any();
+        texts = &copied;
     }
     // Pieces of a `str` subclass are handed on as plain `str` copies.
     let held: Vec<Bound<'py, PyAny>> = extract_piece_objects(texts, "texts", name)?
@@ -473,10 +484,7 @@ pub(super) fn range_values(r: &Bound<'_, PyRange>, max_slots: usize) -> PyResult
         Ok(n) => return Err(over_cap("slots", Some(n), max_slots)),
         Err(_) => return Err(over_cap("slots", None, max_slots)),
     };
-    let out_of_range = |_| match shown_value(r) {
-        Ok(shown) => arg_err("slots", Problem::OutOfRange { shown }),
-        Err(e) => e,
-    };
+    let out_of_range = |_| value_err("slots", r, |shown| Problem::OutOfRange { shown });
     let (start, step) = (
         r.start().map_err(out_of_range)?,
         r.step().map_err(out_of_range)?,

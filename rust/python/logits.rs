@@ -6,7 +6,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyString, PyTuple, PyType};
 
-use super::convert::{buffer_i64s, over_cap, shown_value, take_capped, try_vec, type_name};
+use super::convert::{
+    buffer_i64s, over_cap, shown_value, take_capped, try_vec, type_name, value_err,
+};
 use super::errors::{arg_err, to_py_err};
 use super::ffi::list_ints;
 use crate::bad_words::{build, check_ids};
@@ -147,17 +149,10 @@ fn read_id(item: &Bound<'_, PyAny>, vocab: u32) -> PyResult<i64> {
     }
     item.extract::<i64>().map_err(|e| {
         if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
-            let shown = match shown_value(item) {
-                Ok(shown) => shown,
-                Err(e) => return e,
-            };
-            arg_err(
-                FIELD,
-                Problem::IdNotInVocab {
-                    shown,
-                    vocab_size: vocab.into(),
-                },
-            )
+            value_err(FIELD, item, |shown| Problem::IdNotInVocab {
+                shown,
+                vocab_size: vocab.into(),
+            })
         } else {
             e
         }
