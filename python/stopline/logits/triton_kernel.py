@@ -111,84 +111,123 @@ def _sparse_bans(row_ptr, row64, slot, pos, lo, hi, ban_ptr, bad_prefix_ptr, bad
 
 
 @triton.jit
-def _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed,
-                HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
-    """The row's keep bits for words ``widx``: grammar bitmask AND the slot's dense mask."""
+def _mask_words(bitmask_ptr, allowed_ptr, start, w_hi, use_bitmask, use_allowed, forced,
+                DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
+    """The row's keep bits for words ``widx``: grammar bitmask AND the slot's dense mask; on a
+    forced row (``forced >= 0``) only the forced id's bit, and no mask word is read."""
+    widx = start + tl.arange(0, DENSE_WORDS)
+    wok = widx < w_hi
     bits = widx * 0 - 1
     if HAS_BITMASK:
         bits = tl.load(bitmask_ptr + widx, mask=tl.where(use_bitmask != 0, wok, False), other=-1)
     if HAS_ALLOWED:
         bits = bits & tl.load(allowed_ptr + widx, mask=tl.where(use_allowed != 0, wok, False), other=-1)
-    return bits
+    one = tl.where(widx == (forced >> 5), (1 << (forced & 31)).to(tl.int32), 0)
+    return tl.where(forced >= 0, one, bits)
 
 
 @triton.jit
-def _pairs_tile(row32, bitmask_ptr, allowed_ptr, start, w_hi, half_vocab, use_bitmask, use_allowed,
-                DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
-                IS_BF16: tl.constexpr):
-    """Loads of one 16-bit tile seen as uint32 pairs, [DENSE_WORDS, 16]: pair c of word w holds
-    tokens 32w+2c (low half) and 32w+2c+1 (high half)."""
-    NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00  # -inf twice
+def _tile_load(row_ptr, bits, start, w_hi, vocab,
+               DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr):
+    """Loads of one tile's logits, [DENSE_WORDS, 8, 4] (float) or [DENSE_WORDS, 4, 4] (16-bit
+    logits as uint32 pairs), reading only the 16-byte vectors that hold a kept logit; the others
+    read as -inf (masked logits are written without being read)."""
     widx = start + tl.arange(0, DENSE_WORDS)
     wok = widx < w_hi
-    pidx = widx[:, None] * 16 + tl.arange(0, 16)[None, :]
-    # Out-of-range pairs read -inf, so they are never counted.
-    v = tl.load(row32 + pidx, mask=(pidx < half_vocab) & wok[:, None], other=NEG2)
-    bits = _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed, HAS_BITMASK, HAS_ALLOWED)
-    return v, bits
+    if PAIRS:
+        # Vector q of word w is the word's byte q: pairs k of tokens 32w+8q+2k (low half), +1 (high).
+        NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00  # -inf twice
+        q = tl.arange(0, 4)
+        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (8 * q)[None, :]) & 0xFF
+        idx = widx[:, None, None] * 16 + (4 * q)[None, :, None] + tl.arange(0, 4)[None, None, :]
+        ok = (idx < vocab // 2) & wok[:, None, None]
+        v = tl.load(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx,
+                    mask=ok & (sub != 0)[:, :, None], other=NEG2)
+    else:
+        # Vector n of word w: tokens 32w+4n .. 32w+4n+3, bits 4n .. 4n+3 of the word.
+        n = tl.arange(0, 8)
+        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (4 * n)[None, :]) & 0xF
+        idx = widx[:, None, None] * 32 + (4 * n)[None, :, None] + tl.arange(0, 4)[None, None, :]
+        ok = (idx < vocab) & wok[:, None, None]
+        v = tl.load(row_ptr + idx, mask=ok & (sub != 0)[:, :, None], other=float("-inf"))
+    return v
 
 
 @triton.jit
-def _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS: tl.constexpr, IS_BF16: tl.constexpr):
-    """Mask one pair tile with integer ops (no unpacking to float), store it, count its finite halves."""
-    NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00
-    EXP2: tl.constexpr = 0x7F807F80 if IS_BF16 else 0x7C007C00  # exponent bits of both halves
+def _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc,
+                DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr):
+    """Mask one tile, store only the vectors that hold a masked logit, count its kept finite logits."""
     widx = start + tl.arange(0, DENSE_WORDS)
-    pidx = widx[:, None] * 16 + tl.arange(0, 16)[None, :]
-    # Seen as [word, byte q, pair k]: pair k of byte q holds tokens 8q+2k, 8q+2k+1. A thread's
-    # 16-byte vector is one byte's 4 pairs, so the byte's bits are spread once for all 4:
-    # even bits (low halves) stay at 2k, odd bits (high halves) go to 16+2k.
-    q = tl.arange(0, 4)
+    wok = widx < w_hi
     k = tl.arange(0, 4)
-    byte = (bits.to(tl.uint32, bitcast=True)[:, None] >> (8 * q)[None, :]) & 0xFF
-    u = (byte & 0x55) | ((byte & 0xAA) << 15)
-    # keep15: bit 15 = low half kept, bit 31 = high half kept; m: 0xFFFF in each kept half.
-    keep15 = tl.reshape((u[:, :, None] << (15 - 2 * k)[None, None, :]) & 0x80008000, [DENSE_WORDS, 16])
-    m = (keep15 >> 15) * 0xFFFF
-    y = (v & m) | (NEG2 & ~m)
-    tl.store(row32 + pidx, y, mask=(pidx < half_vocab) & (widx < w_hi)[:, None])
-    # A half of v is finite iff its exponent bits are not all set: then ~v & EXP2 is non-zero in
-    # that half, and adding 0x7FFF sets the half's top bit (never carrying into the other half).
-    fin15 = (~v & EXP2) + 0x7FFF7FFF
-    # Kept and finite, per half: counts in the low and high 16 bits of each (word, byte).
-    return acc + tl.sum(tl.reshape((fin15 & keep15) >> 15, [DENSE_WORDS, 4, 4]), axis=2)
+    if PAIRS:
+        NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00
+        EXP2: tl.constexpr = 0x7F807F80 if IS_BF16 else 0x7C007C00  # exponent bits of both halves
+        q = tl.arange(0, 4)
+        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (8 * q)[None, :]) & 0xFF
+        idx = widx[:, None, None] * 16 + (4 * q)[None, :, None] + k[None, None, :]
+        # Integer masking, no unpacking to float: even bits (low halves) stay at 2k, odd bits
+        # (high halves) go to 16+2k; keep15 has bit 15 (31) set where the low (high) half is kept.
+        u = (sub & 0x55) | ((sub & 0xAA) << 15)
+        keep15 = (u[:, :, None] << (15 - 2 * k)[None, None, :]) & 0x80008000
+        m = (keep15 >> 15) * 0xFFFF
+        y = (v & m) | (NEG2 & ~m)
+        tl.store(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx, y,
+                 mask=(idx < vocab // 2) & wok[:, None, None] & (sub != 0xFF)[:, :, None])
+        # A half of v is finite iff its exponent bits are not all set: then ~v & EXP2 is non-zero in
+        # that half, and adding 0x7FFF sets the half's top bit (never carrying into the other half).
+        fin15 = (~v & EXP2) + 0x7FFF7FFF
+        # Kept and finite, per half: counts in the low and high 16 bits of each (word, byte).
+        return acc + tl.sum((fin15 & keep15) >> 15, axis=2)
+    else:
+        n = tl.arange(0, 8)
+        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (4 * n)[None, :]) & 0xF
+        idx = widx[:, None, None] * 32 + (4 * n)[None, :, None] + k[None, None, :]
+        keep = ((sub[:, :, None] >> k[None, None, :]) & 1) != 0
+        y = tl.where(keep, v, float("-inf"))
+        tl.store(row_ptr + idx, y, mask=(idx < vocab) & wok[:, None, None] & (sub != 0xF)[:, :, None])
+        fin = (tl.abs(y.to(tl.float32)) < float("inf")).to(tl.int32)
+        # Summed over each thread's own 4 consecutive logits: no cross-thread traffic.
+        return acc + tl.sum(fin, axis=2)
 
 
 @triton.jit
-def _floats_tile(row_ptr, bitmask_ptr, allowed_ptr, start, w_hi, vocab, use_bitmask, use_allowed,
-                 DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
-    """Loads of one tile of logits, [DENSE_WORDS, 32], in their own dtype."""
-    widx = start + tl.arange(0, DENSE_WORDS)
-    wok = widx < w_hi
-    tok = widx[:, None] * 32 + tl.arange(0, 32)[None, :]
-    x = tl.load(row_ptr + tok, mask=(tok < vocab) & wok[:, None], other=float("-inf"))
-    bits = _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed, HAS_BITMASK, HAS_ALLOWED)
-    return x, bits
-
-
-@triton.jit
-def _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS: tl.constexpr):
-    """Mask one tile, store it whole (16-byte vectors beat masked scalar stores of only the masked
-    logits, measured on the H200), count its finite logits."""
-    lane = tl.arange(0, 32)
-    widx = start + tl.arange(0, DENSE_WORDS)
-    tok = widx[:, None] * 32 + lane[None, :]
-    keep = ((bits[:, None] >> lane[None, :]) & 1) != 0
-    x = tl.where(keep, x, float("-inf"))
-    tl.store(row_ptr + tok, x, mask=(tok < vocab) & (widx < w_hi)[:, None])
-    fin = (tl.abs(x.to(tl.float32)) < float("inf")).to(tl.int32)
-    # Summed over each thread's own 4 consecutive logits: no cross-thread traffic.
-    return acc + tl.sum(tl.reshape(fin, [DENSE_WORDS, 8, 4]), axis=2)
+def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
+                DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
+                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr):
+    """Step 2 over bitmask words [w_lo, w_hi) of the row; returns the kept finite count."""
+    # Per-thread counters, reduced once after the loop: a reduction per tile would put
+    # CTA barriers in every iteration.
+    if PAIRS:
+        acc = tl.zeros([DENSE_WORDS, 4], tl.uint32)  # two 16-bit counters per (word, byte)
+    else:
+        acc = tl.zeros([DENSE_WORDS, 8], tl.int32)
+    if PREFETCH:
+        # A tile's logits load waits for its mask words, so the words are loaded two tiles
+        # ahead and the logits one tile ahead of the tile being masked.
+        bits = _mask_words(bm_row, al_row, w_lo, w_hi, use_bitmask, use_allowed, forced,
+                           DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
+        bits_next = _mask_words(bm_row, al_row, w_lo + DENSE_WORDS, w_hi, use_bitmask, use_allowed, forced,
+                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+        for start in range(w_lo, w_hi, DENSE_WORDS):
+            v_next = _tile_load(row_ptr, bits_next, start + DENSE_WORDS, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
+            bits_after = _mask_words(bm_row, al_row, start + 2 * DENSE_WORDS, w_hi, use_bitmask, use_allowed,
+                                     forced, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+            acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
+            v = v_next
+            bits = bits_next
+            bits_next = bits_after
+    else:
+        for start in range(w_lo, w_hi, DENSE_WORDS):
+            bits = _mask_words(bm_row, al_row, start, w_hi, use_bitmask, use_allowed, forced,
+                               DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+            v = _tile_load(row_ptr, bits, start, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
+            acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
+    if PAIRS:
+        return (tl.sum(tl.sum(acc & 0xFFFF, axis=1), axis=0) + tl.sum(tl.sum(acc >> 16, axis=1), axis=0)).to(tl.int32)
+    else:
+        return tl.sum(tl.sum(acc, axis=1), axis=0)
 
 
 @triton.jit
@@ -208,17 +247,19 @@ def _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP:
 
 
 @triton.jit
-def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_active, vocab,
+def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_active, forced, vocab,
                 stops, policy, bias_ids, bv,
                 N_STOP: tl.constexpr, N_BIAS: tl.constexpr, IS_BF16: tl.constexpr):
-    """Steps 3-5, given the row's finite count after steps 1-2 (exact or a lower bound)."""
+    """Steps 3-5, given the row's finite count after steps 1-2 (exact or a lower bound).
+    A forced row (``forced >= 0``) skips steps 3-4: its forced logit becomes 0 if not finite."""
     NEG = float("-inf")
+    min_active = tl.where(forced < 0, min_active, False)
     INF = float("inf")  # finite(x) is written |x| < INF: false for +-inf and NaN
     # The stop and bias logits are gathered together (one memory round trip at the tail of
     # the launch); a bias id that is also a stop id reads -inf when the stops get masked.
     MERGED: tl.constexpr = (N_STOP > 0) & (N_BIAS > 0) & (N_STOP * N_BIAS <= 2048)
     if N_BIAS > 0:
-        bias_ok = (bias_ids >= 0) & (bias_ids < vocab)
+        bias_ok = tl.where(forced < 0, (bias_ids >= 0) & (bias_ids < vocab), False)
         if MERGED:
             x = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG)
     # 3. min_tokens with restore-when-all-masked.
@@ -260,6 +301,11 @@ def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_acti
         tl.store(row_ptr + bias_ids, y, mask=bias_ok)
         count += tl.sum((bias_ok & (tl.abs(y.to(tl.float32)) < INF)).to(tl.int32), axis=0)
         count -= tl.sum((bias_ok & (tl.abs(x32) < INF)).to(tl.int32), axis=0)
+    if forced >= 0:
+        tl.debug_barrier()
+        fx = tl.load(row_ptr + forced)
+        tl.store(row_ptr + forced, 0.0, mask=(tl.abs(fx.to(tl.float32)) < INF) == 0)
+        count = 1
     tl.store(infeasible_ptr + row, count == 0)
 
 
@@ -290,6 +336,7 @@ def _constraints_kernel(
     hist_len_ptr,
     bias_id_ptr,
     bias_val_ptr,
+    forced_ptr,
     max_slots,
     vocab,
     num_words,
@@ -332,63 +379,26 @@ def _constraints_kernel(
         else:
             use_allowed = is_grammar * 0
         min_active = pos < tl.load(min_tokens_ptr + slot).to(tl.int64)
+        # The slot's forced token id, -1 if none (an id outside the vocab counts as none).
+        forced = tl.load(forced_ptr + slot)
+        forced = tl.where((forced >= 0) & (forced < vocab), forced, -1)
 
-        if (use_bitmask != 0) | (use_allowed != 0):
+        if (use_bitmask != 0) | (use_allowed != 0) | (forced >= 0):
             # Dense row: this program owns bitmask words [w_lo, w_hi).
             w_lo = chunk * chunk_words
             w_hi = tl.minimum(w_lo + chunk_words, num_words)
             stops, policy, bias_ids, bv = _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr,
                                                        N_STOP, N_BIAS)
-            _sparse_bans(row_ptr, row64, slot, pos, w_lo * 32, tl.minimum(w_hi * 32, vocab), ban_ptr,
+            # A forced row gets no bans: every column but the forced one ends -inf anyway.
+            ban_lo = tl.where(forced >= 0, vocab, w_lo * 32)
+            _sparse_bans(row_ptr, row64, slot, pos, ban_lo, tl.minimum(w_hi * 32, vocab), ban_ptr,
                          bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
                          draft_ptr, draft_stride, draft_width, N_BAN, N_BAD, N_PFX, HAS_DRAFT)
             tl.debug_barrier()
             bm_row = bitmask_ptr + row64 * bitmask_stride
             al_row = allowed_ptr + slot * num_words
-            # Per-thread counters, reduced once after the loop: a reduction per tile would put
-            # CTA barriers in every iteration.
-            if PAIRS:
-                # 16-bit logits as uint32 pairs: masking and counting are a few integer ops per
-                # pair instead of a float32 round trip per logit.
-                row32 = row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
-                half_vocab = vocab // 2
-                acc = tl.zeros([DENSE_WORDS, 4], tl.uint32)  # two 16-bit counters per (word, byte)
-                if PREFETCH:
-                    # The next tile's loads are in flight while this one is processed.
-                    v, bits = _pairs_tile(row32, bm_row, al_row, w_lo, w_hi, half_vocab, use_bitmask,
-                                          use_allowed, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, IS_BF16)
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        v_next, bits_next = _pairs_tile(row32, bm_row, al_row, start + DENSE_WORDS, w_hi,
-                                                        half_vocab, use_bitmask, use_allowed, DENSE_WORDS,
-                                                        HAS_BITMASK, HAS_ALLOWED, IS_BF16)
-                        acc = _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS, IS_BF16)
-                        v = v_next
-                        bits = bits_next
-                else:
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        v, bits = _pairs_tile(row32, bm_row, al_row, start, w_hi, half_vocab, use_bitmask,
-                                              use_allowed, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, IS_BF16)
-                        acc = _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS, IS_BF16)
-                count = (tl.sum(tl.sum(acc & 0xFFFF, axis=1), axis=0) +
-                         tl.sum(tl.sum(acc >> 16, axis=1), axis=0)).to(tl.int32)
-            else:
-                acc = tl.zeros([DENSE_WORDS, 8], tl.int32)
-                if PREFETCH:
-                    x, bits = _floats_tile(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed,
-                                           DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        x_next, bits_next = _floats_tile(row_ptr, bm_row, al_row, start + DENSE_WORDS, w_hi, vocab,
-                                                         use_bitmask, use_allowed, DENSE_WORDS, HAS_BITMASK,
-                                                         HAS_ALLOWED)
-                        acc = _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS)
-                        x = x_next
-                        bits = bits_next
-                else:
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        x, bits = _floats_tile(row_ptr, bm_row, al_row, start, w_hi, vocab, use_bitmask, use_allowed,
-                                               DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-                        acc = _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS)
-                count = tl.sum(tl.sum(acc, axis=1), axis=0)
+            count = _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
+                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, PAIRS, IS_BF16, PREFETCH)
             last = count == count
             if SPLIT:
                 # Publish this chunk's stores and count; the last arrival gets the total.
@@ -401,7 +411,7 @@ def _constraints_kernel(
             if last:
                 if SPLIT:
                     tl.store(scratch_ptr + row, old * 0)  # ready for the next launch
-                _finish_row(row_ptr, infeasible_ptr, row, count, last, is_grammar, min_active, vocab,
+                _finish_row(row_ptr, infeasible_ptr, row, count, last, is_grammar, min_active, forced, vocab,
                             stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
         elif chunk == 0:
             _sparse_bans(row_ptr, row64, slot, pos, 0, vocab, ban_ptr,
@@ -428,7 +438,7 @@ def _constraints_kernel(
                 count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
                 start += SCAN_WORDS * 32
             tl.debug_barrier()
-            _finish_row(row_ptr, infeasible_ptr, row, count, start >= vocab, is_grammar, min_active, vocab,
+            _finish_row(row_ptr, infeasible_ptr, row, count, start >= vocab, is_grammar, min_active, forced, vocab,
                         stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
     elif chunk == 0:
         tl.store(infeasible_ptr + row, slot_ok == 0)
@@ -481,11 +491,15 @@ def _pairs_ok(logits: torch.Tensor) -> bool:
 def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
-                 pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None):
+                 pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None,
+                 n_forced: int = 0):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
-    keyword overrides (benchmark sweeps) take precedence over it."""
+    keyword overrides (benchmark sweeps) take precedence over it. ``n_forced``
+    (slots with a forced token, host count) only picks the grid: with none, a
+    launch without a dense mask runs one program per row; a forced row is
+    handled correctly by either grid."""
     tuning = KernelTuning() if tuning is None else tuning
     R, V = logits.shape
     W = (V + 31) // 32
@@ -502,7 +516,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     dummy = st.min_tokens  # any valid pointer for absent optional inputs
     draft = draft_token_ids if draft_token_ids is not None and draft_token_ids.shape[1] > 0 else None
     n_bad = st.bad_prefix.shape[1]
-    dense = bitmask is not None or bool(st.any_allowed)
+    dense = bitmask is not None or bool(st.any_allowed) or n_forced > 0
     if not dense:
         chunk_words = W
     elif chunk_words is None:
@@ -540,6 +554,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         st.history_len,
         st.bias_ids,
         st.bias_values,
+        st.forced,
         max_slots,
         V,
         W,
