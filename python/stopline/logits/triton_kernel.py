@@ -128,73 +128,78 @@ def _mask_words(bitmask_ptr, allowed_ptr, start, w_hi, use_bitmask, use_allowed,
 
 @triton.jit
 def _tile_load(row_ptr, bits, start, w_hi, vocab,
-               DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr):
-    """Loads of one tile's logits, [DENSE_WORDS, 8, 4] (float) or [DENSE_WORDS, 4, 4] (16-bit
-    logits as uint32 pairs), reading only the 16-byte vectors that hold a kept logit; the others
-    read as -inf (masked logits are written without being read)."""
+               DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr, KEPT_ONLY: tl.constexpr):
+    """Loads of one tile's logits, [DENSE_WORDS, 32] (float) or [DENSE_WORDS, 16] (16-bit logits
+    as uint32 pairs); with ``KEPT_ONLY`` only the 16-byte vectors that hold a kept logit are read,
+    the others read as -inf (masked logits are written without being read). The vector's mask
+    bits are selected by a shift that is constant over the vector, so the loads stay 16 bytes."""
     widx = start + tl.arange(0, DENSE_WORDS)
     wok = widx < w_hi
+    ubits = bits.to(tl.uint32, bitcast=True)
     if PAIRS:
-        # Vector q of word w is the word's byte q: pairs k of tokens 32w+8q+2k (low half), +1 (high).
+        # Pair c of word w holds tokens 32w+2c (low half) and 32w+2c+1 (high half); vector c//4
+        # is the word's byte c//4.
         NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00  # -inf twice
-        q = tl.arange(0, 4)
-        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (8 * q)[None, :]) & 0xFF
-        idx = widx[:, None, None] * 16 + (4 * q)[None, :, None] + tl.arange(0, 4)[None, None, :]
-        ok = (idx < vocab // 2) & wok[:, None, None]
-        v = tl.load(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx,
-                    mask=ok & (sub != 0)[:, :, None], other=NEG2)
+        c = tl.arange(0, 16)
+        idx = widx[:, None] * 16 + c[None, :]
+        ok = (idx < vocab // 2) & wok[:, None]
+        if KEPT_ONLY:
+            ok = ok & (((ubits[:, None] >> (c // 4 * 8)[None, :]) & 0xFF) != 0)
+        v = tl.load(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx, mask=ok, other=NEG2)
     else:
-        # Vector n of word w: tokens 32w+4n .. 32w+4n+3, bits 4n .. 4n+3 of the word.
-        n = tl.arange(0, 8)
-        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (4 * n)[None, :]) & 0xF
-        idx = widx[:, None, None] * 32 + (4 * n)[None, :, None] + tl.arange(0, 4)[None, None, :]
-        ok = (idx < vocab) & wok[:, None, None]
-        v = tl.load(row_ptr + idx, mask=ok & (sub != 0)[:, :, None], other=float("-inf"))
+        lane = tl.arange(0, 32)
+        idx = widx[:, None] * 32 + lane[None, :]
+        ok = (idx < vocab) & wok[:, None]
+        if KEPT_ONLY:
+            ok = ok & (((ubits[:, None] >> (lane // 4 * 4)[None, :]) & 0xF) != 0)
+        v = tl.load(row_ptr + idx, mask=ok, other=float("-inf"))
     return v
 
 
 @triton.jit
 def _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc,
                 DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr):
-    """Mask one tile, store only the vectors that hold a masked logit, count its kept finite logits."""
+    """Mask one tile, store only the 16-byte vectors that hold a masked logit, count its kept
+    finite logits."""
     widx = start + tl.arange(0, DENSE_WORDS)
     wok = widx < w_hi
-    k = tl.arange(0, 4)
+    ubits = bits.to(tl.uint32, bitcast=True)
     if PAIRS:
         NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00
         EXP2: tl.constexpr = 0x7F807F80 if IS_BF16 else 0x7C007C00  # exponent bits of both halves
-        q = tl.arange(0, 4)
-        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (8 * q)[None, :]) & 0xFF
-        idx = widx[:, None, None] * 16 + (4 * q)[None, :, None] + k[None, None, :]
+        c = tl.arange(0, 16)
+        idx = widx[:, None] * 16 + c[None, :]
+        byte = (ubits[:, None] >> (c // 4 * 8)[None, :]) & 0xFF
         # Integer masking, no unpacking to float: even bits (low halves) stay at 2k, odd bits
-        # (high halves) go to 16+2k; keep15 has bit 15 (31) set where the low (high) half is kept.
-        u = (sub & 0x55) | ((sub & 0xAA) << 15)
-        keep15 = (u[:, :, None] << (15 - 2 * k)[None, None, :]) & 0x80008000
+        # (high halves) go to 16+2k; keep15 has bit 15 (31) set where the low (high) half of
+        # pair c = 4q+k is kept.
+        u = (byte & 0x55) | ((byte & 0xAA) << 15)
+        keep15 = (u << (15 - 2 * (c % 4))[None, :]) & 0x80008000
         m = (keep15 >> 15) * 0xFFFF
         y = (v & m) | (NEG2 & ~m)
         tl.store(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx, y,
-                 mask=(idx < vocab // 2) & wok[:, None, None] & (sub != 0xFF)[:, :, None])
+                 mask=(idx < vocab // 2) & wok[:, None] & (byte != 0xFF))
         # A half of v is finite iff its exponent bits are not all set: then ~v & EXP2 is non-zero in
         # that half, and adding 0x7FFF sets the half's top bit (never carrying into the other half).
         fin15 = (~v & EXP2) + 0x7FFF7FFF
         # Kept and finite, per half: counts in the low and high 16 bits of each (word, byte).
-        return acc + tl.sum((fin15 & keep15) >> 15, axis=2)
+        return acc + tl.sum(tl.reshape((fin15 & keep15) >> 15, [DENSE_WORDS, 4, 4]), axis=2)
     else:
-        n = tl.arange(0, 8)
-        sub = (bits.to(tl.uint32, bitcast=True)[:, None] >> (4 * n)[None, :]) & 0xF
-        idx = widx[:, None, None] * 32 + (4 * n)[None, :, None] + k[None, None, :]
-        keep = ((sub[:, :, None] >> k[None, None, :]) & 1) != 0
+        lane = tl.arange(0, 32)
+        idx = widx[:, None] * 32 + lane[None, :]
+        keep = ((ubits[:, None] >> lane[None, :]) & 1) != 0
         y = tl.where(keep, v, float("-inf"))
-        tl.store(row_ptr + idx, y, mask=(idx < vocab) & wok[:, None, None] & (sub != 0xF)[:, :, None])
+        tl.store(row_ptr + idx, y,
+                 mask=(idx < vocab) & wok[:, None] & (((ubits[:, None] >> (lane // 4 * 4)[None, :]) & 0xF) != 0xF))
         fin = (tl.abs(y.to(tl.float32)) < float("inf")).to(tl.int32)
         # Summed over each thread's own 4 consecutive logits: no cross-thread traffic.
-        return acc + tl.sum(fin, axis=2)
+        return acc + tl.sum(tl.reshape(fin, [DENSE_WORDS, 8, 4]), axis=2)
 
 
 @triton.jit
 def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
                 DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
-                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr):
+                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr, KEPT_ONLY: tl.constexpr):
     """Step 2 over bitmask words [w_lo, w_hi) of the row; returns the kept finite count."""
     # Per-thread counters, reduced once after the loop: a reduction per tile would put
     # CTA barriers in every iteration.
@@ -207,11 +212,12 @@ def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_all
         # ahead and the logits one tile ahead of the tile being masked.
         bits = _mask_words(bm_row, al_row, w_lo, w_hi, use_bitmask, use_allowed, forced,
                            DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
+        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
         bits_next = _mask_words(bm_row, al_row, w_lo + DENSE_WORDS, w_hi, use_bitmask, use_allowed, forced,
                                 DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
         for start in range(w_lo, w_hi, DENSE_WORDS):
-            v_next = _tile_load(row_ptr, bits_next, start + DENSE_WORDS, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
+            v_next = _tile_load(row_ptr, bits_next, start + DENSE_WORDS, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16,
+                                KEPT_ONLY)
             bits_after = _mask_words(bm_row, al_row, start + 2 * DENSE_WORDS, w_hi, use_bitmask, use_allowed,
                                      forced, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
             acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
@@ -222,7 +228,7 @@ def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_all
         for start in range(w_lo, w_hi, DENSE_WORDS):
             bits = _mask_words(bm_row, al_row, start, w_hi, use_bitmask, use_allowed, forced,
                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-            v = _tile_load(row_ptr, bits, start, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
+            v = _tile_load(row_ptr, bits, start, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
             acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
     if PAIRS:
         return (tl.sum(tl.sum(acc & 0xFFFF, axis=1), axis=0) + tl.sum(tl.sum(acc >> 16, axis=1), axis=0)).to(tl.int32)
@@ -356,6 +362,7 @@ def _constraints_kernel(
     IS_BF16: tl.constexpr,
     PAIRS: tl.constexpr,
     PREFETCH: tl.constexpr,
+    KEPT_ONLY: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -398,7 +405,7 @@ def _constraints_kernel(
             bm_row = bitmask_ptr + row64 * bitmask_stride
             al_row = allowed_ptr + slot * num_words
             count = _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
-                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, PAIRS, IS_BF16, PREFETCH)
+                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, PAIRS, IS_BF16, PREFETCH, KEPT_ONLY)
             last = count == count
             if SPLIT:
                 # Publish this chunk's stores and count; the last arrival gets the total.
@@ -492,7 +499,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
                  pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None,
-                 n_forced: int = 0):
+                 n_forced: int = 0, kept_only: bool = True):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
@@ -509,6 +516,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     scan_words = scan_words or sw
     num_warps = num_warps or nw
     progs_per_sm = pps if progs_per_sm is None else progs_per_sm
+    prefetch_default = prefetch is None
     prefetch = cfg[5] if prefetch is None else prefetch
     pairs = _pairs_ok(logits) if pairs is None else pairs and _pairs_ok(logits)
     infeasible = torch.empty(R, dtype=torch.bool, device=logits.device)
@@ -528,6 +536,8 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
             chunk_words = split_words(R, W, dense_words, progs_per_sm, sms, wave if wave_progs is None else wave_progs)
     n_chunks = _cdiv(W, chunk_words)
     split = n_chunks > 1
+    if prefetch_default and chunk_words <= dense_words:
+        prefetch = 0  # one tile per program: nothing to overlap, the prologue only adds latency
     _constraints_kernel[(R, n_chunks)](
         logits,
         logits.stride(0),
@@ -574,6 +584,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         IS_BF16=logits.dtype == torch.bfloat16,
         PAIRS=pairs,
         PREFETCH=bool(prefetch),
+        KEPT_ONLY=bool(kept_only),
         num_warps=num_warps,
     )
     return infeasible

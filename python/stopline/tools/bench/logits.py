@@ -55,7 +55,7 @@ ENV_VLLM_SRC = "STOPLINE_VLLM_SRC"
 Fn = Callable[[], object]
 
 
-def time_graph(fn: Fn, target_ms: float = 3.0, max_calls: int = 300, replays: int = 7) -> float:
+def time_graph(fn: Fn, target_ms: float = 2.0, max_calls: int = 200, replays: int = 5) -> float:
     """Median microseconds per call over ``replays`` replays of a CUDA graph of up to
     ``max_calls`` calls of ``fn`` (sized to about ``target_ms``)."""
     import torch
@@ -91,6 +91,25 @@ def time_graph(fn: Fn, target_ms: float = 3.0, max_calls: int = 300, replays: in
     return statistics.median(times) * 1e3
 
 
+def time_eager(fn: Fn, reps: int = 15) -> float:
+    """Median microseconds of single eager calls between CUDA events (host launch gaps and
+    syncs included): for code that syncs inside and so cannot be graph-captured."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times) * 1e3
+
+
 def xgrammar_kernels() -> tuple[dict[str, Callable[..., None]], str]:
     """xgrammar's bitmask kernels by backend name, and a note (version or why none)."""
     out: dict[str, Callable[..., None]] = {}
@@ -99,7 +118,9 @@ def xgrammar_kernels() -> tuple[dict[str, Callable[..., None]], str]:
         import xgrammar
     except ImportError as exc:
         return out, f"xgrammar not installed ({exc})"
-    notes.append(f"xgrammar {xgrammar.__version__}")
+    from importlib.metadata import version
+
+    notes.append(f"xgrammar {getattr(xgrammar, '__version__', None) or version('xgrammar')}")
     for name, mod, attr in (("xgr cuda", "apply_token_bitmask_inplace_cuda", "apply_token_bitmask_inplace_cuda"),
                             ("xgr triton", "apply_token_bitmask_inplace_triton",
                              "apply_token_bitmask_inplace_triton")):
@@ -129,7 +150,8 @@ def load_vllm_chain() -> tuple[dict[str, Any] | None, str]:
     where vLLM cannot be installed): ``v1/sample/logits_processor/{interface,builtin}.py``
     and ``v1/sample/ops/bad_words.py`` are loaded as they are, with stand-ins only for
     the names they import for type hints and parameter classes (``vllm.SamplingParams``,
-    ``vllm.config``), which the timed ``apply`` calls never touch."""
+    ``vllm.config``) and for ``vllm.utils.torch_utils.async_tensor_h2d`` (a host-to-device
+    copy used by ``update_state``), none of which the timed ``apply`` calls touch."""
     try:
         from vllm.v1.sample.logits_processor import builtin, interface
         from vllm.v1.sample.ops import bad_words
@@ -157,16 +179,18 @@ def load_vllm_chain() -> tuple[dict[str, Any] | None, str]:
             def __init__(self, *a: object, **k: object) -> None:
                 pass
 
+        def async_tensor_h2d(data: Any, device: Any = None, dtype: Any = None, out: Any = None) -> Any:
+            import torch  # set-up only (update_state): a plain host-to-device copy
+
+            return torch.tensor(data, dtype=dtype).to(device)
+
         for mod, names in (("vllm", ["SamplingParams"]), ("vllm.config", ["VllmConfig"]),
-                           ("vllm.sampling_params", ["SamplingParams"]), ("vllm.logger", []),
-                           ("vllm.pooling_params", ["PoolingParams"])):
+                           ("vllm.utils", []), ("vllm.utils.torch_utils", [])):
             m = sys.modules.get(mod) or types.ModuleType(mod)
             for n in names:
                 setattr(m, n, _Stand)
-            if mod == "vllm.logger":
-                import logging
-                m.init_logger = logging.getLogger  # type: ignore[attr-defined]
             sys.modules[mod] = m
+        sys.modules["vllm.utils.torch_utils"].async_tensor_h2d = async_tensor_h2d  # type: ignore[attr-defined]
         loaded = {k: _load_file(f"vllm.{v[:-3].replace('/', '.')}", os.path.join(src, v)) for k, v in files.items()}
     except Exception as exc:
         return None, f"{why}; loading {src} failed: {type(exc).__name__}: {str(exc)[:160]}"
@@ -207,7 +231,8 @@ class Case:
         gd = torch.Generator(dev).manual_seed(seed)
         dtype = getattr(torch, dtype_name)
         self.base = torch.randn(rows, V, generator=gd, device=dev).to(dtype)
-        self.work = self.base.clone()
+        self.work = self.base.clone()  # xgrammar, bitmask, all, vllm: mostly -inf after the first call
+        self.fresh = self.base.clone()  # the dense scenarios: model-like rows (finite logits)
         self.dst = torch.empty_like(self.base)
         keep = torch.rand(rows, V, generator=gd, device=dev) < frac
         keep[:, EOS] = True
@@ -234,6 +259,12 @@ class Case:
             self.dense["bad"].set(s, bad_words=BAD_WORDS)
             self.dense["bad"].append_tokens(s, HISTORY)
 
+    def copy(self) -> Fn:
+        return lambda: self.dst.copy_(self.base)
+
+    def bitmask_only(self, kernel: Callable[..., None]) -> Fn:
+        return lambda: kernel(self.work, self.bitmask)
+
     def stopline(self, which: str) -> Fn:
         x, s, p = self.work, self.slots, self.pos
         if which == "bitmask":
@@ -241,21 +272,28 @@ class Case:
         if which == "all":
             return lambda: self.all.apply(x, s, p, bitmask=self.bitmask)
         cons = self.dense[which]
-        return lambda: cons.apply(x, s, p)
+        return lambda: cons.apply(self.fresh, s, p)
 
-    def vllm(self, chain: dict[str, Any], xgr_cuda: Callable[..., None]) -> Fn:
-        """The 'all' constraints through vLLM's code, state set up by its own update_state."""
+    def vllm(self, chain: dict[str, Any], xgr_apply: Callable[..., None]) -> Fn:
+        """The 'all' constraints through vLLM's code, state set up by its own update_state.
+
+        ``xgr_apply`` is ``xgrammar.apply_token_bitmask_inplace`` (its auto backend on CUDA:
+        Triton), as vLLM 0.33's ``apply_grammar_bitmask`` calls it on the model's logits; the
+        sampler then casts to float32 (a copy for 16-bit logits) and runs the processors on
+        that. Every row is a grammar row (``structured_outputs`` set), so min_tokens takes its
+        restore path."""
         import torch
 
         b, itf, bw = chain["builtin"], chain["interface"], chain["bad_words"]
         dev = torch.device("cuda")
         min_p = b.MinTokensLogitsProcessor(None, dev, False)
         bias_p = b.LogitBiasLogitsProcessor(None, dev, False)
-        added = []
+        added: list[tuple[int, Any, list[int], list[int]]] = []
         outputs: list[list[int]] = []
         for s, kw in enumerate(self.params):
             params = types.SimpleNamespace(min_tokens=kw["min_tokens"], all_stop_token_ids=set(kw["stop_token_ids"]),
-                                           logit_bias=kw["logit_bias"], bad_words_token_ids=kw["bad_words"])
+                                           logit_bias=kw["logit_bias"], bad_words_token_ids=kw["bad_words"],
+                                           structured_outputs=object())
             out = list(HISTORY)
             outputs.append(out)
             added.append((s, params, [], out))
@@ -272,11 +310,12 @@ class Case:
         x, bitmask = self.work, self.bitmask
 
         def chain_fn() -> None:
-            xgr_cuda(x, bitmask)
-            x.masked_fill_(mask, float("-inf"))
-            bw.apply_bad_words(x, bad, outputs)
-            min_p.apply(x)
-            bias_p.apply(x)
+            xgr_apply(x, bitmask)  # the model runner, on the model's dtype
+            y = x.to(torch.float32)  # Sampler.forward: "Use float32 for the logits" (a copy for 16-bit)
+            y.masked_fill_(mask, float("-inf"))
+            bw.apply_bad_words(y, bad, outputs)
+            min_p.apply(y)
+            bias_p.apply(y)
 
         return chain_fn
 
@@ -302,13 +341,18 @@ def run_grid(rows: Sequence[int], vocabs: Sequence[int], dtypes: Sequence[str], 
                 for frac in fracs:
                     case = Case(R, V, dtype_name, frac)
                     rec: dict[str, Any] = dict(dtype=dtype_name, vocab=V, rows=R, frac=frac)
-                    rec["copy"] = time_graph(lambda: case.dst.copy_(case.base))
+                    rec["copy"] = time_graph(case.copy())
                     for name, fn in xgr.items():
-                        rec[name] = time_graph(lambda fn=fn: fn(case.work, case.bitmask))  # type: ignore[misc]
+                        rec[name] = time_graph(case.bitmask_only(fn))
                     rec["bitmask"] = time_graph(case.stopline("bitmask"))
                     rec["all"] = time_graph(case.stopline("all"))
-                    if chain is not None and "xgr cuda" in xgr:
-                        rec["vllm"] = time_graph(case.vllm(chain, xgr["xgr cuda"]))
+                    if chain is not None and xgr:
+                        # vLLM's restore (unique_consecutive, boolean indexing) syncs: eager
+                        # timing for it, and stopline's 'all' timed the same way beside it.
+                        import xgrammar
+
+                        rec["vllm eager"] = time_eager(case.vllm(chain, xgrammar.apply_token_bitmask_inplace))
+                        rec["all eager"] = time_eager(case.stopline("all"))
                     if frac == fracs[0]:  # the dense scenarios do not read the bitmask
                         for k in ("min", "bias", "bad"):
                             rec[k] = time_graph(case.stopline(k))
@@ -338,7 +382,7 @@ def _check(case: Case, xgr: dict[str, Callable[..., None]]) -> str:
     return "ok" if all(checks) else "MISMATCH"
 
 
-COLUMNS = ("copy", "xgr cuda", "xgr triton", "bitmask", "all", "vllm", "min", "bias", "bad")
+COLUMNS = ("copy", "xgr cuda", "xgr triton", "bitmask", "all", "min", "bias", "bad", "all eager", "vllm eager")
 
 
 def _best_xgr(r: dict[str, Any]) -> float | None:
@@ -348,7 +392,8 @@ def _best_xgr(r: dict[str, Any]) -> float | None:
 
 def header() -> str:
     cols = " | ".join(f"{c} us" for c in COLUMNS)
-    return (f"| dtype | vocab | rows | allowed | {cols} | bitmask vs best xgr | all vs best xgr | all vs vllm | check |\n"
+    return (f"| dtype | vocab | rows | allowed | {cols} | bitmask vs best xgr | all vs best xgr | all vs vllm (eager) | "
+            "check |\n"
             "|---|---:|---:|---:|" + "---:|" * (len(COLUMNS) + 3) + "---|")
 
 
@@ -358,7 +403,7 @@ def format_row(r: dict[str, Any]) -> str:
     ratio = (lambda a, b: f"{a / b:.2f}x") if best else (lambda a, b: "-")
     vs_b = ratio(best, r["bitmask"]) if best else "-"
     vs_a = ratio(best, r["all"]) if best else "-"
-    vs_v = f"{r['vllm'] / r['all']:.2f}x" if "vllm" in r else "-"
+    vs_v = f"{r['vllm eager'] / r['all eager']:.2f}x" if "vllm eager" in r else "-"
     return (f"| {r['dtype']} | {r['vocab']} | {r['rows']} | {100 * r['frac']:g}% | {cells} | {vs_b} | {vs_a} | "
             f"{vs_v} | {r['checked']} |")
 
@@ -387,12 +432,13 @@ def run_suite(args: Any) -> int:
     """Run the grid that ``args`` names (``--quick`` for a small one); print and write the table."""
     import json
 
-    grid = dict(rows=ROWS, vocabs=VOCABS, dtypes=DTYPES, fracs=FRACS)
+    defaults: dict[str, Sequence[Any]] = dict(rows=ROWS, vocabs=VOCABS, dtypes=DTYPES, fracs=FRACS)
+    grid = dict(defaults)
     if getattr(args, "quick", False):
         grid.update(QUICK)
-    for k in grid:
+    for k in grid:  # explicit sizes win over --quick
         v = getattr(args, k, None)
-        if v is not None and list(v) != list(dict(rows=ROWS, vocabs=VOCABS, dtypes=DTYPES, fracs=FRACS)[k]):
+        if v is not None and list(v) != list(defaults[k]):
             grid[k] = v
     print(header(), flush=True)
     records, notes = run_grid(grid["rows"], grid["vocabs"], grid["dtypes"], grid["fracs"],
