@@ -5,7 +5,9 @@ One launch per call, on a grid of rows x chunks. Per row, in order:
 1. sparse semantic masks: static single-token bans, then multi-token bad words
    whose prefix matches the output tail (history ring + draft tokens);
 2. a pass over the row that writes ``-inf`` where the grammar bitmask or the
-   slot's dense token mask clears a bit, and counts the finite logits left;
+   slot's dense token mask clears a bit, and counts the finite logits left
+   (per 16-byte vector: read only if it holds a kept logit, written only if it
+   holds a masked one);
 3. ``min_tokens``: gather the stop logits, subtract the finite ones from the
    count; if nothing finite would remain and the policy allows a restore,
    leave the finite stop logits (the restore) and write ``-inf`` over the
@@ -13,9 +15,13 @@ One launch per call, on a grid of rows x chunks. Per row, in order:
 4. ``logit_bias`` on the bias ids, adjusting the count;
 5. ``infeasible = (count == 0)``.
 
-Which rows pay for a full-row scan. Only rows with a dense mask (a grammar row
-with a bitmask, or a slot with ``allowed_token_ids``/many bans) read the whole
-row, and they must read it anyway to apply the mask. Every other row changes at
+A forced row (``LogitsConstraints.force``) is a dense row whose keep mask is the
+forced id's bit alone (no mask word is read, no ban written); steps 3-4 are
+skipped and the forced logit is set to 0 if it is not finite.
+
+Which rows pay for a full-row pass. Only rows with a dense mask (a grammar row
+with a bitmask, a slot with ``allowed_token_ids``/many bans, a forced row) cover
+the whole row, and they read only the vectors that hold a kept logit. Every other row changes at
 most K = (bans + bad words + stop ids + bias ids) entries, all sparse, so it
 can only end empty if it has few finite logits. Such a row is handled by its
 chunk-0 program alone: after the sparse bans it counts finite logits block by
@@ -45,10 +51,14 @@ round trip after the atomic.
 
 The dense loop is latency-bound: what counts is the bytes in flight per
 multiprocessor. So a tile is 64 mask words (each thread then loads its rows'
-words itself, with no shared-memory shuffle), the next tile is loaded while this
-one is processed, and 16-bit logits are handled as uint32 pairs with integer ops
-(half the instructions of widening each logit to float32 and back, and half the
-registers), so ~10 programs share a multiprocessor. When one wave of such
+words itself, with no shared-memory shuffle), a tile's mask words are loaded two
+tiles ahead and its kept vectors one tile ahead (a logit load waits for its mask
+bits), and 16-bit logits are handled as uint32 pairs with integer ops (half the
+instructions of widening each logit to float32 and back, and half the registers),
+so ~10 programs share a multiprocessor. Tiles stay 2-D ([words, 32] or [words, 16]
+pairs) with each vector's mask bits picked by a shift constant over the vector, so
+the predicated loads and stores stay 16 bytes wide; a 3-D tile got an uncoalesced
+layout from Triton 3.6 (2x slower on the H200). When one wave of such
 programs still gives each row >= 2 chunks, the grid is exactly one wave (no tail
 wave); with more rows it aims at ~4 waves.
 
@@ -503,7 +513,9 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
-    keyword overrides (benchmark sweeps) take precedence over it. ``n_forced``
+    keyword overrides (benchmark sweeps) take precedence over it;
+    ``kept_only=False`` reads every vector of a dense row (the earlier kernel's
+    traffic, for comparison). ``n_forced``
     (slots with a forced token, host count) only picks the grid: with none, a
     launch without a dense mask runs one program per row; a forced row is
     handled correctly by either grid."""
