@@ -744,6 +744,23 @@ def test_corrupted_state_ids_never_write_out_of_bounds():
         assert buf[1, 1] == NEG and buf[1, 3] == NEG and buf[1, 2] == 1.0
 
 
+@pytest.mark.parametrize("bad", [16, 1 << 30, -7])
+def test_corrupted_forced_id_is_not_forced_and_never_written_out_of_bounds(bad):
+    """force() validates on the host; a forced-token table corrupted behind its back is read
+    by both backends as "not forced", never as an address."""
+    V = 16
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, logit_bias={2: 1.0})
+    cons.state.forced[0] = bad
+    buf = torch.zeros(5, V, device=DEVICE)
+    for backend in ("torch", "triton"):
+        buf.zero_()
+        inf = cons.apply(buf[1:3], [0, 0], [0, 0], backend=backend, bitmask=pack([{1, 2}, {2}], V).to(DEVICE))
+        assert (buf[0] == 0).all() and (buf[3:] == 0).all(), backend
+        assert buf[1, 2] == 1.0 and buf[1, 1] == 0.0 and torch.isfinite(buf[1:3]).sum() == 3, backend
+        assert not inf.any()
+
+
 # ---------------------------------------------------------------- state management
 def test_set_and_clear_touch_only_their_slot():
     V = 50
