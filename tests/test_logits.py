@@ -83,6 +83,12 @@ def oracle_row(row, V, cfg, seq, position, allowed_bits, is_grammar):
     """
     row = row.clone()
     cfg = cfg or {}
+    if cfg.get("force") is not None:
+        # LogitsConstraints.force: only the forced id stays, with its input logit (0 if not finite).
+        f = cfg["force"]
+        out = torch.full_like(row, NEG)
+        out[f] = row[f] if torch.isfinite(row[f]) else 0.0
+        return out, False
     # 1. semantic masks
     for allowed in (allowed_bits, cfg.get("allowed_token_ids")):
         if allowed is not None:
@@ -144,6 +150,8 @@ def random_case(rng: random.Random, V: int, dtype, n_slots: int = 5, n_rows: int
             cfg["logit_bias"] = {
                 t: rng.choice([rng.uniform(-5, 5), 100.0, -100.0, 7e4, 0.0]) for t in ids
             }
+        if rng.random() < 0.12:
+            cfg["force"] = rng.choice([rng.randrange(V), *stops[:1]])  # a thinking budget's end marker
         cfgs[slot] = cfg
         histories[slot] = [rng.choice(alphabet) for _ in range(rng.randint(0, 6))]
 
@@ -195,7 +203,9 @@ def random_case(rng: random.Random, V: int, dtype, n_slots: int = 5, n_rows: int
 def build(cfgs, histories, n_slots, V, device):
     cons = LogitsConstraints(n_slots, V, device)
     for slot, cfg in cfgs.items():
-        cons.set(slot, **cfg)
+        cons.set(slot, **{k: v for k, v in cfg.items() if k != "force"})
+        if cfg.get("force") is not None:
+            cons.force(slot, cfg["force"])
         cons.append_tokens(slot, histories[slot])
     return cons
 
@@ -546,6 +556,74 @@ def test_several_eos_ids_all_masked_below_min_tokens():
     assert not infeasible.any()
 
 
+# ---------------------------------------------------------------- forced token (thinking budget)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forced_token_row_keeps_only_the_forced_logit(dtype):
+    """force(): every column -inf but the forced id, which keeps its input logit; the grammar,
+    allowed ids, bans, min_tokens and bias of the slot do not apply to it; other slots are untouched."""
+    V = 100
+    END = 68  # e.g. </think>: not allowed by the grammar, banned, and a stop id below min_tokens
+    cons = LogitsConstraints(3, V, DEVICE)
+    cons.set(0, min_tokens=5, stop_token_ids=[END, EOS], allowed_token_ids=[1, 2, 3], bad_words=[[END]],
+             logit_bias={END: -50.0, 1: 3.0})
+    cons.set(1, min_tokens=5, stop_token_ids=[EOS])
+    cons.force(0, END)
+    assert cons.forced_token(0) == END and cons.forced_token(1) is None
+    logits = torch.randn(3, V, device=DEVICE).to(dtype)
+    bitmask = pack([{1, 2}, {2, 3}, {EOS}], V).to(DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 1, 0], [0, 0, 9], bitmask=bitmask)
+    for r in (0, 2):
+        assert out[r, END] == logits[r, END]
+        assert torch.isinf(out[r, :END]).all() and torch.isinf(out[r, END + 1:]).all()
+    assert torch.isfinite(out[1]).sum() == 1  # slot 1 as without any forcing: {2, 3} less EOS
+    assert infeasible.tolist() == [False, False, False]
+    cons.force(0, None)
+    out, _ = run_both(cons, logits[:1], [0], [0], bitmask=bitmask[:1])
+    assert out[0, END] == NEG and torch.isfinite(out[0]).sum() == 1  # back to the slot's constraints
+
+
+@pytest.mark.parametrize("bad", [float("nan"), NEG, float("inf")], ids=["nan", "-inf", "+inf"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forced_token_with_a_non_finite_logit_is_never_empty(bad, dtype):
+    V = 70
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.force(0, 69)  # the last column, in a partial last mask word
+    logits = torch.full((2, V), bad, device=DEVICE).to(dtype)
+    logits[1, 69] = 1.5
+    out, infeasible = run_both(cons, logits, [0, 0], [0, 0], bitmask=pack([set(), set()], V).to(DEVICE))
+    assert out[0, 69] == 0.0 and out[1, 69] == 1.5
+    assert torch.isinf(out[:, :69]).all() and (out[:, :69] < 0).all()
+    assert not infeasible.any()
+
+
+def test_forced_token_split_row_and_lifecycle(split):
+    split(1, 1)  # one 32-token chunk per program: the forced id is owned by one chunk of seven
+    V = 200
+    cons = LogitsConstraints(2, V, DEVICE)
+    cons.set(0, min_tokens=3, stop_token_ids=[150])
+    cons.force(0, 150)
+    cons.force(1, 5)
+    logits = torch.randn(2, V, device=DEVICE)
+    out, infeasible = run_both(cons, logits, [0, 1], [0, 0])
+    assert torch.isfinite(out).sum(dim=1).tolist() == [1, 1]
+    assert out[0, 150] == logits[0, 150] and out[1, 5] == logits[1, 5]
+    cons.set(1)  # set() and clear() end the forcing
+    cons.clear(0)
+    assert cons.forced_token(0) is None and cons.forced_token(1) is None
+    out, _ = run_both(cons, logits, [0, 1], [0, 0])
+    assert torch.equal(out, logits)
+
+
+@pytest.mark.parametrize("bad, exc", [(-1, ValueError), (64, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_forced_token_is_validated_before_any_launch(bad, exc):
+    cons = LogitsConstraints(2, 64, DEVICE)
+    with pytest.raises(exc, match="force token_id"):
+        cons.force(0, bad)
+    with pytest.raises(ValueError, match="slot"):
+        cons.force(2, 1)
+    assert cons.forced_token(0) is None and (cons.state.forced == -1).all()
+
+
 def test_out_of_vocab_logit_bias_raises_before_any_launch():
     V = 64
     cons = LogitsConstraints(2, V, DEVICE)
@@ -664,6 +742,23 @@ def test_corrupted_state_ids_never_write_out_of_bounds():
         cons.apply(buf[1:3], [0, 0], [0, 0], backend=backend)
         assert (buf[0] == 0).all() and (buf[3:] == 0).all(), backend
         assert buf[1, 1] == NEG and buf[1, 3] == NEG and buf[1, 2] == 1.0
+
+
+@pytest.mark.parametrize("bad", [16, 1 << 30, -7])
+def test_corrupted_forced_id_is_not_forced_and_never_written_out_of_bounds(bad):
+    """force() validates on the host; a forced-token table corrupted behind its back is read
+    by both backends as "not forced", never as an address."""
+    V = 16
+    cons = LogitsConstraints(1, V, DEVICE)
+    cons.set(0, logit_bias={2: 1.0})
+    cons.state.forced[0] = bad
+    buf = torch.zeros(5, V, device=DEVICE)
+    for backend in ("torch", "triton"):
+        buf.zero_()
+        inf = cons.apply(buf[1:3], [0, 0], [0, 0], backend=backend, bitmask=pack([{1, 2}, {2}], V).to(DEVICE))
+        assert (buf[0] == 0).all() and (buf[3:] == 0).all(), backend
+        assert buf[1, 2] == 1.0 and buf[1, 1] == 0.0 and torch.isfinite(buf[1:3]).sum() == 3, backend
+        assert not inf.any()
 
 
 # ---------------------------------------------------------------- state management

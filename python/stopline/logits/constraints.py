@@ -124,6 +124,7 @@ class LogitsConstraints:
         self.device = torch.device(device)
         self.num_words = (self.vocab_size + 31) // 32
         self._tables = DeviceTables(self.max_slots, self.vocab_size, self.device, widths, dense)
+        self._forced: dict[int, int] = {}  # slot -> forced token id (host mirror of state.forced)
 
     @property
     def state(self) -> DeviceState:
@@ -308,6 +309,7 @@ class LogitsConstraints:
             st.bias_ids[s] = row(bias_ids, st.bias_ids.shape[1])
             st.bias_values[s] = row(bias_vals, st.bias_ids.shape[1], 0.0, torch.float32)
         self._slots[s] = SlotHost(active=True, has_bad_multi=bool(n_multi), num_tokens=0, widths=widths, dense=dense_bans)
+        self._unforce(s)
 
     def clear(self, slot: int) -> None:
         """Remove the slot's constraints (its rows then get only a grammar bitmask).
@@ -329,7 +331,43 @@ class LogitsConstraints:
             st.history_len[s] = 0
         if st.bias_ids.shape[1]:
             st.bias_ids[s] = -1
+        self._unforce(s)
         self._tables.release(s)
+
+    def force(self, slot: int, token_id: int | None) -> None:
+        """Force every row of ``slot`` to sample ``token_id`` (``None``: stop forcing).
+
+        A forced row leaves ``apply`` with every column ``-inf`` except
+        ``token_id``, which keeps the row's input logit (the value before any
+        constraint), or 0.0 if that logit is not finite; so the row is never
+        empty and never ``infeasible``. Forcing overrides the slot's other
+        constraints and the grammar bitmask on that row (none of them is applied
+        to it), as a thinking budget must emit its end marker whatever else is
+        set (docs/logits.md, "Forced token"). It lasts until ``force(slot,
+        None)``, ``set`` or ``clear``. The id is checked on the host here, so
+        ``apply`` never writes outside the row; the device table is written
+        without a sync and without reallocation (allowed while frozen).
+
+        Raises:
+            TypeError / ValueError: a bad slot; a non-int ``token_id`` or one
+                outside ``[0, vocab_size)``.
+        """
+        s = self._slot(slot)
+        if token_id is None:
+            self._unforce(s)
+            return
+        tid = _token_id(token_id, "force token_id", self.vocab_size)
+        self.state.forced[s] = tid
+        self._forced[s] = tid
+
+    def forced_token(self, slot: int) -> int | None:
+        """The token id ``slot`` is forced to (``force``), or ``None`` (host mirror, no sync)."""
+        s = self._slot(slot)
+        return self._forced.get(s)
+
+    def _unforce(self, s: int) -> None:
+        if self._forced.pop(s, None) is not None:
+            self.state.forced[s] = -1
 
     def append_tokens(self, slot: int, token_ids) -> None:
         """Append sampled (accepted) output tokens of ``slot`` to its history.
@@ -474,7 +512,7 @@ class LogitsConstraints:
         from .triton_kernel import apply_triton
 
         return apply_triton(self.state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids,
-                            self.max_slots, tuning=self._tuning)
+                            self.max_slots, tuning=self._tuning, n_forced=len(self._forced))
 
     def _row_tensor(self, value, name, rows, dev, check_slots):
         if isinstance(value, torch.Tensor):

@@ -64,6 +64,8 @@ class DeviceState:
     - ``history[S, C_pfx]``: ring of the last C_pfx output tokens, token at output
       position q stored at ``q % C_pfx``; ``history_len[S]``: output tokens so far
     - ``bias_ids[S, C_bias]`` (distinct), ``bias_values[S, C_bias]`` (float32)
+    - ``forced[S]``: the token id the slot's rows are forced to, -1 for none
+      (``LogitsConstraints.force``)
 
     Capacities (C_*) are powers of two, grown (doubled or more) only when a
     ``set`` needs a wider row than any before; ``set``/``clear`` otherwise
@@ -83,6 +85,7 @@ class DeviceState:
     history_len: torch.Tensor
     bias_ids: torch.Tensor
     bias_values: torch.Tensor
+    forced: torch.Tensor
     any_allowed: bool = False  # some slot uses the dense mask (kernel specialisation)
     extras: dict = field(default_factory=dict)
 
@@ -172,6 +175,7 @@ class DeviceTables:
             history_len=torch.zeros(S, dtype=torch.int32, device=dev),
             bias_ids=ids(self.floor[2]),
             bias_values=torch.zeros((S, self.floor[2]), dtype=torch.float32, device=dev),
+            forced=torch.full((S,), -1, dtype=torch.int32, device=dev),
             any_allowed=reserve_dense,
         )
         self.slots = [SlotHost() for _ in range(S)]

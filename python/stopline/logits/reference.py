@@ -70,6 +70,11 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
     ok = (slots >= 0) & (slots < max_slots)
     s = torch.where(ok, slots, torch.zeros_like(slots))
     pos = row_positions.long()
+    # A forced row keeps only its forced id's input logit (0 if that is not finite).
+    forced = state.forced[s].long()
+    is_forced = ok & (forced >= 0) & (forced < V)
+    forced_col = forced.clamp(0, V - 1)
+    forced_val = logits.gather(1, forced_col[:, None])[:, 0]
     if grammar_rows is not None:
         is_grammar = grammar_rows.bool()
     else:
@@ -114,5 +119,10 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
         r = rows[:, None].expand_as(ids)[m]
         c = ids[m].long()
         logits[r, c] = (logits[r, c].float() + state.bias_values[s][m]).to(logits.dtype)
+
+    # 4. forced rows (LogitsConstraints.force) replace whatever steps 1-3 wrote.
+    logits.masked_fill_(is_forced[:, None], NEG_INF)
+    forced_val = torch.where(torch.isfinite(forced_val), forced_val, torch.zeros_like(forced_val))
+    logits[rows[is_forced], forced_col[is_forced]] = forced_val[is_forced]
 
     return ~torch.isfinite(logits).any(dim=1) | ~ok

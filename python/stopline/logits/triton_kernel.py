@@ -5,7 +5,9 @@ One launch per call, on a grid of rows x chunks. Per row, in order:
 1. sparse semantic masks: static single-token bans, then multi-token bad words
    whose prefix matches the output tail (history ring + draft tokens);
 2. a pass over the row that writes ``-inf`` where the grammar bitmask or the
-   slot's dense token mask clears a bit, and counts the finite logits left;
+   slot's dense token mask clears a bit, and counts the finite logits left
+   (per 16-byte vector: read only if it holds a kept logit, written only if it
+   holds a masked one);
 3. ``min_tokens``: gather the stop logits, subtract the finite ones from the
    count; if nothing finite would remain and the policy allows a restore,
    leave the finite stop logits (the restore) and write ``-inf`` over the
@@ -13,9 +15,13 @@ One launch per call, on a grid of rows x chunks. Per row, in order:
 4. ``logit_bias`` on the bias ids, adjusting the count;
 5. ``infeasible = (count == 0)``.
 
-Which rows pay for a full-row scan. Only rows with a dense mask (a grammar row
-with a bitmask, or a slot with ``allowed_token_ids``/many bans) read the whole
-row, and they must read it anyway to apply the mask. Every other row changes at
+A forced row (``LogitsConstraints.force``) is a dense row whose keep mask is the
+forced id's bit alone (no mask word is read, no ban written); steps 3-4 are
+skipped and the forced logit is set to 0 if it is not finite.
+
+Which rows pay for a full-row pass. Only rows with a dense mask (a grammar row
+with a bitmask, a slot with ``allowed_token_ids``/many bans, a forced row) cover
+the whole row, and they read only the vectors that hold a kept logit. Every other row changes at
 most K = (bans + bad words + stop ids + bias ids) entries, all sparse, so it
 can only end empty if it has few finite logits. Such a row is handled by its
 chunk-0 program alone: after the sparse bans it counts finite logits block by
@@ -45,10 +51,14 @@ round trip after the atomic.
 
 The dense loop is latency-bound: what counts is the bytes in flight per
 multiprocessor. So a tile is 64 mask words (each thread then loads its rows'
-words itself, with no shared-memory shuffle), the next tile is loaded while this
-one is processed, and 16-bit logits are handled as uint32 pairs with integer ops
-(half the instructions of widening each logit to float32 and back, and half the
-registers), so ~10 programs share a multiprocessor. When one wave of such
+words itself, with no shared-memory shuffle), a tile's mask words are loaded two
+tiles ahead and its kept vectors one tile ahead (a logit load waits for its mask
+bits), and 16-bit logits are handled as uint32 pairs with integer ops (half the
+instructions of widening each logit to float32 and back, and half the registers),
+so ~10 programs share a multiprocessor. Tiles stay 2-D ([words, 32] or [words, 16]
+pairs) with each vector's mask bits picked by a shift constant over the vector, so
+the predicated loads and stores stay 16 bytes wide; a 3-D tile got an uncoalesced
+layout from Triton 3.6 (2x slower on the H200). When one wave of such
 programs still gives each row >= 2 chunks, the grid is exactly one wave (no tail
 wave); with more rows it aims at ~4 waves.
 
@@ -111,84 +121,129 @@ def _sparse_bans(row_ptr, row64, slot, pos, lo, hi, ban_ptr, bad_prefix_ptr, bad
 
 
 @triton.jit
-def _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed,
-                HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
-    """The row's keep bits for words ``widx``: grammar bitmask AND the slot's dense mask."""
+def _mask_words(bitmask_ptr, allowed_ptr, start, w_hi, use_bitmask, use_allowed, forced,
+                DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
+    """The row's keep bits for words ``widx``: grammar bitmask AND the slot's dense mask; on a
+    forced row (``forced >= 0``) only the forced id's bit, and no mask word is read."""
+    widx = start + tl.arange(0, DENSE_WORDS)
+    wok = widx < w_hi
     bits = widx * 0 - 1
     if HAS_BITMASK:
         bits = tl.load(bitmask_ptr + widx, mask=tl.where(use_bitmask != 0, wok, False), other=-1)
     if HAS_ALLOWED:
         bits = bits & tl.load(allowed_ptr + widx, mask=tl.where(use_allowed != 0, wok, False), other=-1)
-    return bits
+    one = tl.where(widx == (forced >> 5), (1 << (forced & 31)).to(tl.int32), 0)
+    return tl.where(forced >= 0, one, bits)
 
 
 @triton.jit
-def _pairs_tile(row32, bitmask_ptr, allowed_ptr, start, w_hi, half_vocab, use_bitmask, use_allowed,
+def _tile_load(row_ptr, bits, start, w_hi, vocab,
+               DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr, KEPT_ONLY: tl.constexpr):
+    """Loads of one tile's logits, [DENSE_WORDS, 32] (float) or [DENSE_WORDS, 16] (16-bit logits
+    as uint32 pairs); with ``KEPT_ONLY`` only the 16-byte vectors that hold a kept logit are read,
+    the others read as -inf (masked logits are written without being read). The vector's mask
+    bits are selected by a shift that is constant over the vector, so the loads stay 16 bytes."""
+    widx = start + tl.arange(0, DENSE_WORDS)
+    wok = widx < w_hi
+    ubits = bits.to(tl.uint32, bitcast=True)
+    if PAIRS:
+        # Pair c of word w holds tokens 32w+2c (low half) and 32w+2c+1 (high half); vector c//4
+        # is the word's byte c//4.
+        NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00  # -inf twice
+        c = tl.arange(0, 16)
+        idx = widx[:, None] * 16 + c[None, :]
+        ok = (idx < vocab // 2) & wok[:, None]
+        if KEPT_ONLY:
+            ok = ok & (((ubits[:, None] >> (c // 4 * 8)[None, :]) & 0xFF) != 0)
+        v = tl.load(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx, mask=ok, other=NEG2)
+    else:
+        lane = tl.arange(0, 32)
+        idx = widx[:, None] * 32 + lane[None, :]
+        ok = (idx < vocab) & wok[:, None]
+        if KEPT_ONLY:
+            ok = ok & (((ubits[:, None] >> (lane // 4 * 4)[None, :]) & 0xF) != 0)
+        v = tl.load(row_ptr + idx, mask=ok, other=float("-inf"))
+    return v
+
+
+@triton.jit
+def _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc,
+                DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr):
+    """Mask one tile, store only the 16-byte vectors that hold a masked logit, count its kept
+    finite logits."""
+    widx = start + tl.arange(0, DENSE_WORDS)
+    wok = widx < w_hi
+    ubits = bits.to(tl.uint32, bitcast=True)
+    if PAIRS:
+        NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00
+        EXP2: tl.constexpr = 0x7F807F80 if IS_BF16 else 0x7C007C00  # exponent bits of both halves
+        c = tl.arange(0, 16)
+        idx = widx[:, None] * 16 + c[None, :]
+        byte = (ubits[:, None] >> (c // 4 * 8)[None, :]) & 0xFF
+        # Integer masking, no unpacking to float: even bits (low halves) stay at 2k, odd bits
+        # (high halves) go to 16+2k; keep15 has bit 15 (31) set where the low (high) half of
+        # pair c = 4q+k is kept.
+        u = (byte & 0x55) | ((byte & 0xAA) << 15)
+        keep15 = (u << (15 - 2 * (c % 4))[None, :]) & 0x80008000
+        m = (keep15 >> 15) * 0xFFFF
+        y = (v & m) | (NEG2 & ~m)
+        tl.store(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx, y,
+                 mask=(idx < vocab // 2) & wok[:, None] & (byte != 0xFF))
+        # A half of v is finite iff its exponent bits are not all set: then ~v & EXP2 is non-zero in
+        # that half, and adding 0x7FFF sets the half's top bit (never carrying into the other half).
+        fin15 = (~v & EXP2) + 0x7FFF7FFF
+        # Kept and finite, per half: counts in the low and high 16 bits of each (word, byte).
+        return acc + tl.sum(tl.reshape((fin15 & keep15) >> 15, [DENSE_WORDS, 4, 4]), axis=2)
+    else:
+        lane = tl.arange(0, 32)
+        idx = widx[:, None] * 32 + lane[None, :]
+        keep = ((ubits[:, None] >> lane[None, :]) & 1) != 0
+        y = tl.where(keep, v, float("-inf"))
+        tl.store(row_ptr + idx, y,
+                 mask=(idx < vocab) & wok[:, None] & (((ubits[:, None] >> (lane // 4 * 4)[None, :]) & 0xF) != 0xF))
+        fin = (tl.abs(y.to(tl.float32)) < float("inf")).to(tl.int32)
+        # Summed over each thread's own 4 consecutive logits: no cross-thread traffic.
+        return acc + tl.sum(tl.reshape(fin, [DENSE_WORDS, 8, 4]), axis=2)
+
+
+@triton.jit
+def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
                 DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
-                IS_BF16: tl.constexpr):
-    """Loads of one 16-bit tile seen as uint32 pairs, [DENSE_WORDS, 16]: pair c of word w holds
-    tokens 32w+2c (low half) and 32w+2c+1 (high half)."""
-    NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00  # -inf twice
-    widx = start + tl.arange(0, DENSE_WORDS)
-    wok = widx < w_hi
-    pidx = widx[:, None] * 16 + tl.arange(0, 16)[None, :]
-    # Out-of-range pairs read -inf, so they are never counted.
-    v = tl.load(row32 + pidx, mask=(pidx < half_vocab) & wok[:, None], other=NEG2)
-    bits = _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed, HAS_BITMASK, HAS_ALLOWED)
-    return v, bits
-
-
-@triton.jit
-def _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS: tl.constexpr, IS_BF16: tl.constexpr):
-    """Mask one pair tile with integer ops (no unpacking to float), store it, count its finite halves."""
-    NEG2: tl.constexpr = 0xFF80FF80 if IS_BF16 else 0xFC00FC00
-    EXP2: tl.constexpr = 0x7F807F80 if IS_BF16 else 0x7C007C00  # exponent bits of both halves
-    widx = start + tl.arange(0, DENSE_WORDS)
-    pidx = widx[:, None] * 16 + tl.arange(0, 16)[None, :]
-    # Seen as [word, byte q, pair k]: pair k of byte q holds tokens 8q+2k, 8q+2k+1. A thread's
-    # 16-byte vector is one byte's 4 pairs, so the byte's bits are spread once for all 4:
-    # even bits (low halves) stay at 2k, odd bits (high halves) go to 16+2k.
-    q = tl.arange(0, 4)
-    k = tl.arange(0, 4)
-    byte = (bits.to(tl.uint32, bitcast=True)[:, None] >> (8 * q)[None, :]) & 0xFF
-    u = (byte & 0x55) | ((byte & 0xAA) << 15)
-    # keep15: bit 15 = low half kept, bit 31 = high half kept; m: 0xFFFF in each kept half.
-    keep15 = tl.reshape((u[:, :, None] << (15 - 2 * k)[None, None, :]) & 0x80008000, [DENSE_WORDS, 16])
-    m = (keep15 >> 15) * 0xFFFF
-    y = (v & m) | (NEG2 & ~m)
-    tl.store(row32 + pidx, y, mask=(pidx < half_vocab) & (widx < w_hi)[:, None])
-    # A half of v is finite iff its exponent bits are not all set: then ~v & EXP2 is non-zero in
-    # that half, and adding 0x7FFF sets the half's top bit (never carrying into the other half).
-    fin15 = (~v & EXP2) + 0x7FFF7FFF
-    # Kept and finite, per half: counts in the low and high 16 bits of each (word, byte).
-    return acc + tl.sum(tl.reshape((fin15 & keep15) >> 15, [DENSE_WORDS, 4, 4]), axis=2)
-
-
-@triton.jit
-def _floats_tile(row_ptr, bitmask_ptr, allowed_ptr, start, w_hi, vocab, use_bitmask, use_allowed,
-                 DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
-    """Loads of one tile of logits, [DENSE_WORDS, 32], in their own dtype."""
-    widx = start + tl.arange(0, DENSE_WORDS)
-    wok = widx < w_hi
-    tok = widx[:, None] * 32 + tl.arange(0, 32)[None, :]
-    x = tl.load(row_ptr + tok, mask=(tok < vocab) & wok[:, None], other=float("-inf"))
-    bits = _mask_words(bitmask_ptr, allowed_ptr, widx, wok, use_bitmask, use_allowed, HAS_BITMASK, HAS_ALLOWED)
-    return x, bits
-
-
-@triton.jit
-def _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS: tl.constexpr):
-    """Mask one tile, store it whole (16-byte vectors beat masked scalar stores of only the masked
-    logits, measured on the H200), count its finite logits."""
-    lane = tl.arange(0, 32)
-    widx = start + tl.arange(0, DENSE_WORDS)
-    tok = widx[:, None] * 32 + lane[None, :]
-    keep = ((bits[:, None] >> lane[None, :]) & 1) != 0
-    x = tl.where(keep, x, float("-inf"))
-    tl.store(row_ptr + tok, x, mask=(tok < vocab) & (widx < w_hi)[:, None])
-    fin = (tl.abs(x.to(tl.float32)) < float("inf")).to(tl.int32)
-    # Summed over each thread's own 4 consecutive logits: no cross-thread traffic.
-    return acc + tl.sum(tl.reshape(fin, [DENSE_WORDS, 8, 4]), axis=2)
+                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr, KEPT_ONLY: tl.constexpr):
+    """Step 2 over bitmask words [w_lo, w_hi) of the row; returns the kept finite count."""
+    # Per-thread counters, reduced once after the loop: a reduction per tile would put
+    # CTA barriers in every iteration.
+    if PAIRS:
+        acc = tl.zeros([DENSE_WORDS, 4], tl.uint32)  # two 16-bit counters per (word, byte)
+    else:
+        acc = tl.zeros([DENSE_WORDS, 8], tl.int32)
+    if PREFETCH:
+        # A tile's logits load waits for its mask words, so the words are loaded two tiles
+        # ahead and the logits one tile ahead of the tile being masked.
+        bits = _mask_words(bm_row, al_row, w_lo, w_hi, use_bitmask, use_allowed, forced,
+                           DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
+        bits_next = _mask_words(bm_row, al_row, w_lo + DENSE_WORDS, w_hi, use_bitmask, use_allowed, forced,
+                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+        for start in range(w_lo, w_hi, DENSE_WORDS):
+            v_next = _tile_load(row_ptr, bits_next, start + DENSE_WORDS, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16,
+                                KEPT_ONLY)
+            bits_after = _mask_words(bm_row, al_row, start + 2 * DENSE_WORDS, w_hi, use_bitmask, use_allowed,
+                                     forced, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+            acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
+            v = v_next
+            bits = bits_next
+            bits_next = bits_after
+    else:
+        for start in range(w_lo, w_hi, DENSE_WORDS):
+            bits = _mask_words(bm_row, al_row, start, w_hi, use_bitmask, use_allowed, forced,
+                               DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+            v = _tile_load(row_ptr, bits, start, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
+            acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
+    if PAIRS:
+        return (tl.sum(tl.sum(acc & 0xFFFF, axis=1), axis=0) + tl.sum(tl.sum(acc >> 16, axis=1), axis=0)).to(tl.int32)
+    else:
+        return tl.sum(tl.sum(acc, axis=1), axis=0)
 
 
 @triton.jit
@@ -208,17 +263,19 @@ def _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr, N_STOP:
 
 
 @triton.jit
-def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_active, vocab,
+def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_active, forced, vocab,
                 stops, policy, bias_ids, bv,
                 N_STOP: tl.constexpr, N_BIAS: tl.constexpr, IS_BF16: tl.constexpr):
-    """Steps 3-5, given the row's finite count after steps 1-2 (exact or a lower bound)."""
+    """Steps 3-5, given the row's finite count after steps 1-2 (exact or a lower bound).
+    A forced row (``forced >= 0``) skips steps 3-4: its forced logit becomes 0 if not finite."""
     NEG = float("-inf")
+    min_active = tl.where(forced < 0, min_active, False)
     INF = float("inf")  # finite(x) is written |x| < INF: false for +-inf and NaN
     # The stop and bias logits are gathered together (one memory round trip at the tail of
     # the launch); a bias id that is also a stop id reads -inf when the stops get masked.
     MERGED: tl.constexpr = (N_STOP > 0) & (N_BIAS > 0) & (N_STOP * N_BIAS <= 2048)
     if N_BIAS > 0:
-        bias_ok = (bias_ids >= 0) & (bias_ids < vocab)
+        bias_ok = tl.where(forced < 0, (bias_ids >= 0) & (bias_ids < vocab), False)
         if MERGED:
             x = tl.load(row_ptr + bias_ids, mask=bias_ok, other=NEG)
     # 3. min_tokens with restore-when-all-masked.
@@ -260,6 +317,11 @@ def _finish_row(row_ptr, infeasible_ptr, row, count, exact, is_grammar, min_acti
         tl.store(row_ptr + bias_ids, y, mask=bias_ok)
         count += tl.sum((bias_ok & (tl.abs(y.to(tl.float32)) < INF)).to(tl.int32), axis=0)
         count -= tl.sum((bias_ok & (tl.abs(x32) < INF)).to(tl.int32), axis=0)
+    if forced >= 0:
+        tl.debug_barrier()
+        fx = tl.load(row_ptr + forced)
+        tl.store(row_ptr + forced, 0.0, mask=(tl.abs(fx.to(tl.float32)) < INF) == 0)
+        count = 1
     tl.store(infeasible_ptr + row, count == 0)
 
 
@@ -290,6 +352,7 @@ def _constraints_kernel(
     hist_len_ptr,
     bias_id_ptr,
     bias_val_ptr,
+    forced_ptr,
     max_slots,
     vocab,
     num_words,
@@ -309,6 +372,7 @@ def _constraints_kernel(
     IS_BF16: tl.constexpr,
     PAIRS: tl.constexpr,
     PREFETCH: tl.constexpr,
+    KEPT_ONLY: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -332,63 +396,26 @@ def _constraints_kernel(
         else:
             use_allowed = is_grammar * 0
         min_active = pos < tl.load(min_tokens_ptr + slot).to(tl.int64)
+        # The slot's forced token id, -1 if none (an id outside the vocab counts as none).
+        forced = tl.load(forced_ptr + slot)
+        forced = tl.where((forced >= 0) & (forced < vocab), forced, -1)
 
-        if (use_bitmask != 0) | (use_allowed != 0):
+        if (use_bitmask != 0) | (use_allowed != 0) | (forced >= 0):
             # Dense row: this program owns bitmask words [w_lo, w_hi).
             w_lo = chunk * chunk_words
             w_hi = tl.minimum(w_lo + chunk_words, num_words)
             stops, policy, bias_ids, bv = _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr,
                                                        N_STOP, N_BIAS)
-            _sparse_bans(row_ptr, row64, slot, pos, w_lo * 32, tl.minimum(w_hi * 32, vocab), ban_ptr,
+            # A forced row gets no bans: every column but the forced one ends -inf anyway.
+            ban_lo = tl.where(forced >= 0, vocab, w_lo * 32)
+            _sparse_bans(row_ptr, row64, slot, pos, ban_lo, tl.minimum(w_hi * 32, vocab), ban_ptr,
                          bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
                          draft_ptr, draft_stride, draft_width, N_BAN, N_BAD, N_PFX, HAS_DRAFT)
             tl.debug_barrier()
             bm_row = bitmask_ptr + row64 * bitmask_stride
             al_row = allowed_ptr + slot * num_words
-            # Per-thread counters, reduced once after the loop: a reduction per tile would put
-            # CTA barriers in every iteration.
-            if PAIRS:
-                # 16-bit logits as uint32 pairs: masking and counting are a few integer ops per
-                # pair instead of a float32 round trip per logit.
-                row32 = row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
-                half_vocab = vocab // 2
-                acc = tl.zeros([DENSE_WORDS, 4], tl.uint32)  # two 16-bit counters per (word, byte)
-                if PREFETCH:
-                    # The next tile's loads are in flight while this one is processed.
-                    v, bits = _pairs_tile(row32, bm_row, al_row, w_lo, w_hi, half_vocab, use_bitmask,
-                                          use_allowed, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, IS_BF16)
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        v_next, bits_next = _pairs_tile(row32, bm_row, al_row, start + DENSE_WORDS, w_hi,
-                                                        half_vocab, use_bitmask, use_allowed, DENSE_WORDS,
-                                                        HAS_BITMASK, HAS_ALLOWED, IS_BF16)
-                        acc = _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS, IS_BF16)
-                        v = v_next
-                        bits = bits_next
-                else:
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        v, bits = _pairs_tile(row32, bm_row, al_row, start, w_hi, half_vocab, use_bitmask,
-                                              use_allowed, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, IS_BF16)
-                        acc = _pairs_apply(row32, v, bits, start, w_hi, half_vocab, acc, DENSE_WORDS, IS_BF16)
-                count = (tl.sum(tl.sum(acc & 0xFFFF, axis=1), axis=0) +
-                         tl.sum(tl.sum(acc >> 16, axis=1), axis=0)).to(tl.int32)
-            else:
-                acc = tl.zeros([DENSE_WORDS, 8], tl.int32)
-                if PREFETCH:
-                    x, bits = _floats_tile(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed,
-                                           DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        x_next, bits_next = _floats_tile(row_ptr, bm_row, al_row, start + DENSE_WORDS, w_hi, vocab,
-                                                         use_bitmask, use_allowed, DENSE_WORDS, HAS_BITMASK,
-                                                         HAS_ALLOWED)
-                        acc = _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS)
-                        x = x_next
-                        bits = bits_next
-                else:
-                    for start in range(w_lo, w_hi, DENSE_WORDS):
-                        x, bits = _floats_tile(row_ptr, bm_row, al_row, start, w_hi, vocab, use_bitmask, use_allowed,
-                                               DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-                        acc = _floats_apply(row_ptr, x, bits, start, w_hi, vocab, acc, DENSE_WORDS)
-                count = tl.sum(tl.sum(acc, axis=1), axis=0)
+            count = _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
+                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, PAIRS, IS_BF16, PREFETCH, KEPT_ONLY)
             last = count == count
             if SPLIT:
                 # Publish this chunk's stores and count; the last arrival gets the total.
@@ -401,7 +428,7 @@ def _constraints_kernel(
             if last:
                 if SPLIT:
                     tl.store(scratch_ptr + row, old * 0)  # ready for the next launch
-                _finish_row(row_ptr, infeasible_ptr, row, count, last, is_grammar, min_active, vocab,
+                _finish_row(row_ptr, infeasible_ptr, row, count, last, is_grammar, min_active, forced, vocab,
                             stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
         elif chunk == 0:
             _sparse_bans(row_ptr, row64, slot, pos, 0, vocab, ban_ptr,
@@ -428,7 +455,7 @@ def _constraints_kernel(
                 count += tl.sum((tl.abs(x.to(tl.float32)) < INF).to(tl.int32))
                 start += SCAN_WORDS * 32
             tl.debug_barrier()
-            _finish_row(row_ptr, infeasible_ptr, row, count, start >= vocab, is_grammar, min_active, vocab,
+            _finish_row(row_ptr, infeasible_ptr, row, count, start >= vocab, is_grammar, min_active, forced, vocab,
                         stops, policy, bias_ids, bv, N_STOP, N_BIAS, IS_BF16)
     elif chunk == 0:
         tl.store(infeasible_ptr + row, slot_ok == 0)
@@ -481,11 +508,17 @@ def _pairs_ok(logits: torch.Tensor) -> bool:
 def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
-                 pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None):
+                 pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None,
+                 n_forced: int = 0, kept_only: bool = True):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
-    keyword overrides (benchmark sweeps) take precedence over it."""
+    keyword overrides (benchmark sweeps) take precedence over it;
+    ``kept_only=False`` reads every vector of a dense row (the earlier kernel's
+    traffic, for comparison). ``n_forced``
+    (slots with a forced token, host count) only picks the grid: with none, a
+    launch without a dense mask runs one program per row; a forced row is
+    handled correctly by either grid."""
     tuning = KernelTuning() if tuning is None else tuning
     R, V = logits.shape
     W = (V + 31) // 32
@@ -495,6 +528,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     scan_words = scan_words or sw
     num_warps = num_warps or nw
     progs_per_sm = pps if progs_per_sm is None else progs_per_sm
+    prefetch_default = prefetch is None
     prefetch = cfg[5] if prefetch is None else prefetch
     pairs = _pairs_ok(logits) if pairs is None else pairs and _pairs_ok(logits)
     infeasible = torch.empty(R, dtype=torch.bool, device=logits.device)
@@ -502,7 +536,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     dummy = st.min_tokens  # any valid pointer for absent optional inputs
     draft = draft_token_ids if draft_token_ids is not None and draft_token_ids.shape[1] > 0 else None
     n_bad = st.bad_prefix.shape[1]
-    dense = bitmask is not None or bool(st.any_allowed)
+    dense = bitmask is not None or bool(st.any_allowed) or n_forced > 0
     if not dense:
         chunk_words = W
     elif chunk_words is None:
@@ -514,6 +548,8 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
             chunk_words = split_words(R, W, dense_words, progs_per_sm, sms, wave if wave_progs is None else wave_progs)
     n_chunks = _cdiv(W, chunk_words)
     split = n_chunks > 1
+    if prefetch_default and chunk_words <= dense_words:
+        prefetch = 0  # one tile per program: nothing to overlap, the prologue only adds latency
     _constraints_kernel[(R, n_chunks)](
         logits,
         logits.stride(0),
@@ -540,6 +576,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         st.history_len,
         st.bias_ids,
         st.bias_values,
+        st.forced,
         max_slots,
         V,
         W,
@@ -559,6 +596,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         IS_BF16=logits.dtype == torch.bfloat16,
         PAIRS=pairs,
         PREFETCH=bool(prefetch),
+        KEPT_ONLY=bool(kept_only),
         num_warps=num_warps,
     )
     return infeasible

