@@ -32,6 +32,8 @@ maturin sdist --out "$WORK/dist"
 WHEEL=$(ls "$WORK"/dist/stopline-*.whl)
 SDIST=$(ls "$WORK"/dist/stopline-*.tar.gz)
 echo "check_wheel: built $(basename "$WHEEL") ($(du -k "$WHEEL" | cut -f1) kB) and $(basename "$SDIST")"
+# .ci/run passes the wheel on to the engine job (.ci/engines.sh).
+if [ -n "${STOPLINE_KEEP_WHEEL:-}" ]; then cp "$WHEEL" "$STOPLINE_KEEP_WHEEL/"; fi
 case "$WHEEL" in
     *manylinux_2_17_x86_64*) ;;
     *) echo "check_wheel: $WHEEL is not tagged manylinux_2_17_x86_64"; exit 1 ;;
