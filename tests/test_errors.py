@@ -1038,3 +1038,9 @@ def test_python_checks_render_through_the_core() -> None:
         capped(itertools.count(), "output_ids", 3)
     with pytest.raises(stopline.StoplineValueError, match="kind="):
         stopline._core._problem("no_such_kind", "x")
+
+
+def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
+    from doc_blocks import run_python_blocks
+
+    assert run_python_blocks("docs/errors.md", "e.slot") == 1
