@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The engine adapters and the engine-parity checks against the real engines:
 #   bash .ci/engines.sh [WHEEL]
+# (STOPLINE_ENGINES="vllm" or "sglang" runs one; the default is both.)
 #
 # For each engine (vLLM 0.33.0, SGLang 0.5.23) a venv under
 # $STOPLINE_ENGINES_DIR (default /root/.cache/stopline-engines) holds the
@@ -51,14 +52,22 @@ assert m.version('$engine') == '$version'" 2>/dev/null; then
         fi
     fi
     "$venv/bin/python" -m pip install -q --no-deps --no-index --force-reinstall "$WHEEL"
+    "$venv/bin/python" -c "import sys, stopline, $engine; \
+assert stopline.__file__.startswith('$venv/'), stopline.__file__; \
+print('engines.sh: stopline', stopline.__version__, 'from the wheel;', '$engine', $engine.__version__, 'on', sys.version.split()[0])"
     # From a scratch directory, so that `stopline` is the wheel, not ./python.
     (cd "$WORK" && STOPLINE_ENGINE_PARITY=1 STOPLINE_REQUIRE_ENGINES="$engine" \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
         -c "$ROOT/pyproject.toml" "$@")
 }
 
-run_engine vllm 0.33.0 "$ROOT/tests/test_integrations_vllm.py" "$ROOT/tests/test_engine_parity.py" -k vllm
-run_engine sglang 0.5.23 "$ROOT/tests/test_integrations_sglang.py" "$ROOT/tests/test_engine_parity.py" -k sglang
+for engine in ${STOPLINE_ENGINES:-vllm sglang}; do
+    case "$engine" in
+        vllm) run_engine vllm 0.33.0 "$ROOT/tests/test_integrations_vllm.py" "$ROOT/tests/test_engine_parity.py" -k vllm ;;
+        sglang) run_engine sglang 0.5.23 "$ROOT/tests/test_integrations_sglang.py" "$ROOT/tests/test_engine_parity.py" -k sglang ;;
+        *) echo "engines.sh: unknown engine $engine in STOPLINE_ENGINES"; exit 2 ;;
+    esac
+done
 
 phase "done"
 if [ "${#skipped[@]}" -gt 0 ]; then
