@@ -914,6 +914,13 @@ class FinishBatch:
                 (``slots[0] must be an int, got str``); ``texts`` a bare
                 ``str`` or holding a non-``str``.
             SequenceFinishedError: a listed slot already finished (remove it first).
+
+            Each is stopline's subclass of the built-in (``StoplineValueError``,
+            ``StoplineTypeError``) whose ``slot`` names the slot at fault when
+            one is (its element, its run, its state), ``field`` the argument
+            or flat element (``"token_ids[3]"``) and ``kind`` the problem: the
+            step changed nothing, so an engine aborts that request alone and
+            steps the rest (docs/errors.md).
         """
 
 @final
