@@ -576,4 +576,40 @@ mod tests {
         assert_eq!(shown_repr("[1, 2]"), "[1, 2]");
         assert!(shown_repr(&"x".repeat(1000)).ends_with("... (1000 bytes in all)"));
     }
+
+    #[test]
+    fn errors_say_their_field_slot_and_kind() {
+        let step = Error::Step {
+            field: "token_ids",
+            problem: Box::new(Problem::NotInVocabulary {
+                index: 3,
+                id: 9,
+                vocab_size: 5,
+            }),
+            slot: Some(2),
+        };
+        assert_eq!(
+            (step.field().as_deref(), step.slot(), step.kind()),
+            (Some("token_ids[3]"), Some(2), "not_in_vocabulary")
+        );
+        assert!(step.to_string().starts_with("token_ids[3]=9"));
+        let param = Error::param("min_tokens", Problem::at_least(0, -1).unwrap_err());
+        assert_eq!(
+            (param.field().as_deref(), param.slot(), param.kind()),
+            (Some("min_tokens"), None, "below")
+        );
+        let finished = Error::SlotFinished {
+            slot: 7,
+            finish_reason: "stop",
+        };
+        assert_eq!(
+            (finished.field(), finished.slot(), finished.kind()),
+            (None, Some(7), "slot_finished")
+        );
+        assert!(Problem::WrongType {
+            expected: "an int",
+            got: "str".into()
+        }
+        .is_type_error());
+    }
 }
