@@ -117,7 +117,7 @@ _REQUIRED_ENGINES = [e for e in os.environ.get("STOPLINE_REQUIRE_ENGINES", "").s
 
 
 def _required_skip(report: pytest.TestReport | pytest.CollectReport) -> bool:
-    return (report.skipped and not hasattr(report, "wasxfail")
+    return (bool(_REQUIRED_ENGINES) and report.skipped and not hasattr(report, "wasxfail")
             and any(e in report.nodeid for e in [*_REQUIRED_ENGINES, "test_engine_parity.py"]))
 
 
