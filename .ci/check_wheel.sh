@@ -8,7 +8,8 @@
 # 2. The wheel holds the license and the bundled traces, and neither the
 #    tests nor the benches.
 # 3. In a bare venv (no system site-packages, no extras) on every CPython
-#    >= 3.11 found here: `import stopline`, `stopline replay --check` on the
+#    the classifiers advertise (missing one fails the check) and a newer one
+#    found here: `import stopline`, `stopline replay --check` on the
 #    bundled traces, and the extras' commands say what to install.
 # 4. In a venv that sees the system site-packages (the test extras), the test
 #    suite runs against the installed wheel, not the source tree.
@@ -31,6 +32,8 @@ maturin sdist --out "$WORK/dist"
 WHEEL=$(ls "$WORK"/dist/stopline-*.whl)
 SDIST=$(ls "$WORK"/dist/stopline-*.tar.gz)
 echo "check_wheel: built $(basename "$WHEEL") ($(du -k "$WHEEL" | cut -f1) kB) and $(basename "$SDIST")"
+# .ci/run passes the wheel on to the engine job (.ci/engines.sh).
+if [ -n "${STOPLINE_KEEP_WHEEL:-}" ]; then cp "$WHEEL" "$STOPLINE_KEEP_WHEEL/"; fi
 case "$WHEEL" in
     *manylinux_2_17_x86_64*) ;;
     *) echo "check_wheel: $WHEEL is not tagged manylinux_2_17_x86_64"; exit 1 ;;
@@ -66,15 +69,42 @@ PY
 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/from-sdist" "$SDIST"
 echo "check_wheel: sdist builds $(basename "$(ls "$WORK"/from-sdist/stopline-*.whl)")"
 
-# 3. Bare venvs: the wheel alone, nothing from the system.
-pythons=()
-for v in 11 12 13 14; do
+# 3. Bare venvs: the wheel alone, nothing from the system. Every CPython
+# that pyproject.toml advertises (its "Programming Language :: Python :: 3.x"
+# classifiers) must be found, or the check fails: a wheel never tried on an
+# advertised version is not a pass. A newer one found here is tried too.
+advertised=$(python3 - <<'PY'
+import re, tomllib
+with open("pyproject.toml", "rb") as f:
+    classifiers = tomllib.load(f)["project"]["classifiers"]
+print(" ".join(m.group(1) for c in classifiers
+               if (m := re.fullmatch(r"Programming Language :: Python :: 3\.(\d+)", c))))
+PY
+)
+[ -n "$advertised" ] || { echo "check_wheel: pyproject.toml advertises no CPython 3.x version"; exit 1; }
+find_python() {
     # python3.1x on PATH, else a pyenv install of it (pyenv's shims answer
     # only for the selected versions).
-    for c in "python3.$v" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3."$v".*/bin/python3; do
-        if "$c" -c 'import sys' >/dev/null 2>&1; then pythons+=("$c"); break; fi
+    local c
+    for c in "python3.$1" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3."$1".*/bin/python3; do
+        if "$c" -c "import sys; assert sys.version_info[:2] == (3, $1)" >/dev/null 2>&1; then
+            echo "$c"; return 0
+        fi
     done
+    return 1
+}
+pythons=()
+missing=()
+for v in $advertised; do
+    if py=$(find_python "$v"); then pythons+=("$py"); else missing+=("3.$v"); fi
 done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "check_wheel: FAIL: pyproject.toml advertises CPython ${missing[*]}, not installed here"
+    echo "check_wheel: (install it, e.g. 'pyenv install 3.X', or drop its classifier)"
+    exit 1
+fi
+last=${advertised##* }
+if py=$(find_python $((last + 1))); then pythons+=("$py"); fi
 echo "check_wheel: bare venvs on ${pythons[*]}"
 for py in "${pythons[@]}"; do
     V="$WORK/bare-$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"

@@ -4,7 +4,9 @@
 #
 # Builds the targets with libFuzzer's coverage instrumentation on the stable
 # toolchain (the flags `cargo fuzz build -s none` passes; no sanitizer, so
-# neither nightly nor cargo-fuzz is needed), then runs each one. A crash, a
+# neither nightly nor cargo-fuzz is needed) and with debug assertions, which
+# check the invariant of each of the core's `unsafe` blocks before it runs
+# (docs/reliability.md, "The core's unsafe blocks"), then runs each one. A crash, a
 # failed assertion or a timeout of one input exits non-zero, leaves the input
 # in fuzz/artifacts/<target>/ and fails CI. Reproduce with
 #   fuzz/target/ci/x86_64-unknown-linux-gnu/release/<target> fuzz/artifacts/<target>/<file>

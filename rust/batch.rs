@@ -13,9 +13,7 @@ use std::sync::Arc;
 use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
 
-/// The largest batch: far above any engine's concurrent sequences, and small
-/// enough that the slot table always fits in memory.
-pub const MAX_SLOTS: usize = 1 << 24;
+pub use crate::limits::MAX_SLOTS;
 
 /// A fixed number of slots, each empty or holding one sequence.
 ///

@@ -649,6 +649,7 @@ impl Vocabulary {
         // Fast path: nothing pending, the token's text is whole UTF-8.
         let mut plain = f & UTF8 != 0 && st.pending_len == 0 && !st.in_run;
         if plain {
+            debug_assert!(std::str::from_utf8(b).is_ok(), "UTF8 flag on id {id}");
             // SAFETY: UTF8 is set only for ids whose bytes are valid UTF-8.
             out.push_str(unsafe { std::str::from_utf8_unchecked(b) });
             plain = !(first && self.first.is_some());
@@ -679,8 +680,10 @@ impl Vocabulary {
         if f & UTF8 == 0 {
             return None;
         }
+        let b = self.bytes(id as usize, false);
+        debug_assert!(std::str::from_utf8(b).is_ok(), "UTF8 flag on id {id}");
         // SAFETY: UTF8 is set only for ids whose bytes are valid UTF-8.
-        Some(unsafe { std::str::from_utf8_unchecked(self.bytes(id as usize, false)) })
+        Some(unsafe { std::str::from_utf8_unchecked(b) })
     }
 
     /// Appends what the held bytes become when the sequence ends: one
@@ -757,8 +760,10 @@ impl Vocabulary {
             Err(e) if e.valid_up_to() > 0 => {
                 // The held character completed within the first bytes.
                 let used = e.valid_up_to() - held;
-                // SAFETY: valid up to there.
-                out.push_str(unsafe { std::str::from_utf8_unchecked(&joined[..e.valid_up_to()]) });
+                let good = &joined[..e.valid_up_to()];
+                debug_assert!(std::str::from_utf8(good).is_ok());
+                // SAFETY: `from_utf8` found these bytes valid (`valid_up_to`).
+                out.push_str(unsafe { std::str::from_utf8_unchecked(good) });
                 self.lossy_tail(st, &b[used..], out)
             }
             Err(e) => match e.error_len() {
@@ -785,7 +790,8 @@ impl Vocabulary {
                 Ok(s) => return out.push_str(s),
                 Err(e) => {
                     let (good, rest) = b.split_at(e.valid_up_to());
-                    // SAFETY: valid up to there.
+                    debug_assert!(std::str::from_utf8(good).is_ok());
+                    // SAFETY: `from_utf8` found these bytes valid (`valid_up_to`).
                     out.push_str(unsafe { std::str::from_utf8_unchecked(good) });
                     match e.error_len() {
                         None => {
@@ -813,6 +819,7 @@ impl Vocabulary {
             st.pending_len = 0;
             st.in_run = false;
             st.run_invalid = false;
+            debug_assert!(std::str::from_utf8(b).is_ok(), "a text token without UTF8");
             // SAFETY: a text token of this stream is valid UTF-8 (UTF8 set).
             out.push_str(unsafe { std::str::from_utf8_unchecked(b) });
             return;

@@ -5,7 +5,35 @@
 
 use std::fmt;
 
-use crate::limits::{shown, MAX_SHOWN_BYTES};
+/// Bytes shown of a rejected value (a pattern, a stop string) in an error
+/// message: a 1 MB pattern must not make a 2 MB message.
+pub const MAX_SHOWN_BYTES: usize = 200;
+
+/// `s` quoted and cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary),
+/// with how much was left out; what error messages show of a caller's value.
+pub fn shown(s: &str) -> String {
+    let (head, rest) = cut(s);
+    format!("{head:?}{rest}")
+}
+
+/// A Python `repr` (already quoted where it is a string) cut as in
+/// [`shown`].
+pub fn shown_repr(repr: &str) -> String {
+    let (head, rest) = cut(repr);
+    format!("{head}{rest}")
+}
+
+/// At most [`MAX_SHOWN_BYTES`] of `s`, and what to append when it was cut.
+fn cut(s: &str) -> (&str, String) {
+    if s.len() <= MAX_SHOWN_BYTES {
+        return (s, String::new());
+    }
+    let mut end = MAX_SHOWN_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&s[..end], format!("... ({} bytes in all)", s.len()))
+}
 
 /// A parser's message, which quotes the whole pattern: for a long pattern
 /// only its last line (the kind of error) is kept, itself cut.
@@ -27,6 +55,62 @@ impl Error {
         Error::Param {
             field,
             problem: Box::new(problem),
+        }
+    }
+
+    /// What went wrong, in snake case: the [`Problem::kind`] of a `Param` or
+    /// `Step` error, else the variant's own name (`"empty_stop"`,
+    /// `"regex_invalid"`, `"slot_finished"`, ...). The Python exception's
+    /// `kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::EmptyStop { .. } => "empty_stop",
+            Error::Build(_) => "build",
+            Error::RegexInvalid { .. } => "regex_invalid",
+            Error::RegexEmptyMatch { .. } => "regex_empty_match",
+            Error::RegexTooLarge { .. } => "regex_too_large",
+            Error::NewCharCount { .. } => "new_char_count",
+            Error::Param { problem, .. } | Error::Step { problem, .. } => problem.kind(),
+            Error::Finished { .. } => "finished",
+            Error::SlotFinished { .. } => "slot_finished",
+            Error::Slot { .. } => "slot",
+            Error::Tokenizer { .. } => "tokenizer",
+            Error::Alloc { .. } => "alloc",
+        }
+    }
+
+    /// The argument (or element, `stop[2]`) at fault, as the message names
+    /// it; `None` when no one argument is (a finished sequence, a failed
+    /// allocation).
+    pub fn field(&self) -> Option<String> {
+        Some(match self {
+            Error::EmptyStop { index } => format!("stop[{index}]"),
+            Error::Build(_) => "stop".into(),
+            Error::RegexInvalid { index, .. }
+            | Error::RegexEmptyMatch { index, .. }
+            | Error::RegexTooLarge { index, .. } => format!("stop_regex[{index}]"),
+            Error::NewCharCount { .. } => "new_char_count".into(),
+            Error::Param { field, problem } | Error::Step { field, problem, .. } => {
+                match problem.index() {
+                    Some(i) => format!("{field}[{i}]"),
+                    None => (*field).into(),
+                }
+            }
+            Error::Slot { .. } => "slot".into(),
+            Error::Tokenizer { .. } => "tokenizer".into(),
+            Error::Finished { .. } | Error::SlotFinished { .. } | Error::Alloc { .. } => {
+                return None
+            }
+        })
+    }
+
+    /// The batch slot whose arguments or state are at fault, when there is
+    /// one: an engine aborts that request alone.
+    pub fn slot(&self) -> Option<i64> {
+        match self {
+            Error::Step { slot, .. } => *slot,
+            Error::SlotFinished { slot, .. } | Error::Slot { slot, .. } => Some(*slot),
+            _ => None,
         }
     }
 
@@ -410,6 +494,64 @@ impl Problem {
         }
     }
 
+    /// The variant's name in snake case (`"below"`, `"too_many"`, ...): the
+    /// Python exception's `kind`, stable for callers to match on.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Problem::Below { .. } => "below",
+            Problem::Greater { .. } => "greater",
+            Problem::NoRoom { .. } => "no_room",
+            Problem::IdOutside { .. } => "id_outside",
+            Problem::NotInVocabulary { .. } => "not_in_vocabulary",
+            Problem::ProductOverflows { .. } => "product_overflows",
+            Problem::Unsupported { .. } => "unsupported",
+            Problem::TooMany { .. } => "too_many",
+            Problem::TooManyBytes { .. } => "too_many_bytes",
+            Problem::Count { .. } => "count",
+            Problem::SumOverflows => "sum_overflows",
+            Problem::Required { .. } => "required",
+            Problem::MustBeNone { .. } => "must_be_none",
+            Problem::SingleStr { .. } => "single_str",
+            Problem::MissingKey { .. } => "missing_key",
+            Problem::UnknownKey { .. } => "unknown_key",
+            Problem::OutsideRun { .. } => "outside_run",
+            Problem::OutOfRange { .. } => "out_of_range",
+            Problem::NotATokenId { .. } => "not_a_token_id",
+            Problem::LoneSurrogate => "lone_surrogate",
+            Problem::EmptyStop => "empty_stop",
+            Problem::NotOneOf { .. } => "not_one_of",
+            Problem::WrongType { .. } => "wrong_type",
+            Problem::IdNotInt { .. } => "id_not_int",
+            Problem::IdNotInVocab { .. } => "id_not_in_vocab",
+            Problem::EmptyWord => "empty_word",
+            Problem::NotASequence { .. } => "not_a_sequence",
+        }
+    }
+
+    /// The element of the field at fault, for problems whose message names
+    /// one (`token_ids[3]=...`).
+    pub fn index(&self) -> Option<usize> {
+        match self {
+            Problem::IdOutside { index, .. } | Problem::NotInVocabulary { index, .. } => {
+                Some(*index)
+            }
+            Problem::OutsideRun { index, .. } => *index,
+            _ => None,
+        }
+    }
+
+    /// Whether the problem is the value's type (Python's `TypeError`)
+    /// rather than its value (`ValueError`).
+    pub fn is_type_error(&self) -> bool {
+        matches!(
+            self,
+            Problem::WrongType { .. }
+                | Problem::IdNotInt { .. }
+                | Problem::NotASequence { .. }
+                | Problem::SingleStr { .. }
+        )
+    }
+
     /// The message about `field`, for errors whose field is only known at
     /// run time (an element `token_ids[3] (slot 2)`).
     pub fn about(&self, field: &str) -> String {
@@ -417,5 +559,57 @@ impl Problem {
         // Writing to a String cannot fail.
         let _ = self.write(&mut out, field);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_is_bounded_and_cut_at_a_char_boundary() {
+        let long = "é".repeat(1_000_000);
+        let s = shown(&long);
+        assert!(s.len() < 2 * MAX_SHOWN_BYTES + 40, "{}", s.len());
+        assert!(s.ends_with("(2000000 bytes in all)"));
+        assert_eq!(shown("ab"), "\"ab\"");
+        assert_eq!(shown_repr("[1, 2]"), "[1, 2]");
+        assert!(shown_repr(&"x".repeat(1000)).ends_with("... (1000 bytes in all)"));
+    }
+
+    #[test]
+    fn errors_say_their_field_slot_and_kind() {
+        let step = Error::Step {
+            field: "token_ids",
+            problem: Box::new(Problem::NotInVocabulary {
+                index: 3,
+                id: 9,
+                vocab_size: 5,
+            }),
+            slot: Some(2),
+        };
+        assert_eq!(
+            (step.field().as_deref(), step.slot(), step.kind()),
+            (Some("token_ids[3]"), Some(2), "not_in_vocabulary")
+        );
+        assert!(step.to_string().starts_with("token_ids[3]=9"));
+        let param = Error::param("min_tokens", Problem::at_least(0, -1).unwrap_err());
+        assert_eq!(
+            (param.field().as_deref(), param.slot(), param.kind()),
+            (Some("min_tokens"), None, "below")
+        );
+        let finished = Error::SlotFinished {
+            slot: 7,
+            finish_reason: "stop",
+        };
+        assert_eq!(
+            (finished.field(), finished.slot(), finished.kind()),
+            (None, Some(7), "slot_finished")
+        );
+        assert!(Problem::WrongType {
+            expected: "an int",
+            got: "str".into()
+        }
+        .is_type_error());
     }
 }

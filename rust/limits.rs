@@ -21,11 +21,32 @@ pub const MAX_STOP_TOKEN_IDS: usize = 1 << 16;
 /// Token ids (and text pieces) in one `FinishTracker.update` or one
 /// `FinishBatch.step`.
 pub const MAX_STEP_TOKENS: usize = 1 << 22;
+/// The largest `FinishBatch`: far above any engine's concurrent sequences,
+/// and small enough that the slot table always fits in memory.
+pub const MAX_SLOTS: usize = 1 << 24;
 /// Bytes shown of a rejected value (a pattern, a stop string) in an error
-/// message: a 1 MB pattern must not make a 2 MB message.
-pub const MAX_SHOWN_BYTES: usize = 200;
+/// message; it lives with the message writer (`crate::error`).
+pub use crate::error::MAX_SHOWN_BYTES;
 
-/// All caps by name, for the binding's `stopline.LIMITS` and the docs.
+// `stopline.logits.LogitsConstraints`: its tables live on the device, sized
+// `max_slots x` the largest live request's entries, so its caps are tighter
+// than the host-side `FinishBatch`'s (and named apart from them here).
+/// Slots of one `LogitsConstraints` (device tables are `max_slots x C`).
+pub const MAX_LOGITS_SLOTS: usize = 1 << 14;
+/// Token ids in one `allowed_token_ids`.
+pub const MAX_ALLOWED_TOKEN_IDS: usize = 1 << 22;
+/// Words in one `bad_words`.
+pub const MAX_BAD_WORDS: usize = 1024;
+/// Token ids in one bad word.
+pub const MAX_BAD_WORD_TOKENS: usize = 64;
+/// Bytes of the batch's multi-token bad-words table on the device.
+pub const MAX_BAD_WORDS_TABLE_BYTES: usize = 256 << 20;
+/// Entries in one `logit_bias`.
+pub const MAX_LOGIT_BIAS: usize = 1 << 16;
+/// Bytes of the dense allowed-token mask (`max_slots x ceil(vocab/32) x 4`).
+pub const MAX_DENSE_TABLE_BYTES: usize = 1 << 30;
+
+/// All caps of the finish layer by name: the binding's `stopline.LIMITS`.
 pub const ALL: &[(&str, usize)] = &[
     ("max_stop_strings", MAX_STOP_STRINGS),
     ("max_stop_bytes", MAX_STOP_BYTES),
@@ -33,7 +54,20 @@ pub const ALL: &[(&str, usize)] = &[
     ("max_stop_regex_bytes", MAX_STOP_REGEX_BYTES),
     ("max_stop_token_ids", MAX_STOP_TOKEN_IDS),
     ("max_step_tokens", MAX_STEP_TOKENS),
-    ("max_slots", crate::batch::MAX_SLOTS),
+    ("max_slots", MAX_SLOTS),
+];
+
+/// The caps of `stopline.logits.LIMITS` by name (`max_slots` there is
+/// [`MAX_LOGITS_SLOTS`]: a `LogitsConstraints`, not a `FinishBatch`).
+pub const LOGITS: &[(&str, usize)] = &[
+    ("max_slots", MAX_LOGITS_SLOTS),
+    ("max_stop_token_ids", MAX_STOP_TOKEN_IDS),
+    ("max_allowed_token_ids", MAX_ALLOWED_TOKEN_IDS),
+    ("max_bad_words", MAX_BAD_WORDS),
+    ("max_bad_word_tokens", MAX_BAD_WORD_TOKENS),
+    ("max_bad_words_table_bytes", MAX_BAD_WORDS_TABLE_BYTES),
+    ("max_logit_bias", MAX_LOGIT_BIAS),
+    ("max_dense_table_bytes", MAX_DENSE_TABLE_BYTES),
 ];
 
 /// `Err` naming `field` when `n` entries exceed `cap`.
@@ -46,46 +80,9 @@ pub fn check_bytes(field: &'static str, n: usize, cap: usize) -> Result<(), Erro
     Problem::at_most_entries(n, cap, true).map_err(|p| Error::param(field, p))
 }
 
-/// `s` quoted and cut to at most [`MAX_SHOWN_BYTES`] (at a char boundary),
-/// with how much was left out; what error messages show of a caller's value.
-pub fn shown(s: &str) -> String {
-    let (head, rest) = cut(s);
-    format!("{head:?}{rest}")
-}
-
-/// A Python `repr` (already quoted where it is a string) cut as in
-/// [`shown`].
-pub fn shown_repr(repr: &str) -> String {
-    let (head, rest) = cut(repr);
-    format!("{head}{rest}")
-}
-
-/// At most [`MAX_SHOWN_BYTES`] of `s`, and what to append when it was cut.
-fn cut(s: &str) -> (&str, String) {
-    if s.len() <= MAX_SHOWN_BYTES {
-        return (s, String::new());
-    }
-    let mut end = MAX_SHOWN_BYTES;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    (&s[..end], format!("... ({} bytes in all)", s.len()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shown_is_bounded_and_cut_at_a_char_boundary() {
-        let long = "é".repeat(1_000_000);
-        let s = shown(&long);
-        assert!(s.len() < 2 * MAX_SHOWN_BYTES + 40, "{}", s.len());
-        assert!(s.ends_with("(2000000 bytes in all)"));
-        assert_eq!(shown("ab"), "\"ab\"");
-        assert_eq!(shown_repr("[1, 2]"), "[1, 2]");
-        assert!(shown_repr(&"x".repeat(1000)).ends_with("... (1000 bytes in all)"));
-    }
 
     #[test]
     fn counts_over_the_cap_name_the_field() {

@@ -12,6 +12,8 @@ baseline (``stopline.baseline``) and the Rust extension (``stopline``):
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import settings
 
@@ -105,3 +107,38 @@ def brute_holdback(text, stops):
             if text.endswith(s[:k]):
                 best = max(best, k)
     return best
+
+
+# `.ci/engines.sh` runs the engine tests in venvs that hold the engines; there
+# a skip means the check never ran, so STOPLINE_REQUIRE_ENGINES (a comma list:
+# "vllm", "sglang") turns a skip of a test or module whose node id names one
+# of those engines (or of the engine-parity module) into a failure.
+_REQUIRED_ENGINES = [e for e in os.environ.get("STOPLINE_REQUIRE_ENGINES", "").split(",") if e]
+
+
+def _required_skip(report: pytest.TestReport | pytest.CollectReport) -> bool:
+    return (bool(_REQUIRED_ENGINES) and report.skipped and not hasattr(report, "wasxfail")
+            and any(e in report.nodeid for e in [*_REQUIRED_ENGINES, "test_engine_parity.py"]))
+
+
+def _fail_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+    report.outcome = "failed"
+    report.longrepr = (f"skipped ({reason}), but STOPLINE_REQUIRE_ENGINES="
+                       f"{','.join(_REQUIRED_ENGINES)} requires it to run")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if _required_skip(report):
+        _fail_skip(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if _required_skip(report):
+        _fail_skip(report)

@@ -125,14 +125,14 @@ def in_subprocess(code: str) -> subprocess.CompletedProcess:
 
 
 def raises_in_subprocess(expr: str) -> str:
-    """The exception class that ``expr`` raises in a fresh interpreter (or how
-    the interpreter died)."""
+    """The exception class that ``expr`` raises in a fresh interpreter, the
+    built-in for stopline's own subclasses (or how the interpreter died)."""
     r = in_subprocess(f"""
         import stopline
         try:
             {expr}
         except BaseException as e:
-            print(type(e).__name__, e)
+            print(next(c for c in type(e).__mro__ if c.__module__ == "builtins").__name__, e)
         else:
             print("OK")
     """)
@@ -789,6 +789,16 @@ def _params() -> list[Any]:
     return out
 
 
+# The built-ins and stopline's subclasses of them that carry field/slot/kind.
+_WITH_DATA: dict[type, type] = {
+    ValueError: stopline.StoplineValueError,
+    TypeError: stopline.StoplineTypeError,
+    RuntimeError: stopline.StoplineRuntimeError,
+    MemoryError: stopline.StoplineMemoryError,
+    OverflowError: stopline.StoplineOverflowError,
+}
+
+
 @pytest.mark.parametrize("row", _params())
 def test_row(row: Row) -> None:
     if row.entry.startswith(_TORCH_ENTRIES):
@@ -800,9 +810,11 @@ def test_row(row: Row) -> None:
         return
     with pytest.raises(BaseException) as info:
         row.call()
-    # The exact class: a subclass (say PanicException for ValueError) would
-    # change what an engine's `except` catches.
-    assert type(info.value) is row.raises, _describe(info.value)
+    # The exact class, or stopline's data-carrying subclass of it
+    # (`StoplineValueError` for `ValueError`): another class (say
+    # PanicException for ValueError) would change what an engine's `except`
+    # catches.
+    assert type(info.value) in (row.raises, _WITH_DATA.get(row.raises)), _describe(info.value)
     assert row.says in _describe(info.value)
 
 
@@ -953,3 +965,82 @@ def test_release_profile_unwinds() -> None:
     cargo = (Path(__file__).resolve().parent.parent / "Cargo.toml").read_text(encoding="utf-8")
     profile = cargo.split("[profile.release]", 1)[1].split("\n[", 1)[0]
     assert 'panic = "unwind"' in profile
+
+
+# ------------------------------------------------- exceptions that carry data --
+# An engine that steps many requests in one call needs to know which request
+# a rejected step is about, without parsing the message: the exception's
+# `slot`, `field` and `kind` (docs/errors.md, "Error types and messages").
+
+
+def _two_live_slots(impl: Any) -> Any:
+    b = impl.FinishBatch(8)
+    for slot in (2, 5):
+        b.add(slot, impl.StopParams(max_tokens=4, vocab_size=100))
+    return b
+
+
+@pytest.mark.parametrize(("case", "call", "cls", "slot", "field", "kind"), [
+    ("an id of slot 5 is not an int", lambda i, b: i.batch_step(b, [2, 5], [1, "x"]),
+     stopline.StoplineTypeError, 5, "token_ids[1]", "wrong_type"),
+    ("a piece of slot 5 is not a str", lambda i, b: i.batch_step(b, [2, 5], [1, 2, 3], [1, 2], ["a", "b", 3]),
+     stopline.StoplineTypeError, 5, "texts[2]", "wrong_type"),
+    ("an id of slot 5 is negative", lambda i, b: i.batch_step(b, [2, 5], [1, -3]),
+     stopline.StoplineValueError, 5, "token_ids[1]", "not_a_token_id"),
+    ("slot 5's grammar_terminated_at is past its run", lambda i, b: i.batch_step(b, [2, 5], [1, 2], None, None, [-1, 1]),
+     stopline.StoplineValueError, 5, "grammar_terminated_at", "outside_run"),
+    ("slot 3 is empty", lambda i, b: i.batch_step(b, [2, 3], [1, 2]),
+     stopline.StoplineValueError, 3, "slot", "slot"),
+    ("slot 5 already finished", lambda i, b: (i.batch_step(b, [5], [1, 1, 1, 1], [4]), i.batch_step(b, [2, 5], [1, 2])),
+     stopline.SequenceFinishedError, 5, None, "slot_finished"),
+])
+def test_a_batch_step_error_names_its_slot(impl: Any, case: str, call: Any, cls: type, slot: int,
+                                           field: Optional[str], kind: str) -> None:
+    """The core and the baseline raise the same class with the same data; the
+    step changes no slot, so the engine aborts the one request and steps the
+    rest again."""
+    b = _two_live_slots(impl)
+    with pytest.raises(cls) as info:
+        call(impl, b)
+    e = info.value
+    assert (e.slot, e.field, e.kind) == (slot, field, kind), str(e)
+    # What an engine does with it: abort that request, step the others.
+    b.remove(e.slot) if e.slot in (2, 5) else None
+    survivors = [s for s in (2, 5) if s != e.slot]
+    results = impl.batch_step(b, survivors, [7] * len(survivors))
+    assert [r.num_tokens for r in results] == [1] * len(survivors)
+
+
+def test_errors_without_a_slot_carry_field_and_kind(impl: Any) -> None:
+    with pytest.raises(stopline.StoplineValueError) as info:
+        impl.StopParams(min_tokens=5, max_tokens=3)
+    assert (info.value.field, info.value.slot, info.value.kind) == ("min_tokens", None, "greater")
+    with pytest.raises(stopline.StoplineTypeError) as info2:
+        impl.StopParams(max_tokens=True)
+    assert (info2.value.field, info2.value.kind) == ("max_tokens", "wrong_type")
+
+
+def test_the_classes_subclass_the_builtins() -> None:
+    assert issubclass(stopline.SequenceFinishedError, stopline.StoplineRuntimeError)
+    for cls, base in _WITH_DATA.items():
+        assert issubclass(base, cls) and base.__module__ == "stopline"
+        assert (base.field, base.slot, base.kind) == (None, None, None)
+
+
+def test_python_checks_render_through_the_core() -> None:
+    """stopline._caps raises the core's exception, message and data."""
+    from stopline._caps import capped
+    with pytest.raises(stopline.StoplineValueError) as info:
+        capped(range(10), "output_ids", 3)
+    assert str(info.value) == "output_ids has 10 entries; at most 3 are accepted"
+    assert (info.value.field, info.value.kind) == ("output_ids", "too_many")
+    with pytest.raises(stopline.StoplineValueError, match="has more than 3 entries"):
+        capped(itertools.count(), "output_ids", 3)
+    with pytest.raises(stopline.StoplineValueError, match="kind="):
+        stopline._core._problem("no_such_kind", "x")
+
+
+def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
+    from doc_blocks import run_python_blocks
+
+    assert run_python_blocks("docs/errors.md", "e.slot") == 1

@@ -49,7 +49,9 @@ def outcome(f):
     try:
         value = f()
     except BaseException as e:
-        return {{"raised": type(e).__name__, "message": str(e)}}
+        # The built-in class (stopline's errors are its subclasses of one).
+        builtin = next(c for c in type(e).__mro__ if c.__module__ == "builtins")
+        return {{"raised": builtin.__name__, "message": str(e)}}
     return {{"value": value}}
 """
 

@@ -1,5 +1,7 @@
 """Reading a caller's iterable under a cap, and showing a caller's value in
-an error message, shared by the Python modules."""
+an error message, shared by the Python modules. Their errors are the core's:
+the same classes (``stopline.StoplineValueError``, ...), attributes and
+wording, rendered by the core's message writer (``_core._problem``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import itertools
 import reprlib
 from collections.abc import Iterable
 from typing import Any
+
+from stopline._core import _problem
 
 
 _SHOWN = reprlib.Repr()  # keyword arguments only from 3.12
@@ -25,10 +29,11 @@ def shown(value: Any) -> str:
 
 
 def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
-    """The items of ``values``, refused (ValueError naming the field and the
-    cap) when ``len()`` says there are more than ``cap``, or after ``cap + 1``
-    items of an iterator without a length. Exceptions the iterable raises
-    propagate unchanged."""
+    """The items of ``values``, refused (``StoplineValueError``, a
+    ``ValueError``, naming the field and the cap; ``kind="too_many"``) when
+    ``len()`` says there are more than ``cap``, or after ``cap + 1`` items of
+    an iterator without a length. Exceptions the iterable raises propagate
+    unchanged."""
     try:
         n = len(values)  # type: ignore[arg-type]
     except OverflowError:
@@ -36,8 +41,9 @@ def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
     except TypeError:
         n = None
     if n is not None and n > cap:
-        raise ValueError(f"{field_name} has {n if n <= 2**63 else 'more than 2**63'} entries; at most {cap} are accepted")
+        # More than a usize holds (never from a real len()): "more than cap".
+        raise _problem("too_many", field_name, n=n if n < 2**64 else None, cap=cap)
     out = list(itertools.islice(values, cap + 1))
     if len(out) > cap:
-        raise ValueError(f"{field_name} has more than {cap} entries; at most {cap} are accepted")
+        raise _problem("too_many", field_name, n=None, cap=cap)
     return out

@@ -16,7 +16,10 @@ surrogate), ``SequenceFinishedError`` (a ``RuntimeError``) for updating a
 finished sequence, ``RuntimeError`` for another call the object's state
 forbids. Messages
 name the field, the element (``stop[1]``, ``token_ids[3] (slot 2)``) and the
-value. ``slot``, ``max_slots``, ``new_char_count`` and a ``BatchStepResult``
+value. The exceptions stopline raises itself are subclasses of those
+built-ins (``StoplineValueError``, ``StoplineTypeError``, ...) that carry
+``field``, ``slot`` (the batch slot at fault, so an engine can abort that
+request alone) and ``kind``. ``slot``, ``max_slots``, ``new_char_count`` and a ``BatchStepResult``
 index raise ``OverflowError`` at 2**63 and above; the others raise
 ``ValueError``. Ints may be any object with ``__index__`` (NumPy integers);
 a ``bool`` where an int is expected is a ``TypeError`` (docs/errors.md). Exceptions raised by the
@@ -54,18 +57,62 @@ __all__ = [
     "to_openai_finish_reason",
     "__version__",
     "LIMITS",
+    "LOGITS_LIMITS",
     "SequenceFinishedError",
+    "StoplineValueError",
+    "StoplineTypeError",
+    "StoplineRuntimeError",
+    "StoplineMemoryError",
+    "StoplineOverflowError",
     "FINISH_REASONS",
-    "_bad_words_table",  # PyO3 lists every added function in the runtime __all__
+    "_bad_words_table",
+    "_problem",  # PyO3 lists every added function in the runtime __all__
 ]
 
-class SequenceFinishedError(RuntimeError):
+class _ErrorData:
+    # ``field``: the argument or element at fault as the message names it
+    # (``"token_ids[3]"``, ``"stop[0]"``, ``"max_tokens"``), or None.
+    # ``slot``: the ``FinishBatch`` slot whose arguments or state are at
+    # fault, or None. ``kind``: what went wrong, the core's snake-case name
+    # (``"below"``, ``"not_in_vocabulary"``, ``"slot_finished"``; the list is
+    # in docs/errors.md). None on the class itself.
+    field: str | None
+    slot: int | None
+    kind: str | None
+
+class StoplineValueError(_ErrorData, ValueError):
+    """A value of the right type that is out of range, empty, inconsistent
+    with another argument or not valid Unicode. A ``ValueError`` subclass
+    with ``field``, ``slot`` and ``kind`` (docs/errors.md)."""
+
+class StoplineTypeError(_ErrorData, TypeError):
+    """A value of the wrong type. A ``TypeError`` subclass with ``field``,
+    ``slot`` and ``kind`` (docs/errors.md)."""
+
+class StoplineRuntimeError(_ErrorData, RuntimeError):
+    """A call that the object's state forbids. A ``RuntimeError`` subclass
+    with ``field``, ``slot`` and ``kind`` (docs/errors.md)."""
+
+class StoplineMemoryError(_ErrorData, MemoryError):
+    """A table that could not be allocated. A ``MemoryError`` subclass with
+    ``field``, ``slot`` and ``kind``."""
+
+class StoplineOverflowError(_ErrorData, OverflowError):
+    """An integer argument too large for 64 bits. An ``OverflowError``
+    subclass with ``field``, ``slot`` and ``kind``."""
+
+class SequenceFinishedError(StoplineRuntimeError):
     """Raised by ``FinishTracker.update`` and ``FinishBatch.step`` for a
     sequence that already finished (the message names its ``finish_reason``,
-    and the slot for a batch). A ``RuntimeError`` subclass, so ``except
-    RuntimeError`` still catches it; engines that race a late step against a
-    finish catch this type alone (docs/errors.md). Nothing changes when it is
-    raised."""
+    and the slot for a batch; ``slot`` holds it). A ``RuntimeError``
+    subclass, so ``except RuntimeError`` still catches it; engines that race
+    a late step against a finish catch this type alone (docs/errors.md).
+    Nothing changes when it is raised."""
+
+def _problem(kind: str, field: str, *, slot: int | None = None, **values: object) -> Exception:
+    """Not API: the exception the core raises for ``kind`` about ``field``
+    (its class, message and attributes), for the Python modules' own checks
+    (``stopline._caps``). ``values`` are the core ``Problem``'s fields."""
 
 # Type-only names (not attributes of the runtime module, hence private):
 # import them under `if TYPE_CHECKING:`.
@@ -88,6 +135,9 @@ __version__: str
 
 # The caps on every input from a request, by name (docs/errors.md, "Caps").
 LIMITS: dict[str, int]
+# The caps of ``stopline.logits.LogitsConstraints`` (``stopline.logits.LIMITS``
+# is a copy); both tables are the core's ``rust/limits.rs``.
+LOGITS_LIMITS: dict[str, int]
 
 @final
 class StopMatch:
@@ -864,6 +914,13 @@ class FinishBatch:
                 (``slots[0] must be an int, got str``); ``texts`` a bare
                 ``str`` or holding a non-``str``.
             SequenceFinishedError: a listed slot already finished (remove it first).
+
+            Each is stopline's subclass of the built-in (``StoplineValueError``,
+            ``StoplineTypeError``) whose ``slot`` names the slot at fault when
+            one is (its element, its run, its state), ``field`` the argument
+            or flat element (``"token_ids[3]"``) and ``kind`` the problem: the
+            step changed nothing, so an engine aborts that request alone and
+            steps the rest (docs/errors.md).
         """
 
 @final

@@ -76,9 +76,11 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from stopline._core import SequenceFinishedError
+from stopline._core import SequenceFinishedError, StoplineTypeError, StoplineValueError
+
+_E = TypeVar("_E", bound=Exception)
 
 __all__ = [
     "FinishBatch",
@@ -95,15 +97,24 @@ __all__ = [
 # ---------------------------------------------------------------- validation
 
 
+def _err(cls: type[_E], message: str, field: str | None, kind: str, slot: int | None = None) -> _E:
+    """``cls(message)`` with the core's attributes: the same classes, and the
+    same ``field``, ``slot`` and ``kind`` as the core's exception for the same
+    input (docs/errors.md); the messages are this module's own."""
+    e = cls(message)
+    e.field, e.slot, e.kind = field, slot, kind  # type: ignore[attr-defined]
+    return e
+
+
 def _check_encodable(s: str, what: str) -> None:
     # isascii() is O(1) in CPython; only non-ASCII text pays for the scan.
     if not s.isascii():
         try:
             s.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(
-                f"{what} contains a lone surrogate {s[e.start]!r} at code point {e.start}"
-            ) from None
+            raise _err(StoplineValueError,
+                f"{what} contains a lone surrogate {s[e.start]!r} at code point {e.start}",
+                what, "lone_surrogate") from None
 
 
 def _str_items(obj: Any, what: str, check: Callable[[int, str], None]) -> tuple[str, ...]:
@@ -111,14 +122,14 @@ def _str_items(obj: Any, what: str, check: Callable[[int, str], None]) -> tuple[
     # A bare str is a Sequence[str] of its characters; that is never what a
     # caller means, so refuse it instead of splitting it.
     if isinstance(obj, str):
-        raise TypeError(f"{what} must be a sequence of str, not a str ({obj!r}); wrap it in a list")
+        raise _err(StoplineTypeError, f"{what} must be a sequence of str, not a str ({obj!r}); wrap it in a list", what, "single_str")
     try:
         items = tuple(obj)
     except TypeError:
-        raise TypeError(f"{what} must be a sequence of str, got {type(obj).__name__}") from None
+        raise _err(StoplineTypeError, f"{what} must be a sequence of str, got {type(obj).__name__}", what, "wrong_type") from None
     for i, s in enumerate(items):
         if not isinstance(s, str):
-            raise TypeError(f"{what}[{i}] must be str, got {type(s).__name__}")
+            raise _err(StoplineTypeError, f"{what}[{i}] must be str, got {type(s).__name__}", f"{what}[{i}]", "wrong_type")
         check(i, s)
     return items
 
@@ -126,7 +137,7 @@ def _str_items(obj: Any, what: str, check: Callable[[int, str], None]) -> tuple[
 def _validate_stops(stop: Any, what: str = "stop") -> tuple[str, ...]:
     def check(i: int, s: str) -> None:
         if not s:
-            raise ValueError(f"{what}[{i}] is an empty string")
+            raise _err(StoplineValueError, f"{what}[{i}] is an empty string", f"{what}[{i}]", "empty_stop")
         _check_encodable(s, f"{what}[{i}]")
 
     return _str_items(stop, what, check)
@@ -157,9 +168,9 @@ def _validate_regexes(patterns: Any, what: str = "stop_regex") -> tuple[str, ...
         try:
             re.compile(p)
         except re.error as e:
-            raise ValueError(f"{what}[{i}]={p!r} is not a valid stop regex: {e}") from None
+            raise _err(StoplineValueError, f"{what}[{i}]={p!r} is not a valid stop regex: {e}", f"{what}[{i}]", "regex_invalid") from None
         if _regex_width(p)[0] == 0:
-            raise ValueError(f"{what}[{i}]={p!r} can match the empty string")
+            raise _err(StoplineValueError, f"{what}[{i}]={p!r} can match the empty string", f"{what}[{i}]", "regex_empty_match")
 
     return _str_items(patterns, what, check)
 
@@ -168,11 +179,11 @@ def _index(v: Any, what: str) -> int:
     # One policy for every int argument, as in the Rust core: bool is an int
     # subclass, but max_tokens=True or token_ids=[True] is a bug, not 1.
     if isinstance(v, bool):
-        raise TypeError(f"{what} must be an int, got bool")
+        raise _err(StoplineTypeError, f"{what} must be an int, got bool", what, "wrong_type")
     try:
         return operator.index(v)
     except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(v).__name__}") from None
+        raise _err(StoplineTypeError, f"{what} must be an int, got {type(v).__name__}", what, "wrong_type") from None
 
 
 def _param_int(name: str, v: Any) -> int:
@@ -181,18 +192,20 @@ def _param_int(name: str, v: Any) -> int:
 
 def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
     if isinstance(ids, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of int, got {type(ids).__name__}")
+        raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type")
     try:
         items = list(ids)
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of int, got {type(ids).__name__}") from None
+        raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type") from None
     out = []
     for i, t in enumerate(items):
         t = _param_int(f"{name}[{i}]", t)
         if t < 0:
-            raise ValueError(f"{name}[{i}] = {t} is negative")
+            raise _err(StoplineValueError, f"{name}[{i}] = {t} is negative", f"{name}[{i}]", "not_a_token_id")
         if vocab_size is not None and t >= vocab_size:
-            raise ValueError(f"{name}[{i}] = {t} is outside the vocabulary (vocab_size={vocab_size})")
+            raise _err(StoplineValueError,
+                       f"{name}[{i}] = {t} is outside the vocabulary (vocab_size={vocab_size})",
+                       f"{name}[{i}]", "id_outside")
         out.append(t)
     return tuple(out)
 
@@ -231,12 +244,12 @@ def check_stop_strings(
     ``include_in_output`` its end, or -1 when that end is the end of the text.
     """
     if not isinstance(output_text, str):
-        raise TypeError(f"output_text must be str, got {type(output_text).__name__}")
+        raise _err(StoplineTypeError, f"output_text must be str, got {type(output_text).__name__}", "output_text", "wrong_type")
     new_char_count = _index(new_char_count, "new_char_count")
     if new_char_count < 0 or new_char_count > len(output_text):
-        raise ValueError(
-            f"new_char_count={new_char_count} is outside [0, len(output_text)={len(output_text)}]"
-        )
+        raise _err(StoplineValueError,
+            f"new_char_count={new_char_count} is outside [0, len(output_text)={len(output_text)}]",
+            "new_char_count", "new_char_count")
     stops = _validate_stops(stop)
     _check_encodable(output_text, "output_text")
     if not new_char_count or not stops:
@@ -293,7 +306,7 @@ class StopMatcher:
 
     def feed(self, delta: str) -> StopMatch | None:
         if not isinstance(delta, str):
-            raise TypeError(f"delta must be str, got {type(delta).__name__}")
+            raise _err(StoplineTypeError, f"delta must be str, got {type(delta).__name__}", "delta", "wrong_type")
         if not delta:
             return None
         _check_encodable(delta, "delta")
@@ -352,7 +365,7 @@ class StopRegexMatcher:
 
     def feed(self, delta: str) -> StopMatch | None:
         if not isinstance(delta, str):
-            raise TypeError(f"delta must be str, got {type(delta).__name__}")
+            raise _err(StoplineTypeError, f"delta must be str, got {type(delta).__name__}", "delta", "wrong_type")
         if not delta:
             return None
         _check_encodable(delta, "delta")
@@ -416,40 +429,40 @@ class StopParams:
         if vocab is not None:
             vocab = _param_int("vocab_size", vocab)
             if vocab < 1:
-                raise ValueError(f"vocab_size must be >= 1, got {vocab}")
+                raise _err(StoplineValueError, f"vocab_size must be >= 1, got {vocab}", "vocab_size", "below")
         put("vocab_size", vocab)
 
         mt = self.max_tokens
         if mt is not None:
             mt = _param_int("max_tokens", mt)
             if mt < 1:
-                raise ValueError(f"max_tokens must be >= 1, got {mt}")
+                raise _err(StoplineValueError, f"max_tokens must be >= 1, got {mt}", "max_tokens", "below")
         put("max_tokens", mt)
 
         mn = _param_int("min_tokens", self.min_tokens)
         if mn < 0:
-            raise ValueError(f"min_tokens must be >= 0, got {mn}")
+            raise _err(StoplineValueError, f"min_tokens must be >= 0, got {mn}", "min_tokens", "below")
         if mt is not None and mn > mt:
-            raise ValueError(f"min_tokens={mn} is greater than max_tokens={mt}")
+            raise _err(StoplineValueError, f"min_tokens={mn} is greater than max_tokens={mt}", "min_tokens", "greater")
         put("min_tokens", mn)
 
         pl = _param_int("prompt_len", self.prompt_len)
         if pl < 0:
-            raise ValueError(f"prompt_len must be >= 0, got {pl}")
+            raise _err(StoplineValueError, f"prompt_len must be >= 0, got {pl}", "prompt_len", "below")
         put("prompt_len", pl)
         mml = self.max_model_len
         if mml is not None:
             mml = _param_int("max_model_len", mml)
             if mml < 1:
-                raise ValueError(f"max_model_len must be >= 1, got {mml}")
+                raise _err(StoplineValueError, f"max_model_len must be >= 1, got {mml}", "max_model_len", "below")
             if pl >= mml:
-                raise ValueError(f"prompt_len={pl} leaves no room for output (max_model_len={mml})")
+                raise _err(StoplineValueError, f"prompt_len={pl} leaves no room for output (max_model_len={mml})", "prompt_len", "no_room")
         put("max_model_len", mml)
 
         for name in ("ignore_eos", "include_stop_str_in_output"):
             v = getattr(self, name)
             if not isinstance(v, bool):
-                raise TypeError(f"{name} must be bool, got {type(v).__name__} ({v!r})")
+                raise _err(StoplineTypeError, f"{name} must be bool, got {type(v).__name__} ({v!r})", name, "wrong_type")
 
         put("eos_token_ids", _id_list("eos_token_ids", self.eos_token_ids, vocab))
         put("stop_token_ids", _id_list("stop_token_ids", self.stop_token_ids, vocab))
@@ -459,24 +472,32 @@ class StopParams:
         rep = self.repetition
         if rep is not None:
             if not isinstance(rep, Mapping):
-                raise TypeError(f"repetition must be a mapping, got {type(rep).__name__}")
+                raise _err(StoplineTypeError, f"repetition must be a mapping, got {type(rep).__name__}", "repetition", "wrong_type")
             unknown = sorted(set(rep) - set(_REPETITION_KEYS), key=str)
             if unknown:
-                raise ValueError(f"repetition has unknown keys {unknown}; expected {list(_REPETITION_KEYS)}")
+                raise _err(StoplineValueError,
+                           f"repetition has unknown keys {unknown}; expected {list(_REPETITION_KEYS)}",
+                           "repetition", "unknown_key")
             for k in ("max_pattern_size", "min_count"):
                 if k not in rep:
-                    raise ValueError(f"repetition needs {k!r}")
+                    raise _err(StoplineValueError, f"repetition needs {k!r}", "repetition", "missing_key")
             mx = _param_int("repetition.max_pattern_size", rep["max_pattern_size"])
             mnp = _param_int("repetition.min_pattern_size", rep.get("min_pattern_size", 0))
             cnt = _param_int("repetition.min_count", rep["min_count"])
             if mx < 1:
-                raise ValueError(f"repetition.max_pattern_size must be >= 1, got {mx}")
+                raise _err(StoplineValueError,
+                           f"repetition.max_pattern_size must be >= 1, got {mx}",
+                           "repetition.max_pattern_size", "below")
             if mnp < 0:
-                raise ValueError(f"repetition.min_pattern_size must be >= 0, got {mnp}")
+                raise _err(StoplineValueError,
+                           f"repetition.min_pattern_size must be >= 0, got {mnp}",
+                           "repetition.min_pattern_size", "below")
             if mnp > mx:
-                raise ValueError(f"repetition.min_pattern_size={mnp} is greater than max_pattern_size={mx}")
+                raise _err(StoplineValueError,
+                           f"repetition.min_pattern_size={mnp} is greater than max_pattern_size={mx}",
+                           "repetition.min_pattern_size", "greater")
             if cnt < 2:
-                raise ValueError(f"repetition.min_count must be >= 2, got {cnt}")
+                raise _err(StoplineValueError, f"repetition.min_count must be >= 2, got {cnt}", "repetition.min_count", "below")
             rep = {"max_pattern_size": mx, "min_pattern_size": mnp, "min_count": cnt}
         put("repetition", rep)
 
@@ -520,7 +541,7 @@ class FinishTracker:
 
     def __init__(self, params: StopParams) -> None:
         if not isinstance(params, StopParams):
-            raise TypeError(f"params must be StopParams, got {type(params).__name__}")
+            raise _err(StoplineTypeError, f"params must be StopParams, got {type(params).__name__}", "params", "wrong_type")
         p = params
         self._params = p
         self._vocab = p.vocab_size
@@ -592,42 +613,46 @@ class FinishTracker:
     ) -> tuple[list[int], list[str] | None, int | None]:
         """Validate one step without touching state; returns normalized args."""
         if self._finished:
-            raise SequenceFinishedError(
-                f"{where}sequence already finished (finish_reason={self._reason!r}); no more updates"
-            )
+            raise _err(SequenceFinishedError,
+                       f"{where}sequence already finished (finish_reason={self._reason!r}); no more updates",
+                       None, "slot_finished" if where else "finished")
         if isinstance(token_ids, (str, bytes)):
-            raise TypeError(f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}")
+            raise _err(StoplineTypeError,
+                       f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}",
+                       "token_ids", "wrong_type")
         try:
             run = list(token_ids)
         except TypeError:
-            raise TypeError(f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}") from None
+            raise _err(StoplineTypeError,
+                       f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}",
+                       "token_ids", "wrong_type") from None
         for i, t in enumerate(run):
             if type(t) is not int:
                 t = run[i] = _index(t, f"{where}token_ids[{i}]")
             if t < 0:
-                raise ValueError(f"{where}token_ids[{i}] = {t} is negative")
+                raise _err(StoplineValueError, f"{where}token_ids[{i}] = {t} is negative", f"token_ids[{i}]", "not_a_token_id")
         if texts is None:
             if self._matcher is not None or self._rx_matcher is not None:
-                raise ValueError(
-                    f"{where}texts is required: stop strings and stop regexes need the token text"
-                )
+                raise _err(StoplineValueError,
+                    f"{where}texts is required: stop strings and stop regexes need the token text",
+                    "texts", "required")
         else:
             if isinstance(texts, str):
-                raise TypeError(f"{where}texts must be a sequence of str (one per token), not a str")
+                raise _err(StoplineTypeError, f"{where}texts must be a sequence of str (one per token), not a str", "texts", "single_str")
             texts = list(texts)
             if len(texts) != len(run):
-                raise ValueError(f"{where}texts has {len(texts)} pieces for {len(run)} token ids")
+                raise _err(StoplineValueError, f"{where}texts has {len(texts)} pieces for {len(run)} token ids", "texts", "count")
             for i, s in enumerate(texts):
                 if not isinstance(s, str):
-                    raise TypeError(f"{where}texts[{i}] must be str, got {type(s).__name__}")
+                    raise _err(StoplineTypeError, f"{where}texts[{i}] must be str, got {type(s).__name__}", f"texts[{i}]", "wrong_type")
                 _check_encodable(s, f"{where}texts[{i}]")
         g = grammar_terminated_at
         if g is not None:
             g = _index(g, f"{where}grammar_terminated_at")
             if not 0 <= g < len(run):
-                raise ValueError(
-                    f"{where}grammar_terminated_at={g} is outside the run of {len(run)} token(s)"
-                )
+                raise _err(StoplineValueError,
+                    f"{where}grammar_terminated_at={g} is outside the run of {len(run)} token(s)",
+                    "grammar_terminated_at", "outside_run")
         return run, texts, g
 
     def _finish(self, reason: str, stop_reason: str | int | None, matched: str | int | None) -> None:
@@ -752,6 +777,20 @@ class FinishTracker:
         return self._emit()
 
 
+def _at_slot(e: Exception, slot: int, pos: int) -> None:
+    """Names ``slot`` on a tracker's error from a batch step, whose run
+    starts at ``pos`` of the flat ``token_ids`` / ``texts`` (the core names
+    their elements by the flat index)."""
+    e.slot = slot  # type: ignore[attr-defined]
+    field = getattr(e, "field", None)
+    if field is not None:
+        # The message's "slot N: " prefix is not part of the field.
+        field = re.sub(r"^slot \d+: ", "", field)
+        if m := re.fullmatch(r"(token_ids|texts)\[(\d+)\]", field):
+            field = f"{m.group(1)}[{pos + int(m.group(2))}]"
+        e.field = field  # type: ignore[attr-defined]
+
+
 class FinishBatch:
     """Many FinishTrackers addressed by slot, stepped with one call."""
 
@@ -760,7 +799,7 @@ class FinishBatch:
     def __init__(self, max_slots: int) -> None:
         max_slots = _param_int("max_slots", max_slots)
         if max_slots < 1:
-            raise ValueError(f"max_slots must be >= 1, got {max_slots}")
+            raise _err(StoplineValueError, f"max_slots must be >= 1, got {max_slots}", "max_slots", "below")
         self._slots: list[FinishTracker | None] = [None] * max_slots
 
     @property
@@ -770,19 +809,19 @@ class FinishBatch:
     def _slot(self, slot: Any) -> int:
         s = _param_int("slot", slot)
         if not 0 <= s < len(self._slots):
-            raise ValueError(f"slot {s} is outside [0, {len(self._slots)})")
+            raise _err(StoplineValueError, f"slot {s} is outside [0, {len(self._slots)})", "slot", "slot", slot=s)
         return s
 
     def add(self, slot: int, params: StopParams) -> None:
         s = self._slot(slot)
         if self._slots[s] is not None:
-            raise ValueError(f"slot {s} is already in use; remove it first")
+            raise _err(StoplineValueError, f"slot {s} is already in use; remove it first", "slot", "slot", slot=s)
         self._slots[s] = FinishTracker(params)
 
     def remove(self, slot: int) -> None:
         s = self._slot(slot)
         if self._slots[s] is None:
-            raise ValueError(f"slot {s} is empty")
+            raise _err(StoplineValueError, f"slot {s} is empty", "slot", "slot", slot=s)
         self._slots[s] = None
 
     def step(
@@ -795,39 +834,43 @@ class FinishBatch:
     ) -> list[StepResult]:
         """One engine step for the listed slots; validates everything first."""
         if isinstance(slots, (str, bytes)) or isinstance(token_ids, (str, bytes)):
-            raise TypeError("slots and token_ids must be sequences of int")
+            raise _err(StoplineTypeError, "slots and token_ids must be sequences of int", "slots", "wrong_type")
         slots = [self._slot(s) for s in slots]
         token_ids = list(token_ids)
         nslots = len(slots)
         if len(set(slots)) != nslots:
             dup = next(s for s in slots if slots.count(s) > 1)
-            raise ValueError(f"slot {dup} is listed more than once")
+            raise _err(StoplineValueError, f"slot {dup} is listed more than once", "slot", "slot", slot=dup)
         if run_lengths is None:
             if len(token_ids) != nslots:
-                raise ValueError(
-                    f"{len(token_ids)} token ids for {nslots} slots (run_lengths=None means one each)"
-                )
+                raise _err(StoplineValueError,
+                    f"{len(token_ids)} token ids for {nslots} slots (run_lengths=None means one each)",
+                    "token_ids", "count")
             lengths = [1] * nslots
         else:
             lengths = list(run_lengths)
             if len(lengths) != nslots:
-                raise ValueError(f"run_lengths has {len(lengths)} entries for {nslots} slots")
+                raise _err(StoplineValueError, f"run_lengths has {len(lengths)} entries for {nslots} slots", "run_lengths", "count")
             for k, s in enumerate(slots):
                 r = lengths[k] = _param_int(f"slot {s}: run length", lengths[k])
                 if r < 0:
-                    raise ValueError(f"slot {s}: run length {r} is negative")
+                    raise _err(StoplineValueError, f"slot {s}: run length {r} is negative", f"run_lengths[{k}]", "below", slot=s)
             if sum(lengths) != len(token_ids):
-                raise ValueError(f"run_lengths sum to {sum(lengths)} but {len(token_ids)} token ids were given")
+                raise _err(StoplineValueError,
+                           f"run_lengths sum to {sum(lengths)} but {len(token_ids)} token ids were given",
+                           "token_ids", "count")
         if texts is not None:
             if isinstance(texts, str):
-                raise TypeError("texts must be a sequence of str (one per token), not a str")
+                raise _err(StoplineTypeError, "texts must be a sequence of str (one per token), not a str", "texts", "single_str")
             texts = list(texts)
             if len(texts) != len(token_ids):
-                raise ValueError(f"texts has {len(texts)} pieces for {len(token_ids)} token ids")
+                raise _err(StoplineValueError, f"texts has {len(texts)} pieces for {len(token_ids)} token ids", "texts", "count")
         if grammar_terminated_at is not None:
             gta = list(grammar_terminated_at)
             if len(gta) != nslots:
-                raise ValueError(f"grammar_terminated_at has {len(gta)} entries for {nslots} slots")
+                raise _err(StoplineValueError,
+                           f"grammar_terminated_at has {len(gta)} entries for {nslots} slots",
+                           "grammar_terminated_at", "count")
         else:
             gta = None
         prepared = []
@@ -835,18 +878,22 @@ class FinishBatch:
         for k, s in enumerate(slots):
             tr = self._slots[s]
             if tr is None:
-                raise ValueError(f"slot {s} is empty")
+                raise _err(StoplineValueError, f"slot {s} is empty", "slot", "slot", slot=s)
             r = lengths[k]
             g = None
-            if gta is not None:
-                g = _index(gta[k], f"slot {s}: grammar_terminated_at")
-                if g == -1:
-                    g = None
-            prepared.append((tr, tr._prepare(
-                token_ids[pos:pos + r],
-                None if texts is None else texts[pos:pos + r],
-                g,
-                f"slot {s}: ",
-            )))
+            try:
+                if gta is not None:
+                    g = _index(gta[k], f"slot {s}: grammar_terminated_at")
+                    if g == -1:
+                        g = None
+                prepared.append((tr, tr._prepare(
+                    token_ids[pos:pos + r],
+                    None if texts is None else texts[pos:pos + r],
+                    g,
+                    f"slot {s}: ",
+                )))
+            except (StoplineValueError, StoplineTypeError, SequenceFinishedError) as e:
+                _at_slot(e, s, pos)
+                raise
             pos += r
         return [tr._apply(*args) for tr, args in prepared]

@@ -1,6 +1,7 @@
 //! `FinishBatch` (many sequences, one call per engine step) and its
 //! `BatchStepResult`.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyIndexError;
@@ -12,7 +13,7 @@ use super::convert::{
     Slots,
 };
 use super::detok;
-use super::errors::{arg_err, to_py_err};
+use super::errors::{arg_err, at_slot, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
 use super::tracker::{Outcome, PyStepResult};
@@ -381,7 +382,11 @@ impl PyFinishBatch {
                                 min: 0,
                                 value: v.into(),
                             };
-                            arg_err(&format!("run_lengths[{i}]"), problem)
+                            let err = arg_err(&format!("run_lengths[{i}]"), problem);
+                            match slots_v.get(i) {
+                                Some(&slot) => at_slot(err, None, slot),
+                                None => err,
+                            }
                         })
                     })
                     .collect::<PyResult<Vec<usize>>>()
@@ -390,20 +395,31 @@ impl PyFinishBatch {
         let grammar = opt_list(grammar_terminated_at)
             .map(|g| extract_i64s(g, "grammar_terminated_at", self.inner.max_slots()))
             .transpose()?;
-        // Errors in the flat arrays name the slot that owns the element.
+        // Errors in the flat arrays name the slot that owns the element, in
+        // the message and (`tag`) as the exception's `slot` and `field`: the
+        // name is rendered only for an error, so the last one is its owner.
+        let owned_by: Cell<Option<(String, i64)>> = Cell::new(None);
         let owner = |field: &'static str| {
-            let (slots_v, runs) = (&slots_v, runs.as_deref());
+            let (slots_v, runs, owned_by) = (&slots_v, runs.as_deref(), &owned_by);
             move |j: usize| match slot_of(slots_v, runs, j) {
-                Some(slot) => format!("{field}[{j}] (slot {slot})"),
+                Some(slot) => {
+                    owned_by.set(Some((format!("{field}[{j}]"), slot)));
+                    format!("{field}[{j}] (slot {slot})")
+                }
                 None => format!("{field}[{j}]"),
             }
+        };
+        let tag = |err: PyErr| match owned_by.take() {
+            Some((field, slot)) => at_slot(err, Some(&field), slot),
+            None => err,
         };
         let ids = extract_ids_named(
             token_ids,
             "token_ids",
             limits::MAX_STEP_TOKENS,
             &owner("token_ids"),
-        )?;
+        )
+        .map_err(tag)?;
         let texts = opt_list(texts);
         if let Some(dec) = self.detok.as_mut() {
             if texts.is_some() {
@@ -453,6 +469,7 @@ impl PyFinishBatch {
             let rows = batch_step(py, inner, input.texts(pieces), &mut deltas)?;
             Ok(rows.into_result(deltas.list))
         })
+        .map_err(tag)
     }
 }
 

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
 use pyo3::IntoPyObjectExt;
 
-use super::errors::{arg_err, to_py_err};
+use super::errors::{arg_err, overflow_err, to_py_err};
 use super::ffi;
 use crate::error::{Error, Problem};
 use crate::limits;
@@ -147,11 +147,11 @@ pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// What an error message shows of a caller's value: its `repr()` cut to
-/// [`limits::MAX_SHOWN_BYTES`]; an int too long for `repr()` (over 4,300
+/// [`crate::error::MAX_SHOWN_BYTES`]; an int too long for `repr()` (over 4,300
 /// digits) as its size. What a caller's `__repr__` raises propagates.
 pub(super) fn shown_value(obj: &Bound<'_, PyAny>) -> PyResult<String> {
     match obj.repr() {
-        Ok(r) => Ok(limits::shown_repr(&r.to_string())),
+        Ok(r) => Ok(crate::error::shown_repr(&r.to_string())),
         Err(e) if obj.is_instance_of::<PyInt>() && e.is_instance_of::<PyValueError>(obj.py()) => {
             let bits: u64 = obj
                 .call_method0(pyo3::intern!(obj.py(), "bit_length"))?
@@ -182,7 +182,7 @@ pub(super) fn single_str_err(field: &str, s: &Bound<'_, PyAny>) -> PyErr {
         field,
         Problem::SingleStr {
             what: "a sequence of str",
-            wrapped: Some(limits::shown(&text)),
+            wrapped: Some(crate::error::shown(&text)),
         },
     )
 }
@@ -304,7 +304,7 @@ pub(super) fn extract_i64_arg(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<i
         let py = obj.py();
         if e.is_instance_of::<PyOverflowError>(py) {
             match shown_value(obj) {
-                Ok(shown) => PyOverflowError::new_err(Problem::OutOfRange { shown }.about(field)),
+                Ok(shown) => overflow_err(field, Problem::OutOfRange { shown }),
                 Err(e) => e,
             }
         } else if e.is_instance_of::<PyTypeError>(py) {

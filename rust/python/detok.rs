@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
 use super::batch::{batch_step, Appended, PyBatchStepResult, Replaced};
 use super::convert::{extract_ids, type_name};
-use super::errors::{arg_err, to_py_err};
+use super::errors::{arg_err, to_py_err, value_error};
 use crate::batch::{FinishBatch, StepInput};
 use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
 use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
@@ -227,7 +227,9 @@ pub(super) fn seq_decoder(
 ) -> PyResult<Option<SeqDecoder>> {
     let Some(v) = vocab else {
         if prompt_token_ids.is_some_and(|o| !o.is_none()) {
-            return Err(PyValueError::new_err(
+            return Err(value_error(
+                "prompt_token_ids",
+                "required",
                 "prompt_token_ids needs a vocabulary (pass vocabulary= when constructing)",
             ));
         }

@@ -97,19 +97,26 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(logits::_bad_words_table, m)?)?;
     #[cfg(feature = "test-hooks")]
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
-    m.add(
-        "SequenceFinishedError",
-        m.py().get_type::<errors::SequenceFinishedError>(),
-    )?;
+    m.add_function(wrap_pyfunction!(errors::_problem, m)?)?;
+    for (name, class) in errors::classes(m.py()) {
+        for attr in ["field", "slot", "kind"] {
+            class.setattr(attr, m.py().None())?;
+        }
+        m.add(name, class)?;
+    }
     m.add(
         "FINISH_REASONS",
         PyTuple::new(m.py(), openai::finish_reasons())?,
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    let caps = PyDict::new(m.py());
-    for (name, value) in limits::ALL {
-        caps.set_item(name, value)?;
+    // Both caps tables are the core's (`rust/limits.rs`); `stopline.logits`
+    // re-exports the second as its `LIMITS`.
+    for (attr, table) in [("LIMITS", limits::ALL), ("LOGITS_LIMITS", limits::LOGITS)] {
+        let caps = PyDict::new(m.py());
+        for (name, value) in table {
+            caps.set_item(name, value)?;
+        }
+        m.add(attr, caps)?;
     }
-    m.add("LIMITS", caps)?;
     Ok(())
 }

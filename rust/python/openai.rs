@@ -31,7 +31,7 @@ pub(super) fn to_openai_finish_reason(
         None => Err(arg_err(
             "finish_reason",
             Problem::NotOneOf {
-                shown: crate::limits::shown(name),
+                shown: crate::error::shown(name),
                 allowed: finish_reasons().map(|r| format!("'{r}'")).join(", "),
             },
         )),

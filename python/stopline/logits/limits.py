@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from stopline._core import LOGITS_LIMITS
+
 __all__ = ["LIMITS", "RESTORE_POLICIES", "BACKENDS"]
 
 #: Restore policies and their codes in the device state.
@@ -14,14 +16,8 @@ BACKENDS = ("auto", "torch", "triton")
 #: request is cleared, so these bound the device memory: the id tables at
 #: ``max_slots x`` their entry cap, the multi-token bad words at
 #: ``max_bad_words_table_bytes`` (refused beyond), the dense token mask at
-#: ``max_dense_table_bytes`` (checked at construction).
-LIMITS = {
-    "max_slots": 1 << 14,
-    "max_stop_token_ids": 1 << 16,
-    "max_allowed_token_ids": 1 << 22,
-    "max_bad_words": 1024,
-    "max_bad_word_tokens": 64,
-    "max_bad_words_table_bytes": 256 << 20,
-    "max_logit_bias": 1 << 16,
-    "max_dense_table_bytes": 1 << 30,
-}
+#: ``max_dense_table_bytes`` (checked at construction). The values are the
+#: core's (``rust/limits.rs``, which also holds ``stopline.LIMITS``):
+#: ``max_slots`` here bounds a ``LogitsConstraints`` (device tables), not a
+#: ``FinishBatch`` (``stopline.LIMITS["max_slots"]``, a host table).
+LIMITS: dict[str, int] = dict(LOGITS_LIMITS)

@@ -1,0 +1,35 @@
+"""The CI's own switches in tests/conftest.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _pytest(path: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+def test_require_engines_turns_an_engine_skip_into_a_failure() -> None:
+    """.ci/engines.sh sets STOPLINE_REQUIRE_ENGINES: there a test that skips
+    never ran, which must fail the job; elsewhere the engine tests skip."""
+    plain = _pytest("tests/test_integrations_sglang.py", STOPLINE_REQUIRE_ENGINES="")
+    # Exit status 5: every test skipped at collection, none failed.
+    assert plain.returncode in (0, 5) and "skipped" in plain.stdout, plain.stdout
+    required = _pytest("tests/test_integrations_sglang.py", STOPLINE_REQUIRE_ENGINES="sglang")
+    assert required.returncode not in (0, 5), required.stdout
+    assert "STOPLINE_REQUIRE_ENGINES=sglang requires it to run" in required.stdout
+    # Another engine's requirement leaves this one's skip alone.
+    other = _pytest("tests/test_integrations_sglang.py", STOPLINE_REQUIRE_ENGINES="vllm")
+    assert other.returncode in (0, 5), other.stdout
