@@ -155,10 +155,11 @@ def to_sglang_finish_reason(
             return SglangFinishReason(kind="FINISH_MATCHED_STR", type="stop", matched=matched)
         return SglangFinishReason(kind="FINISH_MATCHED_TOKEN", type="stop", matched=int(matched))
     if reason == "length":
-        length = max_new_tokens if max_new_tokens is not None else num_tokens
-        return SglangFinishReason(
-            kind="FINISH_LENGTH", type="length", length=None if length is None else integer(length, "max_new_tokens")
-        )
+        if max_new_tokens is not None:
+            length: int | None = integer(max_new_tokens, "max_new_tokens")
+        else:
+            length = None if num_tokens is None else integer(num_tokens, "num_tokens")
+        return SglangFinishReason(kind="FINISH_LENGTH", type="length", length=length)
     if reason == "abort":
         return SglangFinishReason(kind="FINISH_ABORT", type="abort", message=message or "Aborted", is_error=True)
     if reason == "error":
