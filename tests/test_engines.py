@@ -225,3 +225,96 @@ def test_detokenizer_stop_update_reads_under_the_cap():
     with pytest.raises(TypeError, match=r"new_texts\[0\] must be str, got int"):
         d.update([1])
 
+
+
+# ------------------------------------- ReqFinish decodes through the core --
+
+_WORDS = ["The", " cat", " sat", " on", " the", " mat", ".", " Then", " it", " ran", " away", "!", "\n", " 42",
+          " é", " 😀", "<|im_end|>"]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("transformers")
+    from stopline.tools.models import load_smollm2_tokenizer
+
+    return load_smollm2_tokenizer()
+
+
+def _decode_stream_pieces(tok, prompt, ids):
+    """The pieces the DecodeStream path gave (ReqFinish before the core path)."""
+    from tokenizers.decoders import DecodeStream
+
+    stream = DecodeStream(ids=prompt[-8:], skip_special_tokens=False)
+    return [stream.step(tok.backend_tokenizer, i) or "" for i in ids]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_req_finish_core_decoding_agrees_with_decode_stream(smollm2, seed):
+    """A ReqFinish given the tokenizer decodes ids in the core (ids-only
+    tracker; per-id IncrementalDecoder when the engine's vocabulary is wider)
+    and finishes where the same ReqFinish fed DecodeStream's pieces does, on
+    real text with stop strings, regexes and stop ids (runs of 1-3 ids)."""
+    import random
+
+    rng = random.Random(seed)
+    tok = smollm2
+    prompt = tok.encode("Story: ")
+    ids = tok.encode("".join(rng.choice(_WORDS) for _ in range(40)))[:40]
+    kw = rng.choice([dict(stop_strs=[" mat", "ran away"]), dict(stop_regex_strs=[r"\d+", r"[.!]\n"]),
+                     dict(stop_strs=["é 😀"]), dict(stop_token_ids=[ids[rng.randrange(len(ids))]])])
+    sp = sglang_params(max_new_tokens=rng.randint(1, 40), no_stop_trim=rng.random() < 0.5, **kw)
+    wide = rng.random() < 0.5  # the model's vocabulary padded past the tokenizer's
+    vocab = len(tok) + (64 if wide else 0)
+    ours = sg.ReqFinish(sp, eos_token_ids={2}, vocab_size=vocab, tokenizer=tok, prompt_ids=prompt)
+    assert ours._mode == ("decoder" if wide else "ids")
+    before = sg.ReqFinish(sp, eos_token_ids={2}, vocab_size=vocab)
+    pieces = _decode_stream_pieces(tok, prompt, ids)
+    pos = 0
+    while pos < len(ids):
+        k = rng.randint(1, 3)
+        got = ours.update(ids[pos:pos + k])
+        want = before.update(ids[pos:pos + k], texts=pieces[pos:pos + k])
+        assert got == want
+        pos += k
+        if got.finished:
+            break
+    assert ours.tracker.token_ids == before.tracker.token_ids
+
+
+def test_req_finish_id_past_the_tokenizer_has_no_text(smollm2):
+    """An id inside the engine's (padded) vocabulary but past the tokenizer's
+    decodes to "" (as DecodeStream), not an error; past vocab_size it is SGLang's
+    invalid id (FINISH_ABORT here, semantics.md 6.12)."""
+    tok = smollm2
+    finish = sg.ReqFinish(sglang_params(stop_strs=["x"]), vocab_size=len(tok) + 64, tokenizer=tok)
+    assert not finish.update([len(tok) + 3]).finished
+    assert finish.tracker.text == ""
+    res = finish.update([len(tok) + 64])
+    assert res.finished and res.finished_reason.kind == "FINISH_ABORT" and res.finished_len == 1
+
+
+def test_req_finish_with_a_tokenizer_refuses_texts(smollm2):
+    finish = sg.ReqFinish(sglang_params(), vocab_size=len(smollm2), tokenizer=smollm2)
+    with pytest.raises(ValueError, match="texts: this ReqFinish decodes the ids itself"):
+        finish.update([5], texts=["x"])
+
+
+def test_vocabulary_for_is_built_once_per_tokenizer(smollm2):
+    assert sg.vocabulary_for(smollm2) is sg.vocabulary_for(smollm2)
+    assert sg.vocabulary_for(smollm2).vocab_size == len(smollm2)
+
+
+def test_req_finish_falls_back_to_decode_stream_for_a_refused_decoder():
+    """A decoder the core refuses (BPEDecoder, semantics.md 10.1): ReqFinish
+    decodes with tokenizers' DecodeStream and still finishes on the stop string."""
+    tokenizers = pytest.importorskip("tokenizers")
+    words = {"<unk>": 0, "hello</w>": 1, "wor": 2, "ld</w>": 3, "stop</w>": 4}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="<unk>"))
+    tok.decoder = tokenizers.decoders.BPEDecoder()
+    assert sg.vocabulary_for(tok) is None
+    finish = sg.ReqFinish(sglang_params(stop_strs=["world stop"]), vocab_size=5, tokenizer=tok)
+    assert finish._mode == "stream"
+    assert not finish.update([1, 2, 3]).finished
+    res = finish.update([4])
+    assert res.finished and res.finished_reason.to_json() == {"type": "stop", "matched": "world stop"}

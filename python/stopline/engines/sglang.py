@@ -547,36 +547,47 @@ class ReqFinish:
         prompt_ids: Sequence[int] = (),
         vocabulary: Vocabulary | None = None,
     ):
-        self._request = finish_request(
+        self._request = request = finish_request(
             **request_fields(sampling_params), eos_token_ids=eos_token_ids, vocab_size=vocab_size
         )
-        self.max_new_tokens = self._request.max_new_tokens
+        self.max_new_tokens = request.max_new_tokens
         self._fed = 0
-        self._stream: Any = None
+        # How each id's text is found: the core decodes the ids inside the
+        # tracker ("ids"), or per id through an IncrementalDecoder when the
+        # engine's vocabulary is wider than the tokenizer's ("decoder": the
+        # ids past the tokenizer have no text, as DecodeStream gives them);
+        # DecodeStream for a decoder the core refuses ("stream"); or the
+        # caller passes the texts ("texts").
+        self._decoder: Any = None
         self._backend: Any = None
-        self._decodes = False
+        self._decoded_ids = 0  # ids below this have a text (the rest decode to "")
+        prompt = read_ids(prompt_ids, "prompt_ids")
         if vocabulary is None and tokenizer is not None:
             vocabulary = vocabulary_for(tokenizer)
             if vocabulary is None:  # the core refuses this decoder
                 from tokenizers.decoders import DecodeStream
 
                 self._backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-                prompt = read_ids(prompt_ids, "prompt_ids")
-                self._stream = DecodeStream(ids=prompt[-8:], skip_special_tokens=False)
-                self._decodes = True
-        params = self._request.params
+                self._decoder = DecodeStream(ids=prompt[-8:], skip_special_tokens=False)
+        params = request.params
+        self._tracker: FinishTracker | None = None
         if vocabulary is not None:
-            self._decodes = True
-            if params is None:
-                self._tracker = None
-            else:
-                self._tracker = FinishTracker(
-                    params, vocabulary, prompt_token_ids=read_ids(prompt_ids, "prompt_ids"), skip_special_tokens=False
-                )
-            self._ids_only = True
+            self._decoded_ids = vocabulary.vocab_size
+            v = request.vocab_size
+            if v is not None and v <= vocabulary.vocab_size:
+                self._mode = "ids"
+                if params is not None:
+                    self._tracker = FinishTracker(params, vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
+                return
+            self._mode = "decoder"
+            self._decoder = vocabulary.decoder_for(prompt, skip_special_tokens=False)
+        elif self._decoder is not None:
+            self._mode = "stream"
+            self._decoded_ids = request.vocab_size if request.vocab_size is not None else 2**32
         else:
-            self._tracker = None if params is None else FinishTracker(params)
-            self._ids_only = False
+            self._mode = "texts"
+        if params is not None:
+            self._tracker = FinishTracker(params)
 
     @property
     def tracker(self) -> FinishTracker:
@@ -605,25 +616,25 @@ class ReqFinish:
                 or given to a ``ReqFinish`` that decodes.
         """
         ids = self._request.engine_ids(read_ids(new_accepted_ids, "new_accepted_ids"))
-        if texts is not None and self._decodes:
+        if texts is not None and self._mode != "texts":
             raise field_value_error("texts", ": this ReqFinish decodes the ids itself (a tokenizer was given)")
         tracker = self._tracker
         decided_before = self._fed > 0 if tracker is None else tracker.finished
         if tracker is not None and not decided_before:
-            pieces = None
-            if not self._ids_only:
-                if self._stream is not None:
-                    pieces = [self._piece(i) for i in ids]
-                else:
-                    required = self._request.has_text_stops
-                    pieces = _pieces(texts, len(ids), "texts", "accepted ids", required=required)
-            tracker.update(ids, pieces)
+            if self._mode == "ids":
+                tracker.update(ids)
+            elif self._mode == "texts":
+                required = self._request.has_text_stops
+                tracker.update(ids, _pieces(texts, len(ids), "texts", "accepted ids", required=required))
+            else:
+                tracker.update(ids, [self._piece(i) for i in ids])
         self._fed += len(ids)
         return self._request.result(tracker, decided_before)
 
     def _piece(self, token_id: int) -> str:
-        v = self._request.vocab_size
-        if v is not None and not 0 <= token_id < v:
+        if not 0 <= token_id < self._decoded_ids:
             return ""
-        piece = self._stream.step(self._backend, token_id)
+        if self._mode == "decoder":
+            return str(self._decoder.step(token_id))
+        piece = self._decoder.step(self._backend, token_id)
         return piece if isinstance(piece, str) else ""
