@@ -22,7 +22,12 @@ Two classes, differing only in where a request's constraints come from:
   fields, so use it where they are taken out (it is not registered by default:
   a ``logit_bias`` would otherwise be added twice).
 
-Pass either as ``LLM(..., logits_processors=[cls])``.
+The entry point loads :class:`StoplineLogitsProcessor` into every engine;
+do not pass it again in ``logits_processors=[...]``: vLLM would build a
+second instance and apply ``extra_args["stopline"]`` twice (a ``logit_bias``
+added twice), so a second instance of the same class in one engine is
+refused with a ``ValueError`` saying so. :class:`StoplineBuiltinsProcessor` is
+passed explicitly: ``LLM(..., logits_processors=[StoplineBuiltinsProcessor])``.
 
 Each class implements both of vLLM's logits-processor interfaces, and vLLM
 picks by how it constructs it: the V1 model runner calls
@@ -48,6 +53,7 @@ and feeds each slot's new output tokens from the request's live
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -114,6 +120,36 @@ def constraints_from_params(params: SamplingParams) -> dict[str, Any] | None:
     return kw or None
 
 
+# (class, id of the engine object it was built with) -> the instance; entries
+# go with their instance. Keeping the engine object on the instance keeps its id
+# from being reused while the entry lives.
+_ENGINES: dict[tuple[type, int], weakref.ref[Any]] = {}
+
+
+def _claim_engine(proc: Any, engine_object: Any) -> None:
+    """Refuse a second live instance of the same class built for the same
+    engine: vLLM loads the entry point's classes and then those of
+    ``logits_processors=[...]`` without removing repeats, so a class named in
+    both would run twice per step."""
+    key = (type(proc), id(engine_object))
+    ref = _ENGINES.get(key)
+    other = None if ref is None else ref()
+    if other is not None and other._engine_object is engine_object:
+        name = type(proc).__name__
+        raise ValueError(
+            f"{name} is already loaded in this engine: vLLM loads the vllm.logits_processors entry point (where "
+            f"stopline registers StoplineLogitsProcessor) and then logits_processors=[...] without removing repeats; "
+            f"name {name} once (a second instance would apply each request's constraints twice)"
+        )
+    proc._engine_object = engine_object
+
+    def forget(dead: weakref.ref[Any], key: tuple[type, int] = key) -> None:
+        if _ENGINES.get(key) is dead:
+            del _ENGINES[key]
+
+    _ENGINES[key] = weakref.ref(proc, forget)
+
+
 class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     """vLLM V1 logits processor over :class:`stopline.logits.LogitsConstraints`,
     for requests that carry ``extra_args["stopline"]``.
@@ -125,7 +161,9 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         is_pin_memory: unused (the constraints keep their own host staging).
 
     Raises:
-        ValueError: from :meth:`update_state` for a request whose constraints
+        ValueError: at construction, when this class is already loaded in the
+            same engine (the entry point and ``logits_processors=[...]`` both
+            naming it); from :meth:`update_state` for a request whose constraints
             are invalid for this model (an id outside the vocabulary, ...),
             naming the field; :meth:`validate_params` catches the
             model-independent ones at admission.
@@ -136,8 +174,11 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
 
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool = False):
         if not isinstance(device, (torch.device, str)):
+            # V2: the loader hands every processor of one engine the same request-state object.
+            _claim_engine(self, device)
             self._init_v2(device)
             return
+        _claim_engine(self, vllm_config)  # V1: one build per model runner, one vllm_config
         self._req_states: Any = None
         max_slots = int(vllm_config.scheduler_config.max_num_seqs)
         vocab_size = int(vllm_config.model_config.get_vocab_size())
