@@ -65,6 +65,8 @@ def field_value_error(field_name: str, problem: str) -> ValueError:
 def integer(value: Any, field_name: str) -> int:
     """``value`` as an int; a bool, float (NaN included), ``None`` or str is a
     TypeError naming the field."""
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise field_type_error(field_name, "an int", value)
     return int(value)
@@ -80,7 +82,14 @@ def items(values: Any, field_name: str, expected: str, cap: int) -> list[Any]:
 
 def int_items(values: Any, field_name: str, cap: int) -> list[int]:
     """A caller's iterable of token ids, read under ``cap``; an entry that is
-    not an int is a TypeError naming ``field[i]``."""
+    not an int is a TypeError naming ``field[i]``. A list of plain ints
+    under the cap (a decoding step's usual input) is returned as is."""
+    if type(values) is list and len(values) <= cap:
+        for v in values:
+            if type(v) is not int:
+                break
+        else:
+            return values
     out = items(values, field_name, "a sequence of ints", cap)
     for i, v in enumerate(out):
         out[i] = integer(v, f"{field_name}[{i}]")

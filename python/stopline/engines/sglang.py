@@ -236,7 +236,7 @@ class SglangRequest:
         """SGLang marks a NaN row with a negative id; the core accepts only ids
         >= 0, so such an id is sent as one the vocabulary check rejects."""
         v = self.vocab_size
-        if v is None:
+        if v is None or not ids or min(ids) >= 0:
             return ids
         return [v if i < 0 else i for i in ids]
 
