@@ -148,13 +148,12 @@ def sglang_pairs(tok, seqs: int, steps: int) -> list[Pair]:
         sp.normalize(tok)
         return sp
 
-    def make() -> tuple[Callable[[], int], Callable[[], int]]:
+    def sglang_side() -> Callable[[], int]:
         theirs = []
         for i in range(seqs):
             r = Req(str(i), "", array("i", [1, 2, 3]), params(), eos_token_ids={EOS}, vocab_size=len(tok))
             r.tokenizer = tok
             theirs.append(r)
-        mine = [ReqFinish(params(), eos_token_ids={EOS}, vocab_size=len(tok)) for _ in range(seqs)]
 
         def engine() -> int:
             for j in range(width):
@@ -162,6 +161,12 @@ def sglang_pairs(tok, seqs: int, steps: int) -> list[Pair]:
                     r.output_ids.append(row[j])
                     r.update_finish_state(1)
             return seqs * width
+
+        return engine
+
+    def make() -> tuple[Callable[[], int], Callable[[], int]]:
+        engine = sglang_side()
+        mine = [ReqFinish(params(), eos_token_ids={EOS}, vocab_size=len(tok)) for _ in range(seqs)]
 
         def ours() -> int:
             for j in range(width):
@@ -173,20 +178,9 @@ def sglang_pairs(tok, seqs: int, steps: int) -> list[Pair]:
         return engine, ours
 
     def make_decoding() -> tuple[Callable[[], int], Callable[[], int]]:
-        theirs = []
-        for i in range(seqs):
-            r = Req(str(i), "", array("i", [1, 2, 3]), params(), eos_token_ids={EOS}, vocab_size=len(tok))
-            r.tokenizer = tok
-            theirs.append(r)
+        engine = sglang_side()
         mine = [ReqFinish(params(), eos_token_ids={EOS}, vocab_size=len(tok), tokenizer=tok, prompt_ids=[1, 2, 3])
                 for _ in range(seqs)]
-
-        def engine() -> int:
-            for j in range(width):
-                for r, row in zip(theirs, rows):
-                    r.output_ids.append(row[j])
-                    r.update_finish_state(1)
-            return seqs * width
 
         def ours() -> int:
             for j in range(width):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from typing import Any
+from typing import Any, Protocol
 
 from stopline._caps import field_value_error, int_items, integer, str_items
 from stopline._core import LIMITS, FinishTracker, StopParams
@@ -41,6 +41,21 @@ def stop_list(values: Any, field_name: str, cap_key: str = "max_stop_strings") -
     if isinstance(values, str):
         return [values]
     return str_items(values, field_name, "a str or a sequence of str", LIMITS[cap_key])
+
+
+class FinishState(Protocol):
+    """What a ``FinishTracker`` (or a :class:`Replay` of one) says about a finish."""
+
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def stop_reason(self) -> int | str | None: ...
+    @property
+    def matched(self) -> int | str | None: ...
+    @property
+    def num_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True)

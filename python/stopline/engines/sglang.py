@@ -29,13 +29,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from stopline._caps import field_type_error, field_value_error, integer, one_of
 from stopline._core import FINISH_REASONS, FinishTracker, StopParams, Vocabulary
 
 from ._common import output_ids as read_ids
-from ._common import replay, split, stop_list, texts, token_set
+from ._common import FinishState, replay, split, stop_list, texts, token_set
 
 __all__ = [
     "ReqFinish",
@@ -201,21 +201,6 @@ _RUNNING = SglangFinishResult(finished=False, finished_reason=None, finished_len
 # ------------------------------------------------------- parameter mapping --
 
 
-class _FinishState(Protocol):
-    """What a ``FinishTracker`` (or a replay of one) says about a finish."""
-
-    @property
-    def finished(self) -> bool: ...
-    @property
-    def finish_reason(self) -> str | None: ...
-    @property
-    def stop_reason(self) -> int | str | None: ...
-    @property
-    def matched(self) -> int | str | None: ...
-    @property
-    def num_tokens(self) -> int: ...
-
-
 @dataclass(frozen=True)
 class SglangRequest:
     """One SGLang request's finish parameters, validated.
@@ -240,7 +225,7 @@ class SglangRequest:
             return ids
         return [v if i < 0 else i for i in ids]
 
-    def result(self, tracker: _FinishState | None, decided_before_new: bool) -> SglangFinishResult:
+    def result(self, tracker: FinishState | None, decided_before_new: bool) -> SglangFinishResult:
         """The finish state SGLang leaves on the request, from a tracker's
         state (``None`` for a prefill-only request)."""
         if tracker is None:

@@ -34,7 +34,7 @@ from typing import Any
 from stopline._caps import field_value_error, integer, one_of
 from stopline._core import FinishTracker, StopParams
 
-from ._common import output_ids, replay, split, stop_list, token_set
+from ._common import FinishState, output_ids, replay, split, stop_list, token_set
 from ._common import texts as read_texts
 
 __all__ = [
@@ -287,13 +287,14 @@ class VllmStopResult:
     decided_before_new: bool
 
 
-def _stop_result(tracker: FinishTracker, kept_new: Sequence[int], decided_before_new: bool) -> VllmStopResult:
+def _stop_result(state: FinishState, kept_new: Sequence[int], decided_before_new: bool) -> VllmStopResult:
+    """The scheduler's view of a finish state: ``kept_new`` are the new ids kept."""
     return VllmStopResult(
-        stopped=tracker.finished,
-        status=to_vllm_status(tracker.finish_reason),
-        finish_reason=tracker.finish_reason,
-        stop_reason=tracker.stop_reason,
-        num_output_tokens=tracker.num_tokens,
+        stopped=state.finished,
+        status=to_vllm_status(state.finish_reason),
+        finish_reason=state.finish_reason,
+        stop_reason=state.stop_reason,
+        num_output_tokens=state.num_tokens,
         new_token_ids=tuple(kept_new),
         decided_before_new=decided_before_new,
     )
@@ -380,16 +381,7 @@ def vllm_check_stop(
         repetition_detection=repetition_detection,
     )
     r = replay(params, ids, None, start)
-    kept_new = ids[start:r.num_tokens] if r.num_tokens > start else ()
-    return VllmStopResult(
-        stopped=r.finished,
-        status=to_vllm_status(r.finish_reason),
-        finish_reason=r.finish_reason,
-        stop_reason=r.stop_reason,
-        num_output_tokens=r.num_tokens,
-        new_token_ids=tuple(kept_new),
-        decided_before_new=r.decided_before_new,
-    )
+    return _stop_result(r, ids[start:r.num_tokens] if r.num_tokens > start else (), r.decided_before_new)
 
 
 def vllm_check_stop_request(request: Any, max_model_len: int, *, num_new_tokens: int = 1) -> VllmStopResult:
