@@ -98,7 +98,14 @@ def int_items(values: Any, field_name: str, cap: int) -> list[int]:
 
 def str_items(values: Any, field_name: str, expected: str, cap: int) -> list[str]:
     """A caller's iterable of str, read under ``cap``; a non-str entry is a
-    TypeError naming ``field[i]``."""
+    TypeError naming ``field[i]``. A list of str under the cap is returned
+    as is."""
+    if type(values) is list and len(values) <= cap:
+        for v in values:
+            if type(v) is not str:
+                break
+        else:
+            return values
     out = items(values, field_name, expected, cap)
     for i, v in enumerate(out):
         if not isinstance(v, str):

@@ -433,6 +433,7 @@ class RequestStop:
         self._tracker = FinishTracker(scheduler_params(max_model_len=max_model_len, **request_fields(request)))
         self._seen = 0
         self._fed_before = 0
+        self._done = False
         self._decided_before = False
 
     @property
@@ -470,18 +471,21 @@ class RequestStop:
         """
         n = len(output_token_ids)
         seen = self._seen
-        self._decided_before = self._tracker.finished
-        if n == seen or self._tracker.finished:
+        self._decided_before = done = self._done
+        if done:
             self._fed_before = self._tracker.num_tokens
-            return self._tracker.finished
+            return True
+        # Running: every id fed so far is kept, so `seen` is the kept count.
+        self._fed_before = seen
+        if n == seen:
+            return False
         if n == seen + 1:  # plain decoding: one token, passed as an int
-            new: Any = output_token_ids[seen]
+            r = self._tracker.update(output_token_ids[seen])
         else:
-            new = output_ids(output_token_ids[seen:n], "output_token_ids")
-        self._fed_before = self._tracker.num_tokens
-        r = self._tracker.update(new)
+            r = self._tracker.update(output_ids(output_token_ids[seen:n], "output_token_ids"))
         self._seen = n
-        return r.finished
+        self._done = done = r.finished
+        return done
 
     def result(self) -> VllmStopResult:
         """The last decision in full (:class:`VllmStopResult`): ``status``
@@ -608,6 +612,7 @@ class DetokenizerStop:
     def __init__(self, sampling_params: Any):
         self._tracker = FinishTracker(detokenizer_params(**detokenizer_fields(sampling_params)))
         self._released: list[str] = []
+        self._done = False
 
     def update(self, new_texts: Sequence[str], stop_terminated: bool = False) -> str | None:
         """Append the text of each new output token; return the stop string that finished, or None.
@@ -619,15 +624,23 @@ class DetokenizerStop:
             TypeError / ValueError: ``new_texts`` not a sequence of str, or
                 longer than ``LIMITS["max_step_tokens"]``.
         """
-        if self._tracker.finished:
+        if self._done:
             return None
         pieces = read_texts(new_texts, "new_texts")
         if not pieces:
             return None
-        r = self._tracker.update(_detokenizer_ids(len(pieces), bool(stop_terminated)), pieces)
-        if r.text_delta:
-            self._released.append(r.text_delta)
-        return r.stop_reason if isinstance(r.stop_reason, str) else None
+        if len(pieces) == 1:  # plain decoding: one token, passed as an int
+            r = self._tracker.update(_TERMINATOR_ID if stop_terminated else _PLAIN_ID, pieces)
+        else:
+            r = self._tracker.update(_detokenizer_ids(len(pieces), bool(stop_terminated)), pieces)
+        delta = r.text_delta
+        if delta:
+            self._released.append(delta)
+        if not r.finished:
+            return None
+        self._done = True
+        reason = r.stop_reason
+        return reason if isinstance(reason, str) else None
 
     @property
     def output_text(self) -> str:
