@@ -309,6 +309,15 @@ def test_unknown_extra_args_keys_message_is_bounded():
         StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {1: 0, "b": 0}}))
 
 
+def test_validate_params_messages_are_bounded():
+    """A client's huge logit_bias key or value is shown bounded, still as ValueError
+    (what vLLM turns into a client error)."""
+    big = "x" * 1_000_000
+    with pytest.raises(ValueError, match=r"logit_bias\['xxx.*\] must be a finite number, got 'xxx") as info:
+        StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {"logit_bias": {big: big}}}))
+    assert len(str(info.value)) < 400
+
+
 def _v1_config():
     cfg = config()
     cfg.speculative_config = None

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from .._caps import field_type_error, field_value_error
 from ..engines.sglang import ReqFinish
 
 # ReqFinish lives in the engine layer (it needs no SGLang import) and is
@@ -117,10 +118,10 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
                 continue
             req = params.get("__req__")
             if req is None:
-                raise ValueError("custom_params has no '__req__': SGLang passes the request with each row")
+                raise field_value_error("custom_params", " has no '__req__': SGLang passes the request with each row")
             kw = params["stopline"]
             if not isinstance(kw, dict):
-                raise TypeError(f"custom_params['stopline'] must be a dict, got {type(kw).__name__}")
+                raise field_type_error("custom_params['stopline']", "a dict", kw)
             rid = req.rid
             offset = offset + 1 if rid == last_rid else 0
             last_rid = rid

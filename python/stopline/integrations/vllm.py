@@ -64,7 +64,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
-from .._caps import field_type_error, unknown_keys
+from .._caps import field_type_error, field_value_error, shown, unknown_keys
 from ..engines.vllm import DetokenizerStop, RequestStop
 from ..logits import LogitsConstraints
 
@@ -197,14 +197,15 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         """Refuse, at admission, constraints no model could take (vLLM calls this in the frontend)."""
         kw = cls.constraints_for(sampling_params) or {}
+        # ValueError throughout: vLLM turns it (not TypeError) into a client error.
         bias = kw.get("logit_bias") or {}
         if not isinstance(bias, dict):
-            raise ValueError(f"logit_bias must be a dict of token id -> bias, got {type(bias).__name__}")
+            raise field_value_error("logit_bias", f" must be a dict of token id -> bias, got {type(bias).__name__}")
         for token, value in bias.items():
             if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
-                raise ValueError(f"logit_bias[{token!r}] must be a finite number, got {value!r}")
+                raise field_value_error(f"logit_bias[{shown(token)}]", f" must be a finite number, got {shown(value)}")
         if "allowed_token_ids" in kw and kw["allowed_token_ids"] is not None and not kw["allowed_token_ids"]:
-            raise ValueError("allowed_token_ids must not be empty")
+            raise field_value_error("allowed_token_ids", " must not be empty")
 
     def is_argmax_invariant(self) -> bool:
         """Masks and biases change the argmax."""
@@ -280,9 +281,10 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 self._active[req_idx] = False
             return False
         if any(len(w) > 1 for w in kw.get("bad_words") or ()):
-            raise ValueError(
-                "bad_words: multi-token words need the committed tokens on the host, which vLLM's "
-                "model runner V2 does not give logits processors; use one-token words or the V1 runner"
+            raise field_value_error(
+                "bad_words",
+                ": multi-token words need the committed tokens on the host, which vLLM's "
+                "model runner V2 does not give logits processors; use one-token words or the V1 runner",
             )
         self.constraints.set(req_idx, **kw)
         self._active[req_idx] = True
