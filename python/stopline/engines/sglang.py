@@ -537,6 +537,7 @@ class ReqFinish:
         )
         self.max_new_tokens = request.max_new_tokens
         self._fed = 0
+        self._done = False
         # How each id's text is found: the core decodes the ids inside the
         # tracker ("ids"), or per id through an IncrementalDecoder when the
         # engine's vocabulary is wider than the tokenizer's ("decoder": the
@@ -600,21 +601,30 @@ class ReqFinish:
                 ``LIMITS["max_step_tokens"]``, ``texts`` of the wrong length
                 or given to a ``ReqFinish`` that decodes.
         """
-        ids = self._request.engine_ids(read_ids(new_accepted_ids, "new_accepted_ids"))
-        if texts is not None and self._mode != "texts":
+        request = self._request
+        ids = read_ids(new_accepted_ids, "new_accepted_ids")
+        if ids and request.vocab_size is not None and min(ids) < 0:
+            ids = request.engine_ids(ids)
+        mode = self._mode
+        if texts is not None and mode != "texts":
             raise field_value_error("texts", ": this ReqFinish decodes the ids itself (a tokenizer was given)")
         tracker = self._tracker
-        decided_before = self._fed > 0 if tracker is None else tracker.finished
-        if tracker is not None and not decided_before:
-            if self._mode == "ids":
-                tracker.update(ids)
-            elif self._mode == "texts":
-                required = self._request.has_text_stops
-                tracker.update(ids, _pieces(texts, len(ids), "texts", "accepted ids", required=required))
-            else:
-                tracker.update(ids, [self._piece(i) for i in ids])
+        if tracker is None or self._done:  # prefill-only, or finished before this call
+            decided_before = self._fed > 0 if tracker is None else True
+            self._fed += len(ids)
+            return request.result(tracker, decided_before)
+        if mode == "ids":
+            r = tracker.update(ids)
+        elif mode == "texts":
+            # The core checks the pieces (str, one per id, required with stop strings or regexes).
+            r = tracker.update(ids, texts)
+        else:
+            r = tracker.update(ids, [self._piece(i) for i in ids])
         self._fed += len(ids)
-        return self._request.result(tracker, decided_before)
+        if not r.finished:
+            return _RUNNING
+        self._done = True
+        return request.result(tracker, False)
 
     def _piece(self, token_id: int) -> str:
         if not 0 <= token_id < self._decoded_ids:
