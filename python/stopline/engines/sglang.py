@@ -49,13 +49,9 @@ __all__ = [
     "vocabulary_for",
 ]
 
-_SGLANG_KINDS = {
-    "FINISH_MATCHED_TOKEN",
-    "FINISH_MATCHED_STR",
-    "FINISHED_MATCHED_REGEX",
-    "FINISH_LENGTH",
-    "FINISH_ABORT",
-}
+# SGLang's finish-reason classes (schedule_batch.py), as a table for one_of.
+_SGLANG_KINDS = {k: k for k in ("FINISH_ABORT", "FINISH_LENGTH", "FINISH_MATCHED_STR", "FINISH_MATCHED_TOKEN",
+                                "FINISHED_MATCHED_REGEX")}
 
 
 @dataclass(frozen=True)
@@ -82,7 +78,7 @@ class SglangFinishReason:
     is_error: bool = False
 
     def __post_init__(self) -> None:
-        one_of(self.kind, "kind", {k: k for k in sorted(_SGLANG_KINDS)})
+        one_of(self.kind, "kind", _SGLANG_KINDS)
 
     def to_json(self) -> dict[str, Any]:
         if self.type == "stop":
