@@ -10,6 +10,8 @@ environment (docs/integrations.md says how the engines are installed).
     python benches/bench_integrations.py [--seqs 256] [--steps 32] [--repeats 5]
 
 Reported: median ns per sequence-step of each side and their ratio (engine / stopline).
+For the "before vs after" pair the left side is ReqFinish's former DecodeStream
+path, the right side its core path (ratio = before / after).
 """
 
 from __future__ import annotations
@@ -146,13 +148,12 @@ def sglang_pairs(tok, seqs: int, steps: int) -> list[Pair]:
         sp.normalize(tok)
         return sp
 
-    def make() -> tuple[Callable[[], int], Callable[[], int]]:
+    def sglang_side() -> Callable[[], int]:
         theirs = []
         for i in range(seqs):
             r = Req(str(i), "", array("i", [1, 2, 3]), params(), eos_token_ids={EOS}, vocab_size=len(tok))
             r.tokenizer = tok
             theirs.append(r)
-        mine = [ReqFinish(params(), eos_token_ids={EOS}, vocab_size=len(tok)) for _ in range(seqs)]
 
         def engine() -> int:
             for j in range(width):
@@ -160,6 +161,12 @@ def sglang_pairs(tok, seqs: int, steps: int) -> list[Pair]:
                     r.output_ids.append(row[j])
                     r.update_finish_state(1)
             return seqs * width
+
+        return engine
+
+    def make() -> tuple[Callable[[], int], Callable[[], int]]:
+        engine = sglang_side()
+        mine = [ReqFinish(params(), eos_token_ids={EOS}, vocab_size=len(tok)) for _ in range(seqs)]
 
         def ours() -> int:
             for j in range(width):
@@ -170,7 +177,60 @@ def sglang_pairs(tok, seqs: int, steps: int) -> list[Pair]:
 
         return engine, ours
 
-    return [Pair("SGLang update_finish_state vs ReqFinish", make)]
+    def make_decoding() -> tuple[Callable[[], int], Callable[[], int]]:
+        engine = sglang_side()
+        mine = [ReqFinish(params(), eos_token_ids={EOS}, vocab_size=len(tok), tokenizer=tok, prompt_ids=[1, 2, 3])
+                for _ in range(seqs)]
+
+        def ours() -> int:
+            for j in range(width):
+                for m, row in zip(mine, rows):
+                    m.update([row[j]])
+            return seqs * width
+
+        return engine, ours
+
+    return [Pair("SGLang update_finish_state vs ReqFinish", make),
+            Pair("SGLang update_finish_state vs ReqFinish(tokenizer)", make_decoding)]
+
+
+def req_finish_decoding_pairs(tok, seqs: int, steps: int) -> list[Pair]:
+    """ReqFinish given the tokenizer: the DecodeStream path it had before
+    (one tokenizers.DecodeStream step per id, the pieces fed to the tracker)
+    against the core's ids-only path. Needs no SGLang."""
+    from tokenizers.decoders import DecodeStream
+
+    from stopline.engines.sglang import ReqFinish
+
+    rows, _ = token_stream(tok, steps, seqs)
+    width = len(rows[0])
+    backend = tok.backend_tokenizer
+    sp = SimpleNamespace(max_new_tokens=10_000, min_new_tokens=0, stop_strs=STOPS, stop_regex_strs=None,
+                         stop_token_ids=STOP_IDS, ignore_eos=False, no_stop_trim=False)
+    prompt = [1, 2, 3]
+
+    def make() -> tuple[Callable[[], int], Callable[[], int]]:
+        before = [(ReqFinish(sp, eos_token_ids={EOS}, vocab_size=len(tok)),
+                   DecodeStream(ids=prompt, skip_special_tokens=False)) for _ in range(seqs)]
+        after = [ReqFinish(sp, eos_token_ids={EOS}, vocab_size=len(tok), tokenizer=tok, prompt_ids=prompt)
+                 for _ in range(seqs)]
+
+        def engine() -> int:
+            for j in range(width):
+                for (m, stream), row in zip(before, rows):
+                    t = row[j]
+                    m.update([t], [stream.step(backend, t) or ""])
+            return seqs * width
+
+        def ours() -> int:
+            for j in range(width):
+                for m, row in zip(after, rows):
+                    m.update([row[j]])
+            return seqs * width
+
+        return engine, ours
+
+    return [Pair("ReqFinish decoding: DecodeStream (before) vs core (after)", make)]
 
 
 def hf_pairs(tok, seqs: int, steps: int) -> list[Pair]:
@@ -221,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         pairs += vllm_pairs(tok, args.seqs, args.steps)
     if has("sglang"):
         pairs += sglang_pairs(tok, args.seqs, args.steps)
+    if has("tokenizers"):
+        pairs += req_finish_decoding_pairs(tok, args.seqs, args.steps)
     if has("transformers"):
         pairs += hf_pairs(tok, args.seqs, args.steps)
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}, {args.seqs} sequences")

@@ -1,10 +1,16 @@
-"""Opt-in: the engines' own functions on the examples of docs/semantics.md.
+"""Parity: the engine layer's stateless helpers against its per-request
+objects, and (opt-in) the engines' own functions on the examples of
+docs/semantics.md.
 
-Skipped unless ``STOPLINE_ENGINE_PARITY=1`` and the engine imports, so the
-README's test command never imports vLLM or SGLang. The statements checked
-here are about vLLM 0.33.0 and SGLang 0.5.23; another version is skipped.
-Run it from an environment that has the engine, with this checkout's package
-on the path::
+The first part always runs: each pair of stopline.engines (a stateless helper
+that replays the whole history, and the per-request object fed only what is
+new) must give the same answers on the same random histories.
+
+The engine part is skipped unless ``STOPLINE_ENGINE_PARITY=1`` and the engine
+imports, so the README's test command never imports vLLM or SGLang. The
+statements checked there are about vLLM 0.33.0 and SGLang 0.5.23; another
+version is skipped. Run it from an environment that has the engine, with this
+checkout's package on the path::
 
     STOPLINE_ENGINE_PARITY=1 PYTHONPATH=python <python with vllm> -m pytest \\
         tests/test_engine_parity.py -k vllm -p no:cacheprovider
@@ -24,18 +30,131 @@ import os
 from types import SimpleNamespace as NS
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stopline
 from stopline.compat import sglang_check_finished
+from stopline.engines.sglang import ReqFinish
+from stopline.engines.vllm import DetokenizerStop, RequestStop, vllm_check_stop_request, vllm_detokenizer_stop
 from vectors import load_vectors
 
-if os.environ.get("STOPLINE_ENGINE_PARITY") != "1":
-    pytest.skip("engine parity checks run only with STOPLINE_ENGINE_PARITY=1", allow_module_level=True)
+# ============================================ stateless helper == per-request ==
+# One history, fed in random runs: after every run the per-request object's
+# answer equals the stateless helper's on the whole history so far.
+
+_runs = st.lists(st.integers(1, 4), min_size=1, max_size=8)
+
+
+def _chunks(items, sizes):
+    pos = 0
+    for k in sizes:
+        if pos >= len(items):
+            return
+        yield items[pos:pos + k]
+        pos += k
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 9), min_size=1, max_size=24),
+    sizes=_runs,
+    max_tokens=st.none() | st.integers(1, 20),
+    min_tokens=st.integers(0, 6),
+    stop_token_ids=st.lists(st.integers(0, 9), max_size=2),
+    eos=st.none() | st.integers(0, 9),
+    ignore_eos=st.booleans(),
+    room=st.integers(1, 30),
+)
+def test_request_stop_equals_vllm_check_stop(ids, sizes, max_tokens, min_tokens, stop_token_ids, eos, ignore_eos, room):
+    """stopline.engines.vllm: RequestStop.feed/result == vllm_check_stop_request."""
+    sp = NS(max_tokens=max_tokens, min_tokens=min_tokens, eos_token_id=eos, stop_token_ids=stop_token_ids,
+            ignore_eos=ignore_eos, repetition_detection=None)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=3, max_tokens=max_tokens,
+                 output_token_ids=[])
+    ours = RequestStop(request, 3 + room)
+    for run in _chunks(ids, sizes):
+        request.output_token_ids.extend(run)
+        stopped = ours.feed(request.output_token_ids)
+        want = vllm_check_stop_request(request, 3 + room, num_new_tokens=len(run))
+        assert ours.result() == want
+        assert stopped == want.stopped
+
+
+_PIECES = ["a", "b", "ab", "x", "", "</s>", "é", " "]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, len(_PIECES) - 1), min_size=1, max_size=20),
+    sizes=_runs,
+    stop=st.none() | st.sampled_from(["ab", "b"]) | st.lists(st.sampled_from(["ab", "ba", "x", "a</", "é "]), max_size=3),
+    min_tokens=st.integers(0, 4),
+    include=st.booleans(),
+    terminated=st.booleans(),
+)
+def test_detokenizer_stop_equals_vllm_detokenizer_stop(tokens, sizes, stop, min_tokens, include, terminated):
+    """stopline.engines.vllm: DetokenizerStop == vllm_detokenizer_stop, the
+    last run stop-terminated or not; the streamed text adds up to output_text."""
+    ours = DetokenizerStop(NS(stop=stop, min_tokens=min_tokens, include_stop_str_in_output=include))
+    pieces = [_PIECES[t] for t in tokens]
+    runs = list(_chunks(pieces, sizes))
+    seen: list[str] = []
+    streamed = ""
+    for i, run in enumerate(runs):
+        last = i == len(runs) - 1 and terminated
+        got = ours.update(run, last)
+        streamed += ours.get_next_output_text()
+        seen += run
+        want = vllm_detokenizer_stop(seen, stop=stop, include_stop_str_in_output=include, min_tokens=min_tokens,
+                                     num_new_tokens=len(run), stop_terminated=last)
+        assert (ours.stop_string, ours.output_text, ours.num_output_tokens) == (
+            want.stop_string, want.output_text, want.num_output_tokens)
+        if got is not None or last:
+            assert got == want.stop_string
+            # Finished: the stream carries the whole output text (vLLM's final output does).
+            assert streamed == ours.output_text
+            break
+        assert ours.output_text.startswith(streamed)
+
+
+_SG_TEXT = {0: "a", 1: "b", 2: "</s>", 3: "ab", 4: "1", 5: "", 6: "c", 7: " "}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.integers(-1, 8), min_size=1, max_size=20),
+    sizes=_runs,
+    max_new_tokens=st.integers(0, 16),
+    min_new_tokens=st.integers(0, 4),
+    stop_strs=st.lists(st.sampled_from(["ab", "b1", "c", "a "]), max_size=2),
+    stop_regex_strs=st.lists(st.sampled_from([r"\d", "a+b", "c c"]), max_size=2),
+    stop_token_ids=st.lists(st.integers(0, 7), max_size=2),
+    ignore_eos=st.booleans(),
+    no_stop_trim=st.booleans(),
+)
+def test_req_finish_equals_sglang_check_finished(ids, sizes, max_new_tokens, min_new_tokens, stop_strs,
+                                                 stop_regex_strs, stop_token_ids, ignore_eos, no_stop_trim):
+    """stopline.engines.sglang: ReqFinish.update == sglang_check_finished after
+    every accept run, max_new_tokens=0 and invalid ids (-1, 8 with vocab_size 8)
+    included."""
+    kw = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, stop_strs=stop_strs,
+              stop_regex_strs=stop_regex_strs, stop_token_ids=stop_token_ids, ignore_eos=ignore_eos,
+              no_stop_trim=no_stop_trim)
+    ours = ReqFinish(NS(**kw), eos_token_ids={2}, vocab_size=8)
+    seen: list[int] = []
+    for run in _chunks(ids, sizes):
+        seen += run
+        texts = [_SG_TEXT.get(i, "") for i in run]
+        got = ours.update(run, texts=texts)
+        want = sglang_check_finished(seen, new_accepted_len=len(run), output_texts=[_SG_TEXT.get(i, "") for i in seen],
+                                     eos_token_ids={2}, vocab_size=8, **kw)
+        assert got == want
 
 
 def _engine(name, version):
+    if os.environ.get("STOPLINE_ENGINE_PARITY") != "1":
+        pytest.skip("engine parity checks run only with STOPLINE_ENGINE_PARITY=1")
     mod = pytest.importorskip(name)
     if mod.__version__ != version:
         pytest.skip(f"{name} {mod.__version__} installed; these statements are about {version}")

@@ -273,6 +273,100 @@ def test_detokenizer_stop_matches_vllm(seed):
             break
 
 
+@pytest.mark.parametrize("include", [False, True])
+def test_detokenizer_stop_streams_held_text_at_a_stop_terminated_finish(include):
+    """Issue 22, wrong answer 1: stop=["ab"], piece "xa" (its "a" held as a live
+    prefix), then a stop-terminated "</s>": vLLM 0.33's detokenizer streams
+    "xa" (its final get_next_output_text returns the whole remaining text), and
+    so does DetokenizerStop (it used to keep the "a")."""
+    pieces = ["xa", "</s>"]
+
+    class Two(BaseIncrementalDetokenizer):
+        def decode_next(self, next_token_id):
+            return pieces[next_token_id]
+
+    sp = SamplingParams(stop=["ab"], include_stop_str_in_output=include, max_tokens=10)
+    theirs = Two(SimpleNamespace(sampling_params=sp))
+    ours = DetokenizerStop(sp)
+    theirs.update([0], False)
+    ours.update(["xa"])
+    streamed = (theirs.get_next_output_text(False, True), ours.get_next_output_text())
+    theirs.update([1], True)
+    ours.update(["</s>"], stop_terminated=True)
+    theirs_all = streamed[0] + theirs.get_next_output_text(True, True)
+    ours_all = streamed[1] + ours.get_next_output_text()
+    assert ours_all == theirs_all == theirs.output_text == ours.output_text
+    assert theirs_all == ("xa</s>" if include else "xa")
+
+
+def test_unknown_extra_args_keys_message_is_bounded():
+    """Issue 22: 100k unknown keys in extra_args["stopline"] gave a 989 KB message."""
+    keys = {f"key{i}": 1 for i in range(100_000)}
+    with pytest.raises(ValueError, match=r"extra_args\['stopline'\] has unknown keys \['key0', .*, \.\.\.\]") as info:
+        StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {"min_tokens": 1, **keys}}))
+    assert len(str(info.value)) < 400
+    with pytest.raises(ValueError, match=r"unknown keys \[1, 'b'\]"):  # keys of mixed types are not sorted
+        StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {1: 0, "b": 0}}))
+
+
+def test_validate_params_messages_are_bounded():
+    """A client's huge logit_bias key or value is shown bounded, still as ValueError
+    (what vLLM turns into a client error)."""
+    big = "x" * 1_000_000
+    with pytest.raises(ValueError, match=r"logit_bias\['xxx.*\] must be a finite number, got 'xxx") as info:
+        StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {"logit_bias": {big: big}}}))
+    assert len(str(info.value)) < 400
+
+
+def _v1_config():
+    cfg = config()
+    cfg.speculative_config = None
+    return cfg
+
+
+def test_explicit_processor_beside_the_entry_point_is_refused():
+    """Issue 22, wrong answer 2: vLLM 0.33's build_logitsprocs loads the
+    vllm.logits_processors entry point (StoplineLogitsProcessor) and then
+    logits_processors=[...] without removing repeats; the class refuses a
+    second instance in one engine instead of applying extra_args twice."""
+    from importlib.metadata import entry_points
+
+    from vllm.v1.sample.logits_processor import build_logitsprocs
+
+    registered = any(ep.value == "stopline.integrations.vllm:StoplineLogitsProcessor"
+                     for ep in entry_points(group="vllm.logits_processors"))
+    twice = [StoplineLogitsProcessor] if registered else [StoplineLogitsProcessor, StoplineLogitsProcessor]
+    with pytest.raises(ValueError, match="StoplineLogitsProcessor is already loaded in this engine"):
+        build_logitsprocs(_v1_config(), torch.device("cpu"), False, False, twice)
+    # Once, beside the builtins-field class: both load (they read different fields).
+    once = [] if registered else [StoplineLogitsProcessor]
+    procs = build_logitsprocs(_v1_config(), torch.device("cpu"), False, False, once + [StoplineBuiltinsProcessor])
+    ours = [type(p) for p in procs.all if isinstance(p, StoplineLogitsProcessor)]
+    assert sorted(c.__name__ for c in ours) == ["StoplineBuiltinsProcessor", "StoplineLogitsProcessor"]
+    # Separate engines (separate configs) each get their own.
+    StoplineLogitsProcessor(_v1_config(), torch.device("cpu"), False)
+    StoplineLogitsProcessor(_v1_config(), torch.device("cpu"), False)
+
+
+def test_v2_loader_refuses_a_second_instance_in_one_engine():
+    """The model-runner-V2 loader hands every processor of one engine the same
+    request-state object; a second StoplineLogitsProcessor on it is refused."""
+    prompt_len = torch.zeros(MAX_SEQS, dtype=torch.int32)
+    req_states = LogitsProcRequestState(
+        device=torch.device("cpu"), max_num_reqs=MAX_SEQS, vocab_size=V, all_token_ids=None,
+        prompt_len=SimpleNamespace(gpu=prompt_len), prefill_len=None, total_len=None,
+    )
+    first = StoplineLogitsProcessor(config(), req_states)
+    with pytest.raises(ValueError, match="already loaded in this engine"):
+        StoplineLogitsProcessor(config(), req_states)
+    StoplineBuiltinsProcessor(config(), req_states)  # another class: allowed
+    del first
+    import gc
+
+    gc.collect()
+    StoplineLogitsProcessor(config(), req_states)  # the first one is gone: a rebuild may load it again
+
+
 def test_docs_example_runs():
     """The vLLM example in docs/integrations.md runs as written."""
     from doc_blocks import run_python_blocks

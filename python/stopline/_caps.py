@@ -6,9 +6,12 @@ wording, rendered by the core's message writer (``_core._problem``)."""
 from __future__ import annotations
 
 import itertools
+import numbers
 import reprlib
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 from stopline._core import _problem
 
@@ -47,3 +50,97 @@ def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
     if len(out) > cap:
         raise _problem("too_many", field_name, n=None, cap=cap)
     return out
+
+
+# --- field checks shared by compat, the engine layer and the adapters -------
+# Every Python-side validation error of a request field is built by one of
+# these two functions, so the message shape (and, later, the exception type)
+# is decided in one place.
+
+
+def field_type_error(field_name: str, expected: str, value: Any) -> TypeError:
+    """``TypeError("{field} must be {expected}, got {type}")``."""
+    return TypeError(f"{field_name} must be {expected}, got {type(value).__name__}")
+
+
+def field_value_error(field_name: str, problem: str) -> ValueError:
+    """``ValueError`` whose message starts with the field's name."""
+    return ValueError(f"{field_name}{problem}")
+
+
+def integer(value: Any, field_name: str) -> int:
+    """``value`` as an int; a bool, float (NaN included), ``None`` or str is a
+    TypeError naming the field."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise field_type_error(field_name, "an int", value)
+    return int(value)
+
+
+def items(values: Any, field_name: str, expected: str, cap: int) -> list[Any]:
+    """The items of a caller's iterable read under ``cap`` (:func:`capped`);
+    a bare str/bytes or a non-iterable is a TypeError naming the field."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise field_type_error(field_name, expected, values)
+    return capped(values, field_name, cap)
+
+
+def int_items(values: Any, field_name: str, cap: int) -> list[int]:
+    """A caller's iterable of token ids, read under ``cap``; an entry that is
+    not an int is a TypeError naming ``field[i]``. A list of plain ints
+    under the cap (a decoding step's usual input) is returned as is."""
+    if type(values) is list and len(values) <= cap:
+        for v in values:
+            if type(v) is not int:
+                break
+        else:
+            return values
+    out = items(values, field_name, "a sequence of ints", cap)
+    for i, v in enumerate(out):
+        out[i] = integer(v, f"{field_name}[{i}]")
+    return out
+
+
+def str_items(values: Any, field_name: str, expected: str, cap: int) -> list[str]:
+    """A caller's iterable of str, read under ``cap``; a non-str entry is a
+    TypeError naming ``field[i]``. A list of str under the cap is returned
+    as is."""
+    if type(values) is list and len(values) <= cap:
+        for v in values:
+            if type(v) is not str:
+                break
+        else:
+            return values
+    out = items(values, field_name, expected, cap)
+    for i, v in enumerate(out):
+        if not isinstance(v, str):
+            raise field_type_error(f"{field_name}[{i}]", "str", v)
+    return out
+
+
+def one_of(value: Any, field_name: str, table: Mapping[str, T]) -> T:
+    """``table[value]``; anything else is a ValueError (a TypeError for a
+    value that is not a str) naming the field, the value shown bounded."""
+    if not isinstance(value, str):
+        raise field_type_error(field_name, f"one of {_listed(table)}", value)
+    try:
+        return table[value]
+    except KeyError:
+        raise field_value_error(field_name, f"={shown(value)} is not one of {_listed(table)}") from None
+
+
+def _listed(table: Iterable[str]) -> str:
+    return ", ".join(f"'{k}'" for k in table)
+
+
+def unknown_keys(field_name: str, unknown: Iterable[Any], allowed: Iterable[str]) -> ValueError:
+    """The error for a mapping with keys outside ``allowed``: the count and the
+    first few unknown keys, bounded whatever the mapping's size."""
+    keys = list(itertools.islice(unknown, _SHOWN_KEYS + 1))
+    listed = ", ".join(shown(k) for k in keys[:_SHOWN_KEYS])
+    more = ", ..." if len(keys) > _SHOWN_KEYS else ""
+    return field_value_error(field_name, f" has unknown keys [{listed}{more}]; expected some of {sorted(allowed)}")
+
+
+_SHOWN_KEYS = 5

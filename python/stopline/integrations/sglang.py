@@ -1,6 +1,8 @@
 """stopline behind SGLang's request finish check and custom logit processors.
 
-:class:`ReqFinish` is the per-request counterpart of SGLang's
+:class:`ReqFinish` (defined in :mod:`stopline.engines.sglang`, with the
+stateless :func:`stopline.compat.sglang_check_finished` beside it) is the
+per-request counterpart of SGLang's
 ``Req.update_finish_state(new_accepted_len)`` (``check_finished`` in older
 releases): stop strings, ``stop_regex``, EOS and stop token ids,
 ``max_new_tokens``, an out-of-vocabulary id, with ``no_stop_trim``; each call
@@ -18,129 +20,15 @@ class); :class:`ReqFinish` reads SGLang's objects by attribute.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from .. import FinishTracker
-from ..compat import SglangFinishResult, _sglang_ids, _sglang_params, to_sglang_finish_reason
+from .._caps import field_type_error, field_value_error
+from ..engines.sglang import ReqFinish
 
+# ReqFinish lives in the engine layer (it needs no SGLang import) and is
+# re-exported here, where it is documented.
 __all__ = ["ReqFinish", "StoplineLogitProcessor"]
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return list(value)
-
-
-_RUNNING = SglangFinishResult(finished=False, finished_reason=None, finished_len=None, decided_before_new=False)
-
-
-class ReqFinish:
-    """Per-request finish state in SGLang's terms, decided by stopline.
-
-    Args:
-        sampling_params: SGLang's ``SamplingParams`` (after ``normalize``) or
-            any object with ``max_new_tokens``, ``min_new_tokens``,
-            ``stop_strs``, ``stop_regex_strs``, ``stop_token_ids``,
-            ``ignore_eos`` and ``no_stop_trim``.
-        eos_token_ids: the request's EOS ids (``Req.eos_token_ids``) plus the
-            tokenizer's ``eos_token_id`` and ``additional_stop_token_ids``,
-            which SGLang also checks.
-        vocab_size: ids outside ``[0, vocab_size)`` finish the request as an
-            error (SGLang: ``FINISH_MATCHED_STR("NaN happened")``).
-        tokenizer: a fast tokenizer (``transformers`` or ``tokenizers``) to
-            decode each accepted id with ``DecodeStream``, primed with
-            ``prompt_ids``; or pass the texts to :meth:`update`.
-        prompt_ids: the prompt's ids, to prime the decoder.
-
-    Rules: docs/semantics.md sections 2 and 3; where SGLang 0.5.23 decides
-    otherwise it is listed there and in docs/integrations.md.
-
-    Raises:
-        ValueError / TypeError: invalid parameters (named by stopline's
-            ``StopParams``), a stop regex the Rust regex syntax rejects.
-    """
-
-    def __init__(
-        self,
-        sampling_params: Any,
-        *,
-        eos_token_ids: Iterable[int] = (),
-        vocab_size: int | None = None,
-        tokenizer: Any = None,
-        prompt_ids: Sequence[int] = (),
-    ):
-        sp = sampling_params
-        self._regexes = tuple(_as_list(getattr(sp, "stop_regex_strs", None)))
-        self.max_new_tokens = int(sp.max_new_tokens)
-        self._tracker = FinishTracker(
-            _sglang_params(
-                max_new_tokens=self.max_new_tokens,
-                min_new_tokens=int(getattr(sp, "min_new_tokens", 0) or 0),
-                eos_token_ids=sorted(set(eos_token_ids)),
-                ignore_eos=bool(getattr(sp, "ignore_eos", False)),
-                stop_token_ids=sorted(set(_as_list(getattr(sp, "stop_token_ids", None)))),
-                stop_strs=_as_list(getattr(sp, "stop_strs", None)),
-                stop_regex=self._regexes,
-                no_stop_trim=bool(getattr(sp, "no_stop_trim", False)),
-                vocab_size=vocab_size,
-            )
-        )
-        self._vocab_size = vocab_size
-        self._tokenizer = None if tokenizer is None else getattr(tokenizer, "backend_tokenizer", tokenizer)
-        self._stream = None
-        if self._tokenizer is not None:
-            from tokenizers.decoders import DecodeStream
-
-            self._stream = DecodeStream(ids=list(prompt_ids)[-8:], skip_special_tokens=False)
-
-    @property
-    def tracker(self) -> FinishTracker:
-        """The underlying :class:`stopline.FinishTracker` (text, token ids kept, reasons)."""
-        return self._tracker
-
-    def update(self, new_accepted_ids: Sequence[int], texts: Sequence[str] | None = None) -> SglangFinishResult:
-        """Feed the ids accepted in this step (one, or a speculative run).
-
-        ``texts`` gives each id's decoded text; without it the tokenizer given
-        at construction decodes them. Returns :class:`stopline.compat.SglangFinishResult`:
-        ``finished``, ``finished_reason`` (``FINISH_MATCHED_STR``,
-        ``FINISHED_MATCHED_REGEX`` with the pattern, ``FINISH_MATCHED_TOKEN``,
-        ``FINISH_LENGTH``, ``FINISH_ABORT``) and ``finished_len`` (output ids
-        kept through the stop, SGLang's ``finished_len``).
-        """
-        ids = _sglang_ids(new_accepted_ids, self._vocab_size)
-        if texts is None and self._stream is not None:
-            texts = [self._piece(i) for i in ids]
-        decided_before = self._tracker.finished
-        if not decided_before:
-            r = self._tracker.update(ids, texts)
-            if not r.finished:
-                return _RUNNING
-        t = self._tracker
-        reason = to_sglang_finish_reason(
-            t.finish_reason,
-            t.matched,
-            max_new_tokens=self.max_new_tokens,
-            num_tokens=t.num_tokens,
-            stop_reason=t.stop_reason,
-            stop_regex=self._regexes,
-        )
-        return SglangFinishResult(
-            finished=t.finished,
-            finished_reason=reason,
-            finished_len=t.num_tokens if t.finished else None,
-            decided_before_new=decided_before,
-        )
-
-    def _piece(self, token_id: int) -> str:
-        assert self._stream is not None and self._tokenizer is not None
-        if self._vocab_size is not None and not 0 <= token_id < self._vocab_size:
-            return ""
-        return self._stream.step(self._tokenizer, token_id) or ""
 
 
 try:
@@ -230,10 +118,10 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
                 continue
             req = params.get("__req__")
             if req is None:
-                raise ValueError("custom_params has no '__req__': SGLang passes the request with each row")
+                raise field_value_error("custom_params", " has no '__req__': SGLang passes the request with each row")
             kw = params["stopline"]
             if not isinstance(kw, dict):
-                raise TypeError(f"custom_params['stopline'] must be a dict, got {type(kw).__name__}")
+                raise field_type_error("custom_params['stopline']", "a dict", kw)
             rid = req.rid
             offset = offset + 1 if rid == last_rid else 0
             last_rid = rid

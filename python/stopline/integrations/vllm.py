@@ -22,7 +22,12 @@ Two classes, differing only in where a request's constraints come from:
   fields, so use it where they are taken out (it is not registered by default:
   a ``logit_bias`` would otherwise be added twice).
 
-Pass either as ``LLM(..., logits_processors=[cls])``.
+The entry point loads :class:`StoplineLogitsProcessor` into every engine;
+do not pass it again in ``logits_processors=[...]``: vLLM would build a
+second instance and apply ``extra_args["stopline"]`` twice (a ``logit_bias``
+added twice), so a second instance of the same class in one engine is
+refused with a ``ValueError`` saying so. :class:`StoplineBuiltinsProcessor` is
+passed explicitly: ``LLM(..., logits_processors=[StoplineBuiltinsProcessor])``.
 
 Each class implements both of vLLM's logits-processor interfaces, and vLLM
 picks by how it constructs it: the V1 model runner calls
@@ -36,6 +41,10 @@ host, so multi-token ``bad_words`` are refused there (``ValueError`` naming
 the field); one-token bad words, ``allowed_token_ids``, ``min_tokens`` and
 ``logit_bias`` apply.
 
+:class:`RequestStop` (``check_stop``) and :class:`DetokenizerStop` (the
+detokenizer's stop-string step) are defined in :mod:`stopline.engines.vllm`,
+which needs no vLLM import, and re-exported here.
+
 Batch rows move as vLLM condenses its persistent batch; the processor keeps a
 row -> slot map (a move or swap rewrites two map entries, never device state)
 and feeds each slot's new output tokens from the request's live
@@ -44,6 +53,7 @@ and feeds each slot's new output tokens from the request's live
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -54,14 +64,16 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
-from .. import FinishTracker, StopParams
-from ..compat import _VLLM_STATUS, VllmStopResult, _vllm_params, _vllm_request_fields, to_vllm_status
+from .._caps import field_type_error, field_value_error, shown, unknown_keys
+from ..engines.vllm import DetokenizerStop, RequestStop
 from ..logits import LogitsConstraints
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
 
-__all__ = ["StoplineLogitsProcessor", "StoplineBuiltinsProcessor", "constraints_from_params"]
+# RequestStop and DetokenizerStop live in the engine layer (they need no vLLM
+# import) and are re-exported here, where they are documented.
+__all__ = ["DetokenizerStop", "RequestStop", "StoplineLogitsProcessor", "StoplineBuiltinsProcessor", "constraints_from_params"]
 
 EXTRA_ARGS_KEY = "stopline"
 
@@ -72,13 +84,17 @@ def constraints_from_extra_args(params: SamplingParams) -> dict[str, Any] | None
     if EXTRA_ARGS_KEY not in extra:
         return None
     kw = extra[EXTRA_ARGS_KEY]
+    field = f"extra_args[{EXTRA_ARGS_KEY!r}]"
     if not isinstance(kw, dict):
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be a dict of LogitsConstraints.set arguments, got {type(kw).__name__}")
-    allowed = {"min_tokens", "stop_token_ids", "allowed_token_ids", "bad_words", "logit_bias", "restore"}
-    unknown = sorted(set(kw) - allowed)
+        raise field_type_error(field, "a dict of LogitsConstraints.set arguments", kw)
+    unknown = [key for key in kw if key not in _SET_ARGUMENTS]
     if unknown:
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] has unknown keys {unknown}; expected some of {sorted(allowed)}")
+        raise unknown_keys(field, unknown, _SET_ARGUMENTS)
     return dict(kw) or None
+
+
+#: The keywords of LogitsConstraints.set a request may pass in extra_args.
+_SET_ARGUMENTS = frozenset({"min_tokens", "stop_token_ids", "allowed_token_ids", "bad_words", "logit_bias", "restore"})
 
 
 def constraints_from_params(params: SamplingParams) -> dict[str, Any] | None:
@@ -104,6 +120,36 @@ def constraints_from_params(params: SamplingParams) -> dict[str, Any] | None:
     return kw or None
 
 
+# (class, id of the engine object it was built with) -> the instance; entries
+# go with their instance. Keeping the engine object on the instance keeps its id
+# from being reused while the entry lives.
+_ENGINES: dict[tuple[type, int], weakref.ref[Any]] = {}
+
+
+def _claim_engine(proc: Any, engine_object: Any) -> None:
+    """Refuse a second live instance of the same class built for the same
+    engine: vLLM loads the entry point's classes and then those of
+    ``logits_processors=[...]`` without removing repeats, so a class named in
+    both would run twice per step."""
+    key = (type(proc), id(engine_object))
+    ref = _ENGINES.get(key)
+    other = None if ref is None else ref()
+    if other is not None and other._engine_object is engine_object:
+        name = type(proc).__name__
+        raise ValueError(
+            f"{name} is already loaded in this engine: vLLM loads the vllm.logits_processors entry point (where "
+            f"stopline registers StoplineLogitsProcessor) and then logits_processors=[...] without removing repeats; "
+            f"name {name} once (a second instance would apply each request's constraints twice)"
+        )
+    proc._engine_object = engine_object
+
+    def forget(dead: weakref.ref[Any], key: tuple[type, int] = key) -> None:
+        if _ENGINES.get(key) is dead:
+            del _ENGINES[key]
+
+    _ENGINES[key] = weakref.ref(proc, forget)
+
+
 class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     """vLLM V1 logits processor over :class:`stopline.logits.LogitsConstraints`,
     for requests that carry ``extra_args["stopline"]``.
@@ -115,7 +161,9 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         is_pin_memory: unused (the constraints keep their own host staging).
 
     Raises:
-        ValueError: from :meth:`update_state` for a request whose constraints
+        ValueError: at construction, when this class is already loaded in the
+            same engine (the entry point and ``logits_processors=[...]`` both
+            naming it); from :meth:`update_state` for a request whose constraints
             are invalid for this model (an id outside the vocabulary, ...),
             naming the field; :meth:`validate_params` catches the
             model-independent ones at admission.
@@ -126,8 +174,11 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
 
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool = False):
         if not isinstance(device, (torch.device, str)):
+            # V2: the loader hands every processor of one engine the same request-state object.
+            _claim_engine(self, device)
             self._init_v2(device)
             return
+        _claim_engine(self, vllm_config)  # V1: one build per model runner, one vllm_config
         self._req_states: Any = None
         max_slots = int(vllm_config.scheduler_config.max_num_seqs)
         vocab_size = int(vllm_config.model_config.get_vocab_size())
@@ -146,14 +197,15 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         """Refuse, at admission, constraints no model could take (vLLM calls this in the frontend)."""
         kw = cls.constraints_for(sampling_params) or {}
+        # ValueError throughout: vLLM turns it (not TypeError) into a client error.
         bias = kw.get("logit_bias") or {}
         if not isinstance(bias, dict):
-            raise ValueError(f"logit_bias must be a dict of token id -> bias, got {type(bias).__name__}")
+            raise field_value_error("logit_bias", f" must be a dict of token id -> bias, got {type(bias).__name__}")
         for token, value in bias.items():
             if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
-                raise ValueError(f"logit_bias[{token!r}] must be a finite number, got {value!r}")
+                raise field_value_error(f"logit_bias[{shown(token)}]", f" must be a finite number, got {shown(value)}")
         if "allowed_token_ids" in kw and kw["allowed_token_ids"] is not None and not kw["allowed_token_ids"]:
-            raise ValueError("allowed_token_ids must not be empty")
+            raise field_value_error("allowed_token_ids", " must not be empty")
 
     def is_argmax_invariant(self) -> bool:
         """Masks and biases change the argmax."""
@@ -229,9 +281,10 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 self._active[req_idx] = False
             return False
         if any(len(w) > 1 for w in kw.get("bad_words") or ()):
-            raise ValueError(
-                "bad_words: multi-token words need the committed tokens on the host, which vLLM's "
-                "model runner V2 does not give logits processors; use one-token words or the V1 runner"
+            raise field_value_error(
+                "bad_words",
+                ": multi-token words need the committed tokens on the host, which vLLM's "
+                "model runner V2 does not give logits processors; use one-token words or the V1 runner",
             )
         self.constraints.set(req_idx, **kw)
         self._active[req_idx] = True
@@ -268,160 +321,3 @@ class StoplineBuiltinsProcessor(StoplineLogitsProcessor):
     allowed-ids and bad-words steps in one pass."""
 
     constraints_for = staticmethod(constraints_from_params)
-
-
-class RequestStop:
-    """Per-request replacement for vLLM V1's ``check_stop(request, max_model_len)``.
-
-    One instance lives with one ``vllm.v1.request.Request``; each call feeds
-    only the output tokens appended since the previous call to a
-    :class:`stopline.FinishTracker`, so a step costs O(new tokens) whatever
-    the length of the request (``stopline.compat.vllm_check_stop_request``
-    replays the whole history instead).
-
-    Read once, at construction, as :func:`stopline.compat.vllm_check_stop_request`
-    reads them: ``request.num_prompt_tokens``, ``request.max_tokens``, and from
-    ``request.sampling_params``: ``eos_token_id`` (vLLM leaves it None under
-    ``ignore_eos``), ``stop_token_ids`` (vLLM adds the generation config's extra
-    EOS ids there), ``min_tokens``, ``ignore_eos``, ``all_stop_token_ids`` (checked
-    for consistency) and ``repetition_detection``.
-
-    The decision is vLLM 0.33's order (docs/semantics.md section 3): EOS, then a
-    stop token id (``stop_reason`` = the id), both even below ``min_tokens``;
-    then the length caps (``num_tokens >= max_model_len`` or
-    ``num_output_tokens >= max_tokens``); then repetition from ``min_tokens`` on.
-
-    Raises:
-        ValueError: a pooling request, one without sampling params or with
-            inconsistent ``all_stop_token_ids`` (at construction).
-    """
-
-    def __init__(self, request: Any, max_model_len: int):
-        self._tracker = FinishTracker(_vllm_params(max_model_len=max_model_len, **_vllm_request_fields(request)))
-        self._seen = 0
-        self._fed_before = 0
-        self._done = False
-
-    @property
-    def tracker(self) -> FinishTracker:
-        """The underlying :class:`stopline.FinishTracker` (finish_reason, stop_reason, num_tokens)."""
-        return self._tracker
-
-    def check_stop(self, request: Any) -> bool:
-        """vLLM's ``check_stop`` contract: True when the request finished, and then
-        ``request.status`` and ``request.stop_reason`` are set as vLLM sets them.
-
-        Feeds the tokens appended to ``request.output_token_ids`` since the
-        last call (one per call in plain decoding; a whole accept run when the
-        engine calls once per step). After a stop inside a run,
-        :meth:`result` gives ``num_output_tokens`` to trim the request to.
-        """
-        ids = request.output_token_ids
-        n = len(ids)
-        seen = self._seen
-        if n == seen or self._done:
-            return self._done
-        self._seen = n
-        if n == seen + 1:  # plain decoding: one token, passed as an int
-            self._fed_before = seen
-            r = self._tracker.update(ids[seen])
-        else:
-            self._fed_before = self._tracker.num_tokens
-            r = self._tracker.update(list(ids[seen:n]))
-        if not r.finished:
-            return False
-        self._done = True
-        from vllm.v1.request import RequestStatus
-
-        request.status = RequestStatus[_VLLM_STATUS[r.finish_reason or ""]]
-        if r.stop_reason is not None:
-            request.stop_reason = r.stop_reason
-        return True
-
-    def result(self) -> VllmStopResult:
-        """The last decision in full (:class:`stopline.compat.VllmStopResult`):
-        ``status`` name, ``stop_reason``, ``num_output_tokens`` after vLLM's
-        trim of an accept run at its first stop, ``new_token_ids`` kept from the
-        last call's tokens."""
-        t = self._tracker
-        kept = t.token_ids[self._fed_before:]
-        return VllmStopResult(
-            stopped=t.finished,
-            status=to_vllm_status(t.finish_reason),
-            finish_reason=t.finish_reason,
-            stop_reason=t.stop_reason,
-            num_output_tokens=t.num_tokens,
-            new_token_ids=tuple(kept),
-            decided_before_new=False,
-        )
-
-
-class DetokenizerStop:
-    """Per-request replacement for the stop-string step of vLLM V1's incremental detokenizer.
-
-    vLLM's ``BaseIncrementalDetokenizer.update`` appends each new token's text,
-    then searches the new characters for the request's stop strings with
-    ``check_stop_strings`` and cuts the text and the token ids. This class
-    takes the same per-token texts and decides with stopline's incremental
-    matcher: O(new characters) per call whatever the number of stop strings.
-
-    Args:
-        sampling_params: reads ``stop`` (a string or a list), ``min_tokens``
-            and ``include_stop_str_in_output``.
-
-    Rules (vLLM 0.33 agrees on each; docs/semantics.md sections 2 and 3): the
-    stop string that ends first wins, ties by list order; a stop string counts
-    only if it ends in the text of output token ``n > min_tokens``; tokens
-    after the one completing it are dropped; with ``stop_terminated`` (the
-    scheduler finished the request on EOS or a stop token id) that token's
-    text is left out unless ``include_stop_str_in_output``.
-
-    Streaming differs on purpose: :meth:`get_next_output_text` holds back only
-    the suffix that can still become a stop string (vLLM holds back
-    ``max(len(stop)) - 1`` characters).
-    """
-
-    def __init__(self, sampling_params: Any):
-        stop = sampling_params.stop
-        stops = [stop] if isinstance(stop, str) else list(stop or ())
-        self._include = bool(sampling_params.include_stop_str_in_output)
-        self._tracker = FinishTracker(
-            StopParams(
-                stop=stops or None,
-                min_tokens=sampling_params.min_tokens or 0,
-                include_stop_str_in_output=self._include,
-            )
-        )
-        self._released: list[str] = []
-
-    def update(self, new_texts: list[str], stop_terminated: bool = False) -> str | None:
-        """Append the text of each new output token; return the stop string that finished, or None.
-
-        ``new_texts[i]`` is the decoded text of the i-th new token (``""``
-        while a character is incomplete), as vLLM's ``decode_next`` returns it.
-        """
-        if not new_texts or self._tracker.finished:
-            return None
-        texts = list(new_texts)
-        if stop_terminated and not self._include:
-            texts[-1] = ""
-        r = self._tracker.update([0] * len(texts), texts)
-        if r.text_delta:
-            self._released.append(r.text_delta)
-        return r.stop_reason if isinstance(r.stop_reason, str) else None
-
-    @property
-    def output_text(self) -> str:
-        """The output text so far, cut at the stop string (code points)."""
-        return self._tracker.text
-
-    @property
-    def num_output_tokens(self) -> int:
-        """Output tokens kept (vLLM's ``len(token_ids)`` after its trim)."""
-        return self._tracker.num_tokens
-
-    def get_next_output_text(self) -> str:
-        """The text released since the last call (exact hold-back)."""
-        out = "".join(self._released)
-        self._released.clear()
-        return out

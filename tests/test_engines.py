@@ -1,0 +1,320 @@
+"""stopline.engines: the rules each engine's helpers and adapters share, and
+what a request can make them do (issue 22: bounded cost, bounded messages,
+errors naming the field). No engine is imported; the objects read are
+stand-ins with the engines' attribute names."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from types import SimpleNamespace as NS
+
+import pytest
+
+from stopline import compat
+from stopline.engines import sglang as sg
+from stopline.engines import vllm as vl
+
+
+def sglang_params(**kw):
+    base = dict(max_new_tokens=8, min_new_tokens=0, stop_strs=None, stop_regex_strs=None, stop_token_ids=None,
+                ignore_eos=False, no_stop_trim=False)
+    base.update(kw)
+    return NS(**base)
+
+
+def vllm_params(**kw):
+    base = dict(stop=None, min_tokens=0, include_stop_str_in_output=False)
+    base.update(kw)
+    return NS(**base)
+
+
+# ------------------------------------------------------------ one engine layer --
+
+
+def test_compat_reexports_the_engine_layer():
+    """compat keeps its names for existing callers; they are the engine layer's objects."""
+    assert compat.vllm_check_stop is vl.vllm_check_stop
+    assert compat.vllm_detokenizer_stop is vl.vllm_detokenizer_stop
+    assert compat.to_vllm_status is vl.to_vllm_status
+    assert compat.sglang_check_finished is sg.sglang_check_finished
+    assert compat.to_sglang_finish_reason is sg.to_sglang_finish_reason
+    assert compat.SglangFinishResult is sg.SglangFinishResult
+
+
+def test_detokenizer_stop_and_helper_build_the_same_params():
+    """DetokenizerStop's StopParams come from detokenizer_params, as vllm_detokenizer_stop's."""
+    fields = vl.detokenizer_fields(vllm_params(stop="ab", min_tokens=2, include_stop_str_in_output=True))
+    assert fields == {"stop": "ab", "min_tokens": 2, "include_stop_str_in_output": True}
+    params = vl.detokenizer_params(**fields)
+    assert (params.stop, params.min_tokens, params.include_stop_str_in_output) == (["ab"], 2, True)
+
+
+# ------------------------------------------------ drift: ReqFinish follows SGLang --
+
+
+@pytest.mark.parametrize("ids", [[7], [2], [2, 9]])
+def test_req_finish_max_new_tokens_zero_follows_sglang_semantics_6_16(ids):
+    """max_new_tokens=0 (prefill-only): FINISH_LENGTH(length=0), nothing kept,
+    whatever the id, as sglang_check_finished (it used to raise)."""
+    finish = sg.ReqFinish(sglang_params(max_new_tokens=0, stop_strs=["x"]), eos_token_ids={2})
+    first = finish.update(ids[:1], texts=["x"])
+    want = compat.sglang_check_finished(ids[:1], max_new_tokens=0, stop_strs=["x"], output_texts=["x"],
+                                        eos_token_ids={2})
+    assert first == want
+    assert first.finished and first.finished_len == 0 and not first.decided_before_new
+    assert first.finished_reason.to_json() == {"type": "length", "length": 0}
+    again = finish.update(ids[1:], texts=["x"] * len(ids[1:]))
+    assert again.finished_len == 0 and again.decided_before_new
+
+
+# ---------------------------------------- issue 22 wrong answer 1: the hold-back --
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_detokenizer_stop_releases_held_text_after_a_stop_terminated_update(include):
+    """stop=["ab"], piece "xa" (the "a" held as a live prefix of "ab"), then a
+    stop-terminated "</s>": the stream carries "xa" (and "</s>" with
+    include_stop_str_in_output), as vLLM's final output does."""
+    d = vl.DetokenizerStop(vllm_params(stop=["ab"], include_stop_str_in_output=include))
+    assert d.update(["xa"]) is None
+    streamed = d.get_next_output_text()
+    assert d.update(["</s>"], stop_terminated=True) is None
+    streamed += d.get_next_output_text()
+    want = "xa</s>" if include else "xa"
+    assert streamed == d.output_text == want
+    assert d.num_output_tokens == 2
+    assert d.update(["more"]) is None and d.get_next_output_text() == ""
+
+
+def test_vllm_detokenizer_stop_takes_stop_terminated():
+    r = compat.vllm_detokenizer_stop(["xa", "</s>"], stop=["ab"], stop_terminated=True)
+    assert (r.stop_string, r.output_text, r.num_output_tokens) == (None, "xa", 2)
+    # Passing the ending token's piece as "" (the documented way) gives the same.
+    r2 = compat.vllm_detokenizer_stop(["xa", ""], stop=["ab"])
+    assert r2.output_text == "xa"
+
+
+# --------------------------------------- issue 22: request-controlled cost --
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("stop_token_ids", range(10**8), "stop_token_ids has 100000000 entries; at most 65536 are accepted"),
+    ("stop_strs", itertools.repeat("a"), "stop_strs has more than 1024 entries; at most 1024 are accepted"),
+    ("stop_regex_strs", itertools.repeat("a"), "stop_regex_strs has more than 64 entries; at most 64 are accepted"),
+])
+def test_req_finish_reads_request_lists_under_their_caps(field, value, says):
+    with pytest.raises(ValueError, match=says):
+        sg.ReqFinish(sglang_params(**{field: value}))
+
+
+def test_req_finish_reads_eos_ids_under_the_cap():
+    with pytest.raises(ValueError, match="eos_token_ids has 100000000 entries; at most 65536"):
+        sg.ReqFinish(sglang_params(), eos_token_ids=range(10**8))
+    with pytest.raises(ValueError, match="eos_token_ids has more than 65536 entries"):
+        sg.ReqFinish(sglang_params(), eos_token_ids=itertools.count())
+
+
+def test_req_finish_update_reads_ids_under_the_cap():
+    finish = sg.ReqFinish(sglang_params())
+    with pytest.raises(ValueError, match="new_accepted_ids has 1000000000 entries; at most 4194304"):
+        finish.update(range(10**9))
+    with pytest.raises(ValueError, match="new_accepted_ids has more than 4194304 entries"):
+        finish.update(itertools.count())
+    assert not finish.update([5]).finished  # nothing was fed by the refused calls
+    assert finish.tracker.num_tokens == 1
+
+
+@pytest.mark.parametrize("value, raises, says", [
+    (math.nan, TypeError, "max_new_tokens must be an int, got float"),
+    (None, TypeError, "max_new_tokens must be an int, got NoneType"),
+    ("5", TypeError, "max_new_tokens must be an int, got str"),
+    (-1, ValueError, "max_new_tokens must be >= 0, got -1"),
+])
+def test_req_finish_max_new_tokens_errors_name_the_field(value, raises, says):
+    with pytest.raises(raises, match=says):
+        sg.ReqFinish(sglang_params(max_new_tokens=value))
+    with pytest.raises(raises, match=says):
+        compat.sglang_check_finished([1], max_new_tokens=value)
+
+
+@pytest.mark.parametrize("value, says", [
+    ([1, "a"], r"stop_token_ids\[1\] must be an int, got str"),
+    ([[1]], r"stop_token_ids\[0\] must be an int, got list"),
+    ([1.0], r"stop_token_ids\[0\] must be an int, got float"),
+])
+def test_req_finish_stop_token_ids_errors_name_the_entry(value, says):
+    with pytest.raises(TypeError, match=says):
+        sg.ReqFinish(sglang_params(stop_token_ids=value))
+    with pytest.raises(TypeError, match=says):
+        compat.sglang_check_finished([1], max_new_tokens=4, stop_token_ids=value)
+
+
+def test_req_finish_min_new_tokens_named():
+    with pytest.raises(TypeError, match="min_new_tokens must be an int, got float"):
+        sg.ReqFinish(sglang_params(min_new_tokens=math.nan))
+
+
+# ----------------------------------------- issue 22: bounded messages --
+
+
+def test_to_sglang_finish_reason_message_is_bounded():
+    with pytest.raises(ValueError, match="is not one of 'stop'") as info:
+        compat.to_sglang_finish_reason("x" * 10**6)
+    assert len(str(info.value)) < 300
+
+
+def test_to_vllm_status_message_is_bounded():
+    with pytest.raises(ValueError, match="is not one of 'stop'") as info:
+        compat.to_vllm_status("x" * 10**6)
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize("reason", [["stop"], {"stop": 1}, 5])
+def test_to_vllm_status_unhashable_or_non_str_reason_names_the_field(reason):
+    with pytest.raises(TypeError, match="finish_reason must be one of 'stop', .*, got"):
+        compat.to_vllm_status(reason)
+
+
+def test_to_sglang_finish_reason_non_str_reason_names_the_field():
+    with pytest.raises(TypeError, match="finish_reason must be one of"):
+        compat.to_sglang_finish_reason(["stop"], 5)
+
+
+# ----------------------------------------- issue 22: validation --
+
+
+def test_vllm_check_stop_max_tokens_str_names_the_field():
+    with pytest.raises(TypeError, match="max_tokens must be an int, got str"):
+        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, max_tokens="5")
+    with pytest.raises(TypeError, match="min_tokens must be an int, got str"):
+        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, max_tokens=5, min_tokens="1")
+
+
+def test_sglang_check_finished_max_new_tokens_none_names_the_field():
+    with pytest.raises(TypeError, match="max_new_tokens must be an int, got NoneType"):
+        compat.sglang_check_finished([1], max_new_tokens=None)
+
+
+@pytest.mark.parametrize("matched", [1.5, True, b"x", [1]])
+def test_to_sglang_finish_reason_refuses_a_match_that_is_not_an_id_or_str(matched):
+    """1.5 used to become FINISH_MATCHED_TOKEN(matched=1)."""
+    with pytest.raises(TypeError, match="matched must be a stop string or a token id, got"):
+        compat.to_sglang_finish_reason("stop", matched)
+    assert compat.to_sglang_finish_reason("stop", 1).matched == 1
+
+
+def test_vllm_all_stop_token_ids_message_is_bounded():
+    with pytest.raises(ValueError, match=r"all_stop_token_ids lacks \[0, 1, 2, 3, 4, 5, 6, 7\] \.\.\.") as info:
+        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, stop_token_ids=range(60000),
+                               all_stop_token_ids=[])
+    assert len(str(info.value)) < 300
+
+
+def test_request_stop_fields_named():
+    sp = NS(max_tokens=None, min_tokens=0, eos_token_id="2", stop_token_ids=None, ignore_eos=False)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=1, max_tokens=4, output_token_ids=[])
+    with pytest.raises(TypeError, match="eos_token_id must be an int, got str"):
+        vl.RequestStop(request, 10)
+
+
+def test_detokenizer_stop_update_reads_under_the_cap():
+    d = vl.DetokenizerStop(vllm_params(stop=["ab"]))
+    with pytest.raises(ValueError, match="new_texts has more than 4194304 entries"):
+        d.update(itertools.repeat("a"))
+    with pytest.raises(TypeError, match=r"new_texts\[0\] must be str, got int"):
+        d.update([1])
+
+
+
+# ------------------------------------- ReqFinish decodes through the core --
+
+_WORDS = ["The", " cat", " sat", " on", " the", " mat", ".", " Then", " it", " ran", " away", "!", "\n", " 42",
+          " é", " 😀", "<|im_end|>"]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("transformers")
+    from stopline.tools.models import load_smollm2_tokenizer
+
+    return load_smollm2_tokenizer()
+
+
+def _decode_stream_pieces(tok, prompt, ids):
+    """The pieces the DecodeStream path gave (ReqFinish before the core path)."""
+    from tokenizers.decoders import DecodeStream
+
+    stream = DecodeStream(ids=prompt[-8:], skip_special_tokens=False)
+    return [stream.step(tok.backend_tokenizer, i) or "" for i in ids]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_req_finish_core_decoding_agrees_with_decode_stream(smollm2, seed):
+    """A ReqFinish given the tokenizer decodes ids in the core (ids-only
+    tracker; per-id IncrementalDecoder when the engine's vocabulary is wider)
+    and finishes where the same ReqFinish fed DecodeStream's pieces does, on
+    real text with stop strings, regexes and stop ids (runs of 1-3 ids)."""
+    import random
+
+    rng = random.Random(seed)
+    tok = smollm2
+    prompt = tok.encode("Story: ")
+    ids = tok.encode("".join(rng.choice(_WORDS) for _ in range(40)))[:40]
+    kw = rng.choice([dict(stop_strs=[" mat", "ran away"]), dict(stop_regex_strs=[r"\d+", r"[.!]\n"]),
+                     dict(stop_strs=["é 😀"]), dict(stop_token_ids=[ids[rng.randrange(len(ids))]])])
+    sp = sglang_params(max_new_tokens=rng.randint(1, 40), no_stop_trim=rng.random() < 0.5, **kw)
+    wide = rng.random() < 0.5  # the model's vocabulary padded past the tokenizer's
+    vocab = len(tok) + (64 if wide else 0)
+    ours = sg.ReqFinish(sp, eos_token_ids={2}, vocab_size=vocab, tokenizer=tok, prompt_ids=prompt)
+    assert ours._mode == ("decoder" if wide else "ids")
+    before = sg.ReqFinish(sp, eos_token_ids={2}, vocab_size=vocab)
+    pieces = _decode_stream_pieces(tok, prompt, ids)
+    pos = 0
+    while pos < len(ids):
+        k = rng.randint(1, 3)
+        got = ours.update(ids[pos:pos + k])
+        want = before.update(ids[pos:pos + k], texts=pieces[pos:pos + k])
+        assert got == want
+        pos += k
+        if got.finished:
+            break
+    assert ours.tracker.token_ids == before.tracker.token_ids
+
+
+def test_req_finish_id_past_the_tokenizer_has_no_text(smollm2):
+    """An id inside the engine's (padded) vocabulary but past the tokenizer's
+    decodes to "" (as DecodeStream), not an error; past vocab_size it is SGLang's
+    invalid id (FINISH_ABORT here, semantics.md 6.12)."""
+    tok = smollm2
+    finish = sg.ReqFinish(sglang_params(stop_strs=["x"]), vocab_size=len(tok) + 64, tokenizer=tok)
+    assert not finish.update([len(tok) + 3]).finished
+    assert finish.tracker.text == ""
+    res = finish.update([len(tok) + 64])
+    assert res.finished and res.finished_reason.kind == "FINISH_ABORT" and res.finished_len == 1
+
+
+def test_req_finish_with_a_tokenizer_refuses_texts(smollm2):
+    finish = sg.ReqFinish(sglang_params(), vocab_size=len(smollm2), tokenizer=smollm2)
+    with pytest.raises(ValueError, match="texts: this ReqFinish decodes the ids itself"):
+        finish.update([5], texts=["x"])
+
+
+def test_vocabulary_for_is_built_once_per_tokenizer(smollm2):
+    assert sg.vocabulary_for(smollm2) is sg.vocabulary_for(smollm2)
+    assert sg.vocabulary_for(smollm2).vocab_size == len(smollm2)
+
+
+def test_req_finish_falls_back_to_decode_stream_for_a_refused_decoder():
+    """A decoder the core refuses (BPEDecoder, semantics.md 10.1): ReqFinish
+    decodes with tokenizers' DecodeStream and still finishes on the stop string."""
+    tokenizers = pytest.importorskip("tokenizers")
+    words = {"<unk>": 0, "hello</w>": 1, "wor": 2, "ld</w>": 3, "stop</w>": 4}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="<unk>"))
+    tok.decoder = tokenizers.decoders.BPEDecoder()
+    assert sg.vocabulary_for(tok) is None
+    finish = sg.ReqFinish(sglang_params(stop_strs=["world stop"]), vocab_size=5, tokenizer=tok)
+    assert finish._mode == "stream"
+    assert not finish.update([1, 2, 3]).finished
+    res = finish.update([4])
+    assert res.finished and res.finished_reason.to_json() == {"type": "stop", "matched": "world stop"}
