@@ -710,8 +710,22 @@ impl FinishTracker {
             self.pending.head = 0;
             return;
         }
-        self.emitted_bytes = byte_offset_from_end(&self.kept.text, hold);
-        self.emitted_chars = self.kept.text_chars - hold;
+        // Released text never shrinks; walk whichever side is shorter, so a
+        // step costs O(new text) even while a regex holds back a long prefix
+        // (`(?s).*zz`), not O(held text).
+        let to = (self.kept.text_chars - hold).max(self.emitted_chars);
+        let forward = to - self.emitted_chars;
+        self.emitted_bytes = if forward <= self.kept.text_chars - to {
+            let tail = &self.kept.text[self.emitted_bytes..];
+            self.emitted_bytes
+                + tail
+                    .char_indices()
+                    .nth(forward)
+                    .map_or(tail.len(), |(b, _)| b)
+        } else {
+            byte_offset_from_end(&self.kept.text, self.kept.text_chars - to)
+        };
+        self.emitted_chars = to;
         let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
         self.pending.head += released;
@@ -1222,6 +1236,59 @@ mod tests {
                 p.vocab_size = Some(12);
                 p.repetition = Some(Repetition { max_pattern_size: 2, min_pattern_size: 1, min_count: 4 });
             })?;
+        }
+
+        /// The finish machine's regex path is incremental (the DFA threads
+        /// carry over, released text advances from where it was): after
+        /// every update its released text and its finish equal a full
+        /// re-scan of the whole text so far with the `regex` crate.
+        #[test]
+        fn incremental_stop_regex_equals_a_full_rescan(
+            pieces in prop::collection::vec(piece(), 1..40),
+            include in any::<bool>(),
+        ) {
+            let pats = [r"(?s).*zz", r"ab+c", r"日本"];
+            let p = params(|p| {
+                p.stop_regex = regexes(&pats);
+                p.include_stop_str_in_output = include;
+            });
+            // Each pattern anchored at the end: its leftmost match ending at `end`.
+            let ending: Vec<regex::Regex> =
+                pats.iter().map(|x| regex::Regex::new(&format!("(?:{x})\\z")).unwrap()).collect();
+            let mut t = FinishTracker::new(p).unwrap();
+            let mut all = String::new();
+            let mut streamed = String::new();
+            let mut expect = None;
+            for (i, piece) in pieces.iter().enumerate() {
+                let from = all.len();
+                all.push_str(piece);
+                // Full re-scan: the first end inside the new piece where a
+                // pattern matches; lowest index first at one end.
+                let ends = all[from..].char_indices().map(|(b, c)| from + b + c.len_utf8());
+                let hit = ends.into_iter().find_map(|end| {
+                    ending.iter().enumerate().find_map(|(k, r)| {
+                        r.find(&all[..end]).map(|m| (k, m.start(), end))
+                    })
+                });
+                let s = t.update(&[i as u32], Some(&[piece.as_str()]), None).unwrap();
+                streamed.push_str(&t.text()[s.text_delta.clone()]);
+                prop_assert!(t.text().starts_with(&streamed));
+                prop_assert_eq!(s.text_delta.end, t.text().char_indices().nth(t.emitted_len()).map_or(t.text().len(), |(b, _)| b));
+                if let Some((k, start, end)) = hit {
+                    expect = Some((k, all[start..end].to_string(), if include { &all[..end] } else { &all[..start] }.to_string()));
+                    break;
+                }
+                prop_assert!(!t.is_finished());
+            }
+            match expect {
+                Some((k, matched, text)) => {
+                    prop_assert_eq!(t.finish().unwrap().stop_reason, Some(StopReason::StopRegex(k)));
+                    prop_assert_eq!(t.regex_matched(), matched.as_str());
+                    prop_assert_eq!(t.text(), text.as_str());
+                    prop_assert_eq!(streamed, text);
+                }
+                None => prop_assert_eq!(t.text(), all.as_str()),
+            }
         }
 
         #[test]
