@@ -486,7 +486,43 @@ impl FinishTracker {
             texts.map(<[S]>::len),
             grammar_terminated_at,
         )?;
-        Ok(self.update_checked(token_ids, texts, grammar_terminated_at))
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, None))
+    }
+
+    /// [`update`](Self::update) for an ids-only step, whose decoder flushed
+    /// held bytes into a piece (docs/semantics.md 10.3): the last
+    /// `flush_tails[j]` bytes of piece j are kept only if token j finishes
+    /// with `length` or the grammar, and never reach the stop matchers.
+    ///
+    /// # Errors
+    /// As [`update`](Self::update); a `flush_tails` length other than the
+    /// ids' is [`Error::Step`].
+    pub fn update_flushed<S: AsRef<str>>(
+        &mut self,
+        token_ids: &[u32],
+        texts: Option<&[S]>,
+        grammar_terminated_at: Option<usize>,
+        flush_tails: &[u8],
+    ) -> Result<Step, Error> {
+        self.check_step(
+            token_ids.len(),
+            texts.map(<[S]>::len),
+            grammar_terminated_at,
+        )?;
+        if flush_tails.len() != token_ids.len() {
+            return Err(Error::Step {
+                field: "flush_tails",
+                problem: Box::new(Problem::Count {
+                    n: flush_tails.len(),
+                    unit: "entries",
+                    expected: token_ids.len(),
+                    per: "token ids",
+                    hint: "",
+                }),
+                slot: None,
+            });
+        }
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, Some(flush_tails)))
     }
 
     /// [`update`](Self::update) for arguments already passed through
@@ -498,6 +534,7 @@ impl FinishTracker {
         token_ids: &[u32],
         texts: Option<&[S]>,
         grammar_terminated_at: Option<usize>,
+        flush_tails: Option<&[u8]>,
     ) -> Step {
         if let [id] = token_ids {
             let piece = texts.map_or("", |t| t[0].as_ref());
@@ -523,6 +560,15 @@ impl FinishTracker {
                 break;
             }
             let piece_chars = char_len(piece);
+            // A decoder's flush (10.3) is text only for a length or grammar
+            // finish: the matchers and a stop-token finish see the head.
+            let tail = flush_tails.map_or(0, |f| usize::from(f[i]));
+            let head = &piece[..piece.len() - tail];
+            let head_chars = if tail == 0 {
+                piece_chars
+            } else {
+                char_len(head)
+            };
             let (lo, hi) = self.special_ids;
             let is_special = lo <= id && id <= hi;
             let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
@@ -530,15 +576,15 @@ impl FinishTracker {
             // A stop token's text that will not be kept is not output text, so
             // it can neither complete nor cut a stop string (as vLLM's
             // detokenizer, which leaves it out before matching).
-            let matched_text = !piece.is_empty() && (!ends || p.include_stop_str_in_output);
+            let matched_text = !head.is_empty() && (!ends || p.include_stop_str_in_output);
             let mut hit: Option<StopMatch> = None;
             if let Some(m) = self.matcher.as_mut().filter(|_| matched_text) {
-                hit = m.feed_counted(piece, piece_chars);
+                hit = m.feed_counted(head, head_chars);
             }
             // Requests without stop regexes pay this one branch.
             let mut by_regex = false;
             if let Some(r) = self.regex.as_mut().filter(|_| matched_text) {
-                if let Some(rh) = r.feed_counted(piece, piece_chars) {
+                if let Some(rh) = r.feed_counted(head, head_chars) {
                     // A string wins a tie at the same end.
                     if hit.map_or(true, |h| rh.end < h.end) {
                         hit = Some(rh);
@@ -548,7 +594,7 @@ impl FinishTracker {
             }
             if let Some(hit) = hit.filter(|_| n > p.min_tokens) {
                 whole = false;
-                keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
+                keep(&mut self.kept, &mut self.pending, id, head, head_chars);
                 let (stop_reason, matched) = if by_regex {
                     self.regex_matched = self.kept.slice_chars(hit.start, hit.end).to_owned();
                     (
@@ -571,7 +617,8 @@ impl FinishTracker {
             }
             if ends {
                 if p.include_stop_str_in_output {
-                    keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
+                    whole &= tail == 0;
+                    keep(&mut self.kept, &mut self.pending, id, head, head_chars);
                 } else {
                     whole &= piece.is_empty();
                     keep(&mut self.kept, &mut self.pending, id, "", 0);

@@ -289,7 +289,13 @@ pub(super) fn batch_ids_step<'py>(
         .decode_step(slots, ids, runs, grammar)
         .map_err(to_py_err)?;
     if dec.strs.is_empty() {
-        dec.strs = (0..dec.inner.vocab().vocab_size()).map(|_| None).collect();
+        let n = dec.inner.vocab().vocab_size();
+        dec.strs.try_reserve_exact(n).map_err(|_| {
+            to_py_err(Error::Alloc {
+                what: format!("a table of {n} token strings"),
+            })
+        })?;
+        dec.strs.resize_with(n, || None);
     }
     let pieces = &dec.inner.pieces;
     let strs = pieces.strs();
@@ -306,7 +312,10 @@ pub(super) fn batch_ids_step<'py>(
     }
     // One piece per slot: the result's deltas start as the pieces, as with
     // pieces passed in.
-    let input = StepInput::new(slots, ids).runs(runs).grammar(grammar);
+    let input = StepInput::new(slots, ids)
+        .runs(runs)
+        .grammar(grammar)
+        .flush_tails(Some(&pieces.flush));
     let input = input.texts(Some(&strs));
     let r = if runs.is_none() {
         let list = PyList::new(py, &objects)?;
@@ -341,7 +350,7 @@ pub(super) fn tracker_ids_update(
         .decode_run(vocab, ids, grammar, &mut pieces, 0, None)
         .map_err(to_py_err)?;
     let step = tracker
-        .update(ids, Some(&pieces.strs()), grammar)
+        .update_flushed(ids, Some(&pieces.strs()), grammar, &pieces.flush)
         .map_err(to_py_err)?;
     *dec = next;
     Ok(step)
