@@ -36,13 +36,7 @@ impl SeqDecoder {
         prompt_token_ids: &[u32],
         opts: DecodeOptions,
     ) -> Result<Self, Error> {
-        vocab.check_ids(prompt_token_ids, "prompt_token_ids")?;
-        let mut state = vocab.start(opts);
-        let mut scratch = String::new();
-        for &id in prompt_token_ids {
-            vocab.step(&mut state, id, &mut scratch);
-            scratch.clear();
-        }
+        let state = vocab.primed(opts, prompt_token_ids)?;
         let left = params.max_tokens.unwrap_or(u64::MAX).min(
             params
                 .max_model_len
@@ -77,6 +71,7 @@ impl SeqDecoder {
         slot: Option<i64>,
     ) -> Result<SeqDecoder, Error> {
         let mut next = *self;
+        out.reserve(ids.len())?;
         let (buf, ends) = (&mut out.buf, &mut out.ends);
         for (i, &id) in ids.iter().enumerate() {
             if id as usize >= vocab.vocab_size() {
@@ -97,6 +92,7 @@ impl SeqDecoder {
                     slot,
                 });
             }
+            vocab.reserve_step(buf)?;
             let mut plain = vocab.step(&mut next.state, id, buf);
             next.left = next.left.saturating_sub(1);
             // The last token the sequence takes: held bytes become U+FFFD,
@@ -132,6 +128,16 @@ pub struct Pieces {
 }
 
 impl Pieces {
+    /// Room for `n` more pieces' bookkeeping, allocated fallibly.
+    fn reserve(&mut self, n: usize) -> Result<(), Error> {
+        let oom = |_| Error::Alloc {
+            what: format!("the bookkeeping of {n} text pieces"),
+        };
+        self.ends.try_reserve(n).map_err(oom)?;
+        self.plain.try_reserve(n).map_err(oom)?;
+        self.flush.try_reserve(n).map_err(oom)
+    }
+
     fn clear(&mut self) {
         self.buf.clear();
         self.ends.clear();
@@ -252,6 +258,7 @@ impl BatchDecoder {
         if total != Some(ids.len()) || runs.is_some_and(|r| r.len() != slots.len()) {
             return Ok(()); // the batch's check names the mismatch
         }
+        self.vocab.check_decode_size(ids, "token_ids")?;
         let mut start = 0;
         for (k, &slot) in slots.iter().enumerate() {
             let len = runs.map_or(1, |r| r[k]);
@@ -271,6 +278,7 @@ impl BatchDecoder {
                     self.next.push(n);
                 }
                 None => {
+                    self.pieces.reserve(len)?;
                     let end = self.pieces.buf.len();
                     self.pieces.ends.extend(std::iter::repeat(end).take(len));
                     self.pieces.plain.extend(std::iter::repeat(false).take(len));

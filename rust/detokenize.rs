@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use crate::error::{Error, Problem};
+use crate::limits::MAX_DECODE_BYTES;
 
 /// The largest `tokenizer.json` accepted, in bytes (the largest published
 /// ones are about 35 MB).
@@ -59,6 +60,9 @@ pub struct Vocabulary {
     first: Option<(Vec<u32>, Vec<u8>)>,
     /// Added tokens' contents, by id.
     added: HashMap<u32, Box<str>>,
+    /// The most one step and a flush can append: every byte of the longest
+    /// token a 3-byte U+FFFD, or an added token's raw content.
+    max_step: usize,
     /// Strip up to this many leading `strip_char` from the whole text
     /// (`Strip` after `Fuse`).
     strip_left: u8,
@@ -386,6 +390,14 @@ fn arena_push(arena: &mut Vec<u8>, offsets: &mut Vec<u32>, bytes: &[u8]) -> Resu
     Ok(())
 }
 
+/// The longer of id `i`'s two arena entries.
+fn max_len(i: usize, offsets: &[u32], first: &Option<(Vec<u32>, Vec<u8>)>) -> usize {
+    let len = |o: &[u32]| (o[i + 1] - o[i]) as usize;
+    first
+        .as_ref()
+        .map_or(len(offsets), |(o, _)| len(offsets).max(len(o)))
+}
+
 impl Vocabulary {
     /// Builds the vocabulary from the text of a `tokenizer.json`.
     ///
@@ -543,12 +555,20 @@ impl Vocabulary {
                 arena_push(&mut f_arena, &mut f_offsets, fb)?;
             }
         }
+        let first = has_first.then_some((f_offsets, f_arena));
+        let max_step = 12
+            + 3 * (0..flags.len())
+                .map(|i| max_len(i, &offsets, &first))
+                .max()
+                .unwrap_or(0)
+            + added.values().map(|c| c.len()).max().unwrap_or(0);
         Ok(Vocabulary {
             stream: plan.stream,
             flags,
             offsets,
             arena,
-            first: has_first.then_some((f_offsets, f_arena)),
+            first,
+            max_step,
             added,
             strip_left: plan.strip_left.1.min(255) as u8,
             strip_char: plan.strip_left.0,
@@ -707,16 +727,102 @@ impl Vocabulary {
     /// does (held bytes flushed at the end).
     ///
     /// # Errors
-    /// [`Error::Step`] for an id outside the vocabulary.
+    /// [`Error::Step`] for an id outside the vocabulary or ids whose token
+    /// text exceeds [`MAX_DECODE_BYTES`]; [`Error::Alloc`] when the text
+    /// cannot be allocated.
     pub fn decode(&self, ids: &[u32], opts: DecodeOptions) -> Result<String, Error> {
-        self.check_ids(ids, "token_ids")?;
         let mut st = self.start(opts);
         let mut out = String::new();
-        for &id in ids {
-            self.step(&mut st, id, &mut out);
-        }
+        self.decode_into(&mut st, ids, &mut out)?;
+        self.reserve_step(&mut out)?;
         self.flush(&mut st, &mut out);
         Ok(out)
+    }
+
+    /// Steps `st` over `ids`, appending their text to `out` (no flush).
+    ///
+    /// # Errors
+    /// As [`decode`](Self::decode), naming `token_ids`; `st` is unchanged
+    /// on error.
+    pub fn decode_into(
+        &self,
+        st: &mut DecodeState,
+        ids: &[u32],
+        out: &mut String,
+    ) -> Result<(), Error> {
+        self.check_ids(ids, "token_ids")?;
+        self.check_decode_size(ids, "token_ids")?;
+        let mut next = *st;
+        for &id in ids {
+            self.reserve_step(out)?;
+            self.step(&mut next, id, out);
+        }
+        *st = next;
+        Ok(())
+    }
+
+    /// A fresh state primed with `prompt` (its text discarded).
+    ///
+    /// # Errors
+    /// [`Error::Step`] naming `prompt_token_ids[i]` for an id outside the
+    /// vocabulary.
+    pub fn primed(&self, opts: DecodeOptions, prompt: &[u32]) -> Result<DecodeState, Error> {
+        self.check_ids(prompt, "prompt_token_ids")?;
+        let mut st = self.start(opts);
+        let mut scratch = String::new();
+        for &id in prompt {
+            self.step(&mut st, id, &mut scratch);
+            scratch.clear();
+        }
+        Ok(st)
+    }
+
+    /// [`Error::Step`] naming `field` when the token text of `ids` (each
+    /// id's decoded bytes, ids outside the vocabulary counting 0) is over
+    /// [`MAX_DECODE_BYTES`]: checked before anything is decoded.
+    pub fn check_decode_size(&self, ids: &[u32], field: &'static str) -> Result<(), Error> {
+        let mut n = 0usize;
+        for &id in ids {
+            n += self.max_bytes(id as usize);
+            if n > MAX_DECODE_BYTES {
+                return Err(Error::Step {
+                    field,
+                    problem: Box::new(Problem::DecodesTooLong {
+                        n,
+                        cap: MAX_DECODE_BYTES,
+                    }),
+                    slot: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves, fallibly, what one [`step`](Self::step) and a
+    /// [`flush`](Self::flush) can append to `out` (one compare when there is
+    /// room), so that decoding never aborts on a failed allocation.
+    #[inline(always)]
+    pub fn reserve_step(&self, out: &mut String) -> Result<(), Error> {
+        if out.capacity() - out.len() >= self.max_step {
+            return Ok(());
+        }
+        self.grow(out)
+    }
+
+    #[cold]
+    fn grow(&self, out: &mut String) -> Result<(), Error> {
+        out.try_reserve(self.max_step).map_err(|_| Error::Alloc {
+            what: format!("{} bytes of decoded text", out.len() + self.max_step),
+        })
+    }
+
+    /// The longer of an id's two decodings (0 outside the vocabulary).
+    #[inline]
+    fn max_bytes(&self, id: usize) -> usize {
+        if id >= self.flags.len() {
+            return 0;
+        }
+        max_len(id, &self.offsets, &self.first)
     }
 
     /// [`Error::Step`] naming `field`, the index and the id of the first id

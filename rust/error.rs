@@ -245,6 +245,9 @@ pub enum Problem {
     NotATokenId { value: i64 },
     /// `{field} is not valid Unicode (it contains a lone surrogate)`.
     LoneSurrogate,
+    /// `{field} decode to at least {n} bytes of token text; at most {cap}
+    /// are decoded in one call (max_decode_bytes)`.
+    DecodesTooLong { n: usize, cap: usize },
     /// `{field} is an empty string; stop strings must be non-empty`.
     EmptyStop,
     /// `{field}={shown} is not one of {allowed}`.
@@ -383,6 +386,11 @@ impl Problem {
             Problem::NotATokenId { value } => write!(
                 f,
                 "{field}={value} is not a valid token id (must be in [0, 2**32))"
+            ),
+            Problem::DecodesTooLong { n, cap } => write!(
+                f,
+                "{field} decode to at least {n} bytes of token text; at most {cap} are \
+                 decoded in one call (max_decode_bytes)"
             ),
             Problem::LoneSurrogate => write!(
                 f,

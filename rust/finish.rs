@@ -536,7 +536,9 @@ impl FinishTracker {
         grammar_terminated_at: Option<usize>,
         flush_tails: Option<&[u8]>,
     ) -> Step {
-        if let [id] = token_ids {
+        // A flush tail only comes at the length cap or a grammar end, which
+        // `plain_token` sends back anyway; checked so it never keeps one.
+        if let ([id], None | Some([0])) = (token_ids, flush_tails) {
             let piece = texts.map_or("", |t| t[0].as_ref());
             if let Some(step) = self.plain_token(*id, piece, grammar_terminated_at == Some(0)) {
                 return step;

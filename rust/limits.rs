@@ -21,6 +21,11 @@ pub const MAX_STOP_TOKEN_IDS: usize = 1 << 16;
 /// Token ids (and text pieces) in one `FinishTracker.update` or one
 /// `FinishBatch.step`.
 pub const MAX_STEP_TOKENS: usize = 1 << 22;
+/// Bytes of token text (each id's decoded bytes, summed before decoding)
+/// one `Vocabulary.decode`, `IncrementalDecoder.step` or ids-only update /
+/// step may decode: the text, up to 3x that with U+FFFD repairs, is built
+/// in one piece.
+pub const MAX_DECODE_BYTES: usize = 64 << 20;
 /// Bytes shown of a rejected value (a pattern, a stop string) in an error
 /// message: a 1 MB pattern must not make a 2 MB message.
 pub const MAX_SHOWN_BYTES: usize = 200;
@@ -33,6 +38,7 @@ pub const ALL: &[(&str, usize)] = &[
     ("max_stop_regex_bytes", MAX_STOP_REGEX_BYTES),
     ("max_stop_token_ids", MAX_STOP_TOKEN_IDS),
     ("max_step_tokens", MAX_STEP_TOKENS),
+    ("max_decode_bytes", MAX_DECODE_BYTES),
     ("max_slots", crate::batch::MAX_SLOTS),
 ];
 

@@ -109,12 +109,8 @@ impl PyVocabulary {
         spaces_between_special_tokens: bool,
     ) -> PyResult<String> {
         let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
-        self.inner
-            .decode(
-                &ids,
-                options(skip_special_tokens, spaces_between_special_tokens),
-            )
-            .map_err(to_py_err)
+        let opts = options(skip_special_tokens, spaces_between_special_tokens);
+        py_decode(token_ids.py(), ids.len(), || self.inner.decode(&ids, opts))
     }
 
     /// A streaming decoder for one sequence, primed with `prompt_token_ids`
@@ -122,20 +118,14 @@ impl PyVocabulary {
     #[pyo3(signature = (prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
     fn decoder_for(
         &self,
+        py: Python<'_>,
         prompt_token_ids: Option<&Bound<'_, PyAny>>,
         skip_special_tokens: bool,
         spaces_between_special_tokens: bool,
     ) -> PyResult<PyIncrementalDecoder> {
         let prompt = prompt_ids(prompt_token_ids)?;
         let opts = options(skip_special_tokens, spaces_between_special_tokens);
-        self.inner
-            .check_ids(&prompt, "prompt_token_ids")
-            .map_err(to_py_err)?;
-        let mut state = self.inner.start(opts);
-        let mut scratch = String::new();
-        for &id in &prompt {
-            self.inner.step(&mut state, id, &mut scratch);
-        }
+        let state = py_decode(py, prompt.len(), || self.inner.primed(opts, &prompt))?;
         Ok(PyIncrementalDecoder {
             vocab: Arc::clone(&self.inner),
             state,
@@ -167,11 +157,12 @@ impl PyIncrementalDecoder {
     /// (nothing changes then).
     fn step(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<String> {
         let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
-        self.vocab.check_ids(&ids, "token_ids").map_err(to_py_err)?;
-        let mut out = String::new();
-        for &id in &ids {
-            self.vocab.step(&mut self.state, id, &mut out);
-        }
+        let (vocab, mut state) = (&self.vocab, self.state);
+        let out = py_decode(token_ids.py(), ids.len(), || {
+            let mut out = String::new();
+            vocab.decode_into(&mut state, &ids, &mut out).map(|()| out)
+        })?;
+        self.state = state;
         Ok(out)
     }
 
@@ -188,6 +179,20 @@ impl PyIncrementalDecoder {
     fn pending<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, self.state.pending())
     }
+}
+
+/// Ids from which decoding runs without the GIL: below, releasing and
+/// taking it back costs more than the decode.
+const DETACH_IDS: usize = 4096;
+
+/// Runs a decode of `n` ids, without the GIL when it is long.
+fn py_decode<T: Send>(
+    py: Python<'_>,
+    n: usize,
+    f: impl FnOnce() -> Result<T, Error> + Send,
+) -> PyResult<T> {
+    let r = if n >= DETACH_IDS { py.detach(f) } else { f() };
+    r.map_err(to_py_err)
 }
 
 fn prompt_ids(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {
@@ -345,6 +350,9 @@ pub(super) fn tracker_ids_update(
     ids: &[u32],
     grammar: Option<usize>,
 ) -> PyResult<Step> {
+    vocab
+        .check_decode_size(ids, "token_ids")
+        .map_err(to_py_err)?;
     let mut pieces = Pieces::default();
     let next = dec
         .decode_run(vocab, ids, grammar, &mut pieces, 0, None)
