@@ -822,6 +822,50 @@ impl<'de> Deserialize<'de> for AddedFields<'de> {
     }
 }
 
+/// Reads a `tokenizer.json` file, refusing (`Ok(Err(..))`, naming the path
+/// as `shown`) anything but a regular file of at most
+/// [`MAX_TOKENIZER_JSON_BYTES`]: checked on the path before it is opened
+/// (a FIFO would block the open, `/dev/zero` never ends), again on the open
+/// file, and while reading (at most the cap plus one byte is read).
+/// `Err` is the operating system's error.
+pub fn read_tokenizer_file(
+    path: &std::path::Path,
+    shown: &str,
+) -> std::io::Result<Result<Vec<u8>, Error>> {
+    use std::io::Read;
+    let too_big = |n: u64| {
+        bad(format!(
+            "{shown} is {n} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
+        ))
+    };
+    let not_regular = || bad(format!("{shown} is not a regular file"));
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Ok(Err(not_regular()));
+    }
+    if meta.len() > MAX_TOKENIZER_JSON_BYTES as u64 {
+        return Ok(Err(too_big(meta.len())));
+    }
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(Err(not_regular()));
+    }
+    let mut data = Vec::new();
+    let expect = meta.len().min(MAX_TOKENIZER_JSON_BYTES as u64) as usize + 1;
+    if data.try_reserve_exact(expect).is_err() {
+        return Ok(Err(Error::Alloc {
+            what: format!("{expect} bytes to read {shown}"),
+        }));
+    }
+    file.take(MAX_TOKENIZER_JSON_BYTES as u64 + 1)
+        .read_to_end(&mut data)?;
+    if data.len() > MAX_TOKENIZER_JSON_BYTES {
+        return Ok(Err(too_big(data.len() as u64)));
+    }
+    Ok(Ok(data))
+}
+
 /// The longer of id `i`'s two arena entries.
 fn max_len(i: usize, offsets: &[u32], first: &Option<(Vec<u32>, Vec<u8>)>) -> usize {
     let len = |o: &[u32]| (o[i + 1] - o[i]) as usize;

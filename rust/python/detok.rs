@@ -8,11 +8,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
 use super::batch::{batch_step, Appended, PyBatchStepResult, Replaced};
-use super::convert::{extract_ids, type_name};
+use super::convert::{extract_ids, extract_utf8, type_name};
 use super::errors::{arg_err, to_py_err};
 use crate::batch::{FinishBatch, StepInput};
 use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
-use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
+use crate::detokenize::{read_tokenizer_file, DecodeOptions, DecodeState, Vocabulary};
 use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
 
@@ -38,29 +38,24 @@ fn options(skip_special_tokens: bool, spaces_between_special_tokens: bool) -> De
 
 #[pymethods]
 impl PyVocabulary {
-    /// Reads a `tokenizer.json` file (at most 128 MiB). The GIL is released
-    /// while it is parsed.
+    /// Reads a `tokenizer.json` file (a regular file of at most 128 MiB:
+    /// a FIFO or device is refused before it is opened). The GIL is
+    /// released while it is read and parsed.
     ///
     /// Raises `OSError` if the file cannot be read; `ValueError` naming what
-    /// is wrong for a malformed file, an id at or above 2**24, or an
-    /// unsupported decoder (named).
+    /// is wrong for a file that is not regular or over the cap, a malformed
+    /// file, an id at or above 2**24, a decoder over its caps or an
+    /// unsupported decoder (named); `MemoryError` if the tables cannot be
+    /// allocated.
     #[staticmethod]
     fn from_file(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
-        let shown = path.display().to_string();
-        let len = std::fs::metadata(&path)
+        let shown = crate::limits::shown(&path.display().to_string());
+        let read = py.detach(|| {
+            read_tokenizer_file(&path, &shown)
+                .map(|r| r.and_then(|data| Vocabulary::from_json(&data)))
+        });
+        let inner = read
             .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?
-            .len();
-        if len > MAX_TOKENIZER_JSON_BYTES as u64 {
-            return Err(to_py_err(Error::Tokenizer {
-                message: format!(
-                    "{shown} is {len} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
-                ),
-            }));
-        }
-        let data = std::fs::read(&path)
-            .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?;
-        let inner = py
-            .detach(|| Vocabulary::from_json(&data))
             .map_err(to_py_err)?;
         Ok(Self {
             inner: Arc::new(inner),
@@ -68,9 +63,11 @@ impl PyVocabulary {
     }
 
     /// Builds the vocabulary from the text of a `tokenizer.json` (as
-    /// `tokenizers.Tokenizer.to_str()` returns it). Raises as `from_file`.
+    /// `tokenizers.Tokenizer.to_str()` returns it). Raises as `from_file`;
+    /// `ValueError` naming `json` for a `str` with a lone surrogate.
     #[staticmethod]
-    fn from_str(py: Python<'_>, json: &str) -> PyResult<Self> {
+    fn from_str(py: Python<'_>, json: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let json = extract_utf8(json, &|| "json".to_owned())?;
         let inner = py
             .detach(|| Vocabulary::from_json(json.as_bytes()))
             .map_err(to_py_err)?;
