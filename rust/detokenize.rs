@@ -32,7 +32,7 @@ pub const MAX_TOKEN_BYTES: usize = 64 << 10;
 /// Bytes all decoder rules together may produce while the table is built
 /// (every rule's output for every token): bounds the build time whatever
 /// the rules do.
-pub const MAX_RULE_OUTPUT_BYTES: usize = 1 << 30;
+pub const MAX_RULE_OUTPUT_BYTES: usize = 64 << 20;
 /// Bytes of the decoded table (the arena of every id's bytes, twice for
 /// decoders whose first token differs).
 pub const MAX_DECODED_BYTES: usize = 512 << 20;
