@@ -97,7 +97,10 @@ impl PyVocabulary {
     /// The text of `token_ids`, as `tokenizers.Tokenizer.decode(ids,
     /// skip_special_tokens)` gives it (vLLM's `spaces_between_special_tokens`
     /// rule on top when that is False). Raises `ValueError` naming
-    /// `ids[i]` for an id outside `[0, vocab_size)`.
+    /// `token_ids[i]` for an id outside `[0, vocab_size)` or ids whose token
+    /// text is over `LIMITS["max_decode_bytes"]` (summed before decoding);
+    /// `MemoryError` if the text cannot be allocated. From 4,096 ids the
+    /// decode runs without the GIL.
     #[pyo3(signature = (token_ids, skip_special_tokens = true, spaces_between_special_tokens = true))]
     fn decode(
         &self,
@@ -150,8 +153,9 @@ pub struct PyIncrementalDecoder {
 impl PyIncrementalDecoder {
     /// Decodes ids (an int or a sequence of ints) and returns the text they
     /// complete ("" while a multi-byte character is incomplete). Raises
-    /// `ValueError` naming `token_ids[i]` for an id outside the vocabulary
-    /// (nothing changes then).
+    /// `ValueError` naming `token_ids[i]` for an id outside the vocabulary,
+    /// or ids over `LIMITS["max_decode_bytes"]` of token text; nothing
+    /// changes then. As `Vocabulary.decode` for memory and the GIL.
     fn step(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<String> {
         let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
         let (vocab, mut state) = (&self.vocab, self.state);
