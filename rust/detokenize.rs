@@ -1220,9 +1220,12 @@ impl Vocabulary {
     ///
     /// # Errors
     /// [`Error::Step`] naming `prompt_token_ids[i]` for an id outside the
-    /// vocabulary.
+    /// vocabulary, or `prompt_token_ids` over [`MAX_DECODE_BYTES`] of token
+    /// text.
     pub fn primed(&self, opts: DecodeOptions, prompt: &[u32]) -> Result<DecodeState, Error> {
         self.check_ids(prompt, "prompt_token_ids")?;
+        // Its text is dropped step by step, but the work is the same.
+        self.check_decode_size(prompt, "prompt_token_ids")?;
         let mut st = self.start(opts);
         let mut scratch = String::new();
         for &id in prompt {

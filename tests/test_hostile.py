@@ -489,6 +489,7 @@ DECODES: list[tuple[str, str]] = [
     ("IncrementalDecoder.step 65,536 ids of a 64 KiB token", "v.decoder_for().step([0] * 65536)"),
     ("update 4,194,304 ids of a 1 KiB token",
      "FinishTracker(StopParams(), vocabulary=v).update([1] * 4194304)"),
+    ("a prompt of 65,536 ids of a 64 KiB token", "v.decoder_for([0] * 65536)"),
     ("FinishBatch run of 4,194,304 ids of a 1 KiB token",
      "(b := FinishBatch(2, vocabulary=v), b.add(0, StopParams()), b.step([0], [1] * 4194304, [4194304]))"),
 ]
