@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from collections.abc import Callable
 
 from _common import print_table, text_pieces, time_side_by_side
 
@@ -132,29 +133,25 @@ def held_text(updates: int, piece_len: int = 50, window: int = 2000) -> list[tup
     holds back the whole output, for the finish machine and the matcher."""
     piece = "a" * piece_len
 
-    def tracker() -> list[float]:
-        t = stopline.FinishTracker(stopline.StopParams(stop_regex=["(?s).*zz"]))
+    def timed(feed: Callable[[], object]) -> list[float]:
+        """Seconds of updates [0, window), [window, updates - window), the rest."""
         marks = []
         start = time.perf_counter()
         for i in range(updates):
             if i in (window, updates - window):
                 marks.append(time.perf_counter() - start)
                 start = time.perf_counter()
-            t.update([1], [piece])
+            feed()
         marks.append(time.perf_counter() - start)
         return marks
 
+    def tracker() -> list[float]:
+        t = stopline.FinishTracker(stopline.StopParams(stop_regex=["(?s).*zz"]))
+        return timed(lambda: t.update([1], [piece]))
+
     def matcher() -> list[float]:
         m = stopline.StopRegexes(["(?s).*zz"]).matcher()
-        marks = []
-        start = time.perf_counter()
-        for i in range(updates):
-            if i in (window, updates - window):
-                marks.append(time.perf_counter() - start)
-                start = time.perf_counter()
-            m.feed(piece)
-        marks.append(time.perf_counter() - start)
-        return marks
+        return timed(lambda: m.feed(piece))
 
     rows: list[tuple[object, ...]] = []
     for name, run_it in (("FinishTracker.update", tracker), ("StopRegexMatcher.feed", matcher)):

@@ -481,12 +481,7 @@ impl FinishTracker {
         texts: Option<&[S]>,
         grammar_terminated_at: Option<usize>,
     ) -> Result<Step, Error> {
-        self.check_step(
-            token_ids.len(),
-            texts.map(<[S]>::len),
-            grammar_terminated_at,
-        )?;
-        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, None))
+        self.check_then_update(token_ids, texts, grammar_terminated_at, None)
     }
 
     /// [`update`](Self::update) for an ids-only step, whose decoder flushed
@@ -504,11 +499,6 @@ impl FinishTracker {
         grammar_terminated_at: Option<usize>,
         flush_tails: &[u8],
     ) -> Result<Step, Error> {
-        self.check_step(
-            token_ids.len(),
-            texts.map(<[S]>::len),
-            grammar_terminated_at,
-        )?;
         if flush_tails.len() != token_ids.len() {
             return Err(Error::Step {
                 field: "flush_tails",
@@ -522,7 +512,23 @@ impl FinishTracker {
                 slot: None,
             });
         }
-        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, Some(flush_tails)))
+        self.check_then_update(token_ids, texts, grammar_terminated_at, Some(flush_tails))
+    }
+
+    #[inline]
+    fn check_then_update<S: AsRef<str>>(
+        &mut self,
+        token_ids: &[u32],
+        texts: Option<&[S]>,
+        grammar_terminated_at: Option<usize>,
+        flush_tails: Option<&[u8]>,
+    ) -> Result<Step, Error> {
+        self.check_step(
+            token_ids.len(),
+            texts.map(<[S]>::len),
+            grammar_terminated_at,
+        )?;
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, flush_tails))
     }
 
     /// [`update`](Self::update) for arguments already passed through
