@@ -257,8 +257,9 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
     };
     let unsupported = |why: &str| {
         bad(format!(
-            "unsupported decoder {name}: {why}; stopline decodes ByteLevel, WordPiece, Metaspace, \
-             no decoder, and Sequence[Replace/Strip/Metaspace..., ByteFallback?, Fuse?, Strip(left)?]"
+            "unsupported decoder {}: {why}; stopline decodes ByteLevel, WordPiece, Metaspace, \
+             no decoder, and Sequence[Replace/Strip/Metaspace..., ByteFallback?, Fuse?, Strip(left)?]",
+            limits::shown_repr(&name)
         ))
     };
     let mut p = Plan {
@@ -297,7 +298,10 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
                     Some("never") => false,
                     Some("first" | "always") => true,
                     Some(other) => {
-                        return Err(unsupported(&format!("Metaspace prepend_scheme {other:?}")))
+                        return Err(unsupported(&format!(
+                            "Metaspace prepend_scheme {}",
+                            shown(other)
+                        )))
                     }
                     None => v
                         .get("add_prefix_space")
