@@ -328,6 +328,23 @@ fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_char
     pending.ends.push(kept.text_chars);
 }
 
+/// The byte offset in `text` that is `forward` chars after byte `from`
+/// and `back` chars before the end, walking whichever is shorter: a step
+/// costs O(new text) even while a regex holds back a long prefix
+/// (`(?s).*zz`), not O(held text). Out of line: most steps hold nothing.
+#[inline(never)]
+fn released_bytes(text: &str, from: usize, forward: usize, back: usize) -> usize {
+    if forward <= back {
+        let tail = &text[from..];
+        from + tail
+            .char_indices()
+            .nth(forward)
+            .map_or(tail.len(), |(b, _)| b)
+    } else {
+        byte_offset_from_end(text, back)
+    }
+}
+
 #[cfg(test)]
 thread_local! {
     /// Steps `plain_token` took on this thread: the tests check that their
@@ -481,7 +498,12 @@ impl FinishTracker {
         texts: Option<&[S]>,
         grammar_terminated_at: Option<usize>,
     ) -> Result<Step, Error> {
-        self.check_then_update(token_ids, texts, grammar_terminated_at, None)
+        self.check_step(
+            token_ids.len(),
+            texts.map(<[S]>::len),
+            grammar_terminated_at,
+        )?;
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, None))
     }
 
     /// [`update`](Self::update) for an ids-only step, whose decoder flushed
@@ -512,23 +534,14 @@ impl FinishTracker {
                 slot: None,
             });
         }
-        self.check_then_update(token_ids, texts, grammar_terminated_at, Some(flush_tails))
-    }
-
-    #[inline]
-    fn check_then_update<S: AsRef<str>>(
-        &mut self,
-        token_ids: &[u32],
-        texts: Option<&[S]>,
-        grammar_terminated_at: Option<usize>,
-        flush_tails: Option<&[u8]>,
-    ) -> Result<Step, Error> {
+        // `update`'s own body, repeated: one shared helper changed what the
+        // compiler inlines into `update`'s hot path.
         self.check_step(
             token_ids.len(),
             texts.map(<[S]>::len),
             grammar_terminated_at,
         )?;
-        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, flush_tails))
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, Some(flush_tails)))
     }
 
     /// [`update`](Self::update) for arguments already passed through
@@ -765,21 +778,14 @@ impl FinishTracker {
             self.pending.head = 0;
             return;
         }
-        // Released text never shrinks; walk whichever side is shorter, so a
-        // step costs O(new text) even while a regex holds back a long prefix
-        // (`(?s).*zz`), not O(held text).
+        // Released text never shrinks.
         let to = (self.kept.text_chars - hold).max(self.emitted_chars);
-        let forward = to - self.emitted_chars;
-        self.emitted_bytes = if forward <= self.kept.text_chars - to {
-            let tail = &self.kept.text[self.emitted_bytes..];
-            self.emitted_bytes
-                + tail
-                    .char_indices()
-                    .nth(forward)
-                    .map_or(tail.len(), |(b, _)| b)
-        } else {
-            byte_offset_from_end(&self.kept.text, self.kept.text_chars - to)
-        };
+        self.emitted_bytes = released_bytes(
+            &self.kept.text,
+            self.emitted_bytes,
+            to - self.emitted_chars,
+            self.kept.text_chars - to,
+        );
         self.emitted_chars = to;
         let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
