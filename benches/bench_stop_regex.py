@@ -14,14 +14,24 @@ window). Reports ns per step and the ratio; the ``FinishBatch`` columns are
 the per-sequence-step cost of the whole finish check through the batch API
 (batch of 64), with these regexes and with none.
 
+The second table is the held-text case: ``stop_regex=["(?s).*zz"]`` holds
+back everything fed (the match could still end later), and 20,000 updates of
+50 characters go through ``FinishTracker.update`` and, on the same text,
+``StopRegexMatcher.feed``. It prints the cost of the first and the last 2,000
+updates side by side (the least of 7 runs each): a step that re-walks the held text grows with the
+output (main at 41fc633 did: 5-14 s for the 20,000), an incremental one does
+not.
+
     python benches/bench_stop_regex.py [--ks 1 8 32] [--families unbounded bounded]
-                                       [--steps 4000] [--seq-len 256]
+                                       [--steps 4000] [--seq-len 256] [--held-updates 20000]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import time
+from collections.abc import Callable
 
 from _common import print_table, text_pieces, time_side_by_side
 
@@ -118,6 +128,42 @@ def run(k: int, family: str, steps: int, seq_len: int, pieces: list[str], repeat
     return {name: t[name].median for name in t}, window
 
 
+def held_text(updates: int, piece_len: int = 50, window: int = 2000) -> list[tuple[object, ...]]:
+    """Seconds for the first and the last `window` updates while a stop regex
+    holds back the whole output, for the finish machine and the matcher."""
+    piece = "a" * piece_len
+
+    def timed(feed: Callable[[], object]) -> list[float]:
+        """Seconds of updates [0, window), [window, updates - window), the rest."""
+        marks = []
+        start = time.perf_counter()
+        for i in range(updates):
+            if i in (window, updates - window):
+                marks.append(time.perf_counter() - start)
+                start = time.perf_counter()
+            feed()
+        marks.append(time.perf_counter() - start)
+        return marks
+
+    def tracker() -> list[float]:
+        t = stopline.FinishTracker(stopline.StopParams(stop_regex=["(?s).*zz"]))
+        return timed(lambda: t.update([1], [piece]))
+
+    def matcher() -> list[float]:
+        m = stopline.StopRegexes(["(?s).*zz"]).matcher()
+        return timed(lambda: m.feed(piece))
+
+    rows: list[tuple[object, ...]] = []
+    for name, run_it in (("FinishTracker.update", tracker), ("StopRegexMatcher.feed", matcher)):
+        # The least of 7 runs per window: a busy machine adds whole
+        # scheduler slices to windows of about a millisecond.
+        runs = [run_it() for _ in range(7)]
+        first, middle, last = (min(r[k] for r in runs) for k in range(3))
+        rows.append((name, f"{first * 1e3:.1f}", f"{last * 1e3:.1f}", f"{last / first:.2f}",
+                     f"{first + middle + last:.3f}"))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ks", type=int, nargs="*", default=[1, 8, 32])
@@ -125,6 +171,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--held-updates", type=int, default=20_000)
     args = ap.parse_args()
     pieces, splitter = text_pieces()
     rows = []
@@ -139,6 +186,11 @@ def main() -> None:
         ["patterns", "regexes", "re window (chars)", "StopRegexMatcher.feed ns", "re.search over tail ns",
          "speed-up", "FinishBatch ns/seq-step", "same, no regexes"],
         rows,
+    )
+    print_table(
+        f"held text: stop_regex=['(?s).*zz'], {args.held_updates} updates of 50 chars",
+        ["call", "first 2000 ms", "last 2000 ms", "last / first", "all s"],
+        held_text(args.held_updates),
     )
 
 

@@ -38,6 +38,9 @@ pub struct FinishBatch {
 ///   `token_ids`, in order; `texts`, when given, is aligned with `token_ids`.
 /// * `grammar_terminated_at[i]` is an index into slot i's run, or -1 for
 ///   none.
+/// * `flush_tails`, aligned with `token_ids` (ids-only steps): the last
+///   `flush_tails[j]` bytes of piece j are a decoder's flush (docs/semantics.md
+///   10.3), kept only if that token finishes with `length` or the grammar.
 #[derive(Debug)]
 pub struct StepInput<'a, S = &'a str> {
     pub slots: &'a [i64],
@@ -45,6 +48,7 @@ pub struct StepInput<'a, S = &'a str> {
     pub run_lengths: Option<&'a [usize]>,
     pub texts: Option<&'a [S]>,
     pub grammar_terminated_at: Option<&'a [i64]>,
+    pub flush_tails: Option<&'a [u8]>,
 }
 
 // By hand: a derive would ask `S: Copy`, but only references are copied.
@@ -65,6 +69,7 @@ impl<'a> StepInput<'a> {
             run_lengths: None,
             texts: None,
             grammar_terminated_at: None,
+            flush_tails: None,
         }
     }
 }
@@ -79,6 +84,7 @@ impl<'a, S> StepInput<'a, S> {
             run_lengths: self.run_lengths,
             texts,
             grammar_terminated_at: self.grammar_terminated_at,
+            flush_tails: self.flush_tails,
         }
     }
 
@@ -96,6 +102,15 @@ impl<'a, S> StepInput<'a, S> {
     pub fn grammar(self, grammar_terminated_at: Option<&'a [i64]>) -> Self {
         StepInput {
             grammar_terminated_at,
+            ..self
+        }
+    }
+
+    /// The same step with `flush_tails` (same length as `token_ids`).
+    #[must_use]
+    pub fn flush_tails(self, flush_tails: Option<&'a [u8]>) -> Self {
+        StepInput {
+            flush_tails,
             ..self
         }
     }
@@ -316,7 +331,17 @@ impl FinishBatch {
             run_lengths,
             texts,
             grammar_terminated_at,
+            flush_tails,
         } = input;
+        if let Some(f) = flush_tails.filter(|f| f.len() != token_ids.len()) {
+            return Err(count(
+                "flush_tails",
+                f.len(),
+                "entries",
+                token_ids.len(),
+                "",
+            ));
+        }
         self.check(
             slots,
             token_ids,
@@ -337,7 +362,8 @@ impl FinishBatch {
                 None => {
                     let ids = std::slice::from_ref(&token_ids[k]);
                     let one = texts.map(|t| std::slice::from_ref(&t[k]));
-                    (k..k + 1, tracker.update_checked(ids, one, grammar(k)))
+                    let tail = flush_tails.map(|f| std::slice::from_ref(&f[k]));
+                    (k..k + 1, tracker.update_checked(ids, one, grammar(k), tail))
                 }
                 Some(r) => {
                     let run = start..start + r[k];
@@ -346,6 +372,7 @@ impl FinishBatch {
                         &token_ids[run.clone()],
                         texts.map(|t| &t[run.clone()]),
                         grammar(k),
+                        flush_tails.map(|f| &f[run.clone()]),
                     );
                     (run, step)
                 }

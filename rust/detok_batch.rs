@@ -36,13 +36,7 @@ impl SeqDecoder {
         prompt_token_ids: &[u32],
         opts: DecodeOptions,
     ) -> Result<Self, Error> {
-        vocab.check_ids(prompt_token_ids, "prompt_token_ids")?;
-        let mut state = vocab.start(opts);
-        let mut scratch = String::new();
-        for &id in prompt_token_ids {
-            vocab.step(&mut state, id, &mut scratch);
-            scratch.clear();
-        }
+        let state = vocab.primed(opts, prompt_token_ids)?;
         let left = params.max_tokens.unwrap_or(u64::MAX).min(
             params
                 .max_model_len
@@ -77,6 +71,7 @@ impl SeqDecoder {
         slot: Option<i64>,
     ) -> Result<SeqDecoder, Error> {
         let mut next = *self;
+        out.reserve(ids.len())?;
         let (buf, ends) = (&mut out.buf, &mut out.ends);
         for (i, &id) in ids.iter().enumerate() {
             if id as usize >= vocab.vocab_size() {
@@ -84,6 +79,7 @@ impl SeqDecoder {
                     // The finish rules stop the sequence here ("error").
                     ends.push(buf.len());
                     out.plain.push(false);
+                    out.flush.push(0);
                     continue;
                 }
                 return Err(Error::Step {
@@ -96,17 +92,23 @@ impl SeqDecoder {
                     slot,
                 });
             }
+            vocab.reserve_step(buf)?;
             let mut plain = vocab.step(&mut next.state, id, buf);
             next.left = next.left.saturating_sub(1);
             // The last token the sequence takes: held bytes become U+FFFD,
-            // so the text equals Tokenizer.decode of the ids.
+            // so a length-finished text equals Tokenizer.decode of the ids.
+            // The finish machine keeps this tail only for a length or
+            // grammar finish and never matches it (10.3).
+            let mut tail = 0;
             if next.left == 0 || grammar == Some(i) {
                 let before = buf.len();
                 vocab.flush(&mut next.state, buf);
-                plain &= buf.len() == before;
+                tail = buf.len() - before;
+                plain &= tail == 0;
             }
             ends.push(buf.len());
             out.plain.push(plain);
+            out.flush.push(tail as u8);
         }
         Ok(next)
     }
@@ -119,13 +121,28 @@ pub struct Pieces {
     pub ends: Vec<usize>,
     /// Piece j is exactly its id's text ([`Vocabulary::token_text`]).
     pub plain: Vec<bool>,
+    /// Bytes at the end of piece j that are the decoder's flush at the
+    /// length cap or grammar end (at most 12: four U+FFFD), else 0
+    /// ([`StepInput::flush_tails`]).
+    pub flush: Vec<u8>,
 }
 
 impl Pieces {
+    /// Room for `n` more pieces' bookkeeping, allocated fallibly.
+    fn reserve(&mut self, n: usize) -> Result<(), Error> {
+        let oom = |_| Error::Alloc {
+            what: format!("the bookkeeping of {n} text pieces"),
+        };
+        self.ends.try_reserve(n).map_err(oom)?;
+        self.plain.try_reserve(n).map_err(oom)?;
+        self.flush.try_reserve(n).map_err(oom)
+    }
+
     fn clear(&mut self) {
         self.buf.clear();
         self.ends.clear();
         self.plain.clear();
+        self.flush.clear();
     }
 
     /// The pieces as string slices.
@@ -145,7 +162,10 @@ impl Pieces {
 /// A vocabulary and one decoder per [`FinishBatch`] slot.
 pub struct BatchDecoder {
     vocab: Arc<Vocabulary>,
+    /// Grown to the highest slot in use, as the batch's own table: nothing
+    /// is allocated up front for `max_slots`.
     slots: Vec<Option<SeqDecoder>>,
+    max_slots: usize,
     /// The decoders after the step being made, committed once it is accepted.
     next: Vec<SeqDecoder>,
     pub pieces: Pieces,
@@ -155,7 +175,8 @@ impl BatchDecoder {
     pub fn new(vocab: Arc<Vocabulary>, max_slots: usize) -> Self {
         BatchDecoder {
             vocab,
-            slots: vec![None; max_slots],
+            slots: Vec::new(),
+            max_slots,
             next: Vec::new(),
             pieces: Pieces::default(),
         }
@@ -165,14 +186,47 @@ impl BatchDecoder {
         &self.vocab
     }
 
-    /// Sets (or with `None` clears) slot `slot`'s decoder; an out-of-range
-    /// slot is ignored (the batch rejects it).
+    /// Makes room for slot `slot` (doubling, up to `max_slots`), so that a
+    /// later [`set`](Self::set) of it cannot fail; an out-of-range slot is
+    /// left to the batch to reject.
+    ///
+    /// # Errors
+    /// [`Error::Alloc`] when the table cannot grow (never an abort).
+    pub fn reserve_slot(&mut self, slot: i64) -> Result<(), Error> {
+        let Some(i) = usize::try_from(slot).ok().filter(|&i| i < self.max_slots) else {
+            return Ok(());
+        };
+        if i < self.slots.len() {
+            return Ok(());
+        }
+        let len = (i + 1).max(self.slots.len() * 2).min(self.max_slots);
+        self.slots
+            .try_reserve_exact(len - self.slots.len())
+            .map_err(|_| Error::Alloc {
+                what: format!("a decoder table of {len} slots (for slot {i})"),
+            })?;
+        self.slots.resize(len, None);
+        Ok(())
+    }
+
+    /// Sets (or with `None` clears) slot `slot`'s decoder; a slot
+    /// [`reserve_slot`](Self::reserve_slot) did not make room for is
+    /// ignored (the batch rejects it). Clearing the top slots gives their
+    /// memory back once the table is mostly empty.
     pub fn set(&mut self, slot: i64, dec: Option<SeqDecoder>) {
         if let Some(s) = usize::try_from(slot)
             .ok()
             .and_then(|i| self.slots.get_mut(i))
         {
             *s = dec;
+        }
+        if dec.is_none() {
+            while matches!(self.slots.last(), Some(None)) {
+                self.slots.pop();
+            }
+            if self.slots.capacity() > 2 * self.slots.len() + 64 {
+                self.slots.shrink_to(self.slots.len());
+            }
         }
     }
 
@@ -204,6 +258,7 @@ impl BatchDecoder {
         if total != Some(ids.len()) || runs.is_some_and(|r| r.len() != slots.len()) {
             return Ok(()); // the batch's check names the mismatch
         }
+        self.vocab.check_decode_size(ids, "token_ids")?;
         let mut start = 0;
         for (k, &slot) in slots.iter().enumerate() {
             let len = runs.map_or(1, |r| r[k]);
@@ -223,9 +278,11 @@ impl BatchDecoder {
                     self.next.push(n);
                 }
                 None => {
+                    self.pieces.reserve(len)?;
                     let end = self.pieces.buf.len();
                     self.pieces.ends.extend(std::iter::repeat(end).take(len));
                     self.pieces.plain.extend(std::iter::repeat(false).take(len));
+                    self.pieces.flush.extend(std::iter::repeat(0).take(len));
                 }
             }
             start += len;
@@ -267,7 +324,10 @@ impl BatchDecoder {
     ) -> Result<(), Error> {
         self.decode_step(slots, ids, runs, grammar)?;
         let strs = self.pieces.strs();
-        let input = StepInput::new(slots, ids).runs(runs).grammar(grammar);
+        let input = StepInput::new(slots, ids)
+            .runs(runs)
+            .grammar(grammar)
+            .flush_tails(Some(&self.pieces.flush));
         batch.step_each(input.texts(Some(&strs)), emit)?;
         self.commit(slots);
         Ok(())
@@ -312,10 +372,12 @@ mod tests {
             b.add(1, params(None)).unwrap();
         }
         let opts = DecodeOptions::default();
+        dec.reserve_slot(1).unwrap();
         dec.set(
             1,
             Some(SeqDecoder::new(&v, &params(None), &[], opts).unwrap()),
         );
+        dec_run.reserve_slot(1).unwrap();
         dec_run.set(
             1,
             Some(SeqDecoder::new(&v, &params(None), &[], opts).unwrap()),
@@ -357,6 +419,68 @@ mod tests {
         assert!(a.is_finished());
     }
 
+    /// Runs `ids` as one ids-only run through a fresh batch slot; the kept
+    /// text and finish reason.
+    fn run_ids(p: Arc<StopParams>, ids: &[u32]) -> (String, &'static str) {
+        let v = vocab();
+        let mut b = FinishBatch::new(1).unwrap();
+        let mut dec = BatchDecoder::new(Arc::clone(&v), 1);
+        b.add(0, Arc::clone(&p)).unwrap();
+        dec.reserve_slot(0).unwrap();
+        dec.set(
+            0,
+            Some(SeqDecoder::new(&v, &p, &[], DecodeOptions::default()).unwrap()),
+        );
+        dec.step_each(&mut b, &[0], ids, Some(&[ids.len()]), None, |_, _, _| {})
+            .unwrap();
+        let t = b.get(0).unwrap();
+        (t.text().to_owned(), t.finish().unwrap().reason.as_str())
+    }
+
+    /// Wrong answer 3 of issue 22: EOS on the last budgeted position, kept
+    /// with include_stop_str_in_output, carries no flushed U+FFFD (vLLM's
+    /// DecodeStream never emits held bytes); a length finish does.
+    #[test]
+    fn a_stop_token_at_the_length_cap_keeps_no_flush() {
+        let with = |ids: &[u32]| {
+            let p = Arc::new(StopParams {
+                eos_token_ids: vec![6],
+                stop_token_ids: vec![2],
+                max_tokens: Some(2),
+                include_stop_str_in_output: true,
+                ..StopParams::default()
+            });
+            run_ids(p, ids)
+        };
+        assert_eq!(with(&[1, 6]), (String::new(), "stop"));
+        // The stop token 2 ("Ĥ", 0x82) leaves E2 82 held at the cap.
+        assert_eq!(with(&[1, 2]), (String::new(), "stop"));
+        assert_eq!(with(&[1, 3]), ("\u{FFFD}".into(), "length"));
+        assert_eq!(with(&[0, 1]), ("a\u{FFFD}".into(), "length"));
+    }
+
+    /// Wrong answer 4: the flushed U+FFFD cannot complete a stop string or
+    /// a stop regex; the finish stays `length`.
+    #[test]
+    fn the_flush_never_completes_a_stop() {
+        let stop = |strings: &[&str], regex: Option<&str>| {
+            let p = Arc::new(StopParams {
+                stop: Some(
+                    StopStrings::compile(strings.iter().map(|s| s.to_string()).collect()).unwrap(),
+                ),
+                stop_regex: regex
+                    .map(|r| crate::stop_regex::StopRegexes::compile(vec![r.into()]).unwrap()),
+                max_tokens: Some(2),
+                ..StopParams::default()
+            });
+            run_ids(p, &[0, 1])
+        };
+        assert_eq!(stop(&["a\u{FFFD}"], None), ("a\u{FFFD}".into(), "length"));
+        assert_eq!(stop(&["zz"], Some("a.")), ("a\u{FFFD}".into(), "length"));
+        // A stop inside the token's own text still wins over the length cap.
+        assert_eq!(stop(&["a"], None), (String::new(), "stop"));
+    }
+
     #[test]
     fn length_cap_flushes_and_bad_ids_change_nothing() {
         let v = vocab();
@@ -364,6 +488,7 @@ mod tests {
         let mut dec = BatchDecoder::new(Arc::clone(&v), 1);
         let p = params(Some(2));
         b.add(0, Arc::clone(&p)).unwrap();
+        dec.reserve_slot(0).unwrap();
         dec.set(
             0,
             Some(SeqDecoder::new(&v, &p, &[1, 2], DecodeOptions::default()).unwrap()),

@@ -7,17 +7,36 @@
 //! they match `tokenizers.decoders.DecodeStream` and `Tokenizer.decode`, are
 //! in docs/semantics.md, "Incremental detokenization".
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::error::{shown, shown_repr};
 use crate::error::{Error, Problem};
+use crate::limits::{self, MAX_DECODE_BYTES};
 
 /// The largest `tokenizer.json` accepted, in bytes (the largest published
 /// ones are about 35 MB).
 pub const MAX_TOKENIZER_JSON_BYTES: usize = 128 << 20;
 /// Ids must be below this (the largest vocabularies hold about 260 000).
 pub const MAX_VOCAB_SIZE: usize = 1 << 24;
+/// Decoders in one `Sequence` (published ones have at most 5).
+pub const MAX_DECODER_RULES: usize = 32;
+/// Bytes of one token: its string in the file and its text after each
+/// decoder rule (a `Replace` that would grow it past this is refused before
+/// it is applied).
+pub const MAX_TOKEN_BYTES: usize = 64 << 10;
+/// Bytes all decoder rules together may produce while the table is built
+/// (every rule's output for every token): bounds the build time whatever
+/// the rules do.
+pub const MAX_RULE_OUTPUT_BYTES: usize = 64 << 20;
+/// Bytes of the decoded table (the arena of every id's bytes, twice for
+/// decoders whose first token differs).
+pub const MAX_DECODED_BYTES: usize = 512 << 20;
 
 const FFFD: &str = "\u{FFFD}";
 
@@ -59,6 +78,9 @@ pub struct Vocabulary {
     first: Option<(Vec<u32>, Vec<u8>)>,
     /// Added tokens' contents, by id.
     added: HashMap<u32, Box<str>>,
+    /// The most one step and a flush can append: every byte of the longest
+    /// token a 3-byte U+FFFD, or an added token's raw content.
+    max_step: usize,
     /// Strip up to this many leading `strip_char` from the whole text
     /// (`Strip` after `Fuse`).
     strip_left: u8,
@@ -173,7 +195,10 @@ fn one_char(s: &str, what: &str) -> Result<char, Error> {
     let mut it = s.chars();
     match (it.next(), it.next()) {
         (Some(c), None) => Ok(c),
-        _ => Err(bad(format!("decoder {what}: {s:?} must be one character"))),
+        _ => Err(bad(format!(
+            "decoder {what}: {} must be one character",
+            shown(s)
+        ))),
     }
 }
 
@@ -191,7 +216,8 @@ fn count_field(v: &Value, key: &str, what: &str) -> Result<usize, Error> {
 fn decoder_type(v: &Value) -> Result<&str, Error> {
     v.get("type")
         .and_then(Value::as_str)
-        .ok_or_else(|| bad("decoder has no \"type\" string"))
+        .filter(|t| t.len() <= 64)
+        .ok_or_else(|| bad("decoder has no \"type\" string (of at most 64 bytes)"))
 }
 
 /// The supported decoders: ByteLevel; WordPiece; Metaspace; none; and a
@@ -210,7 +236,12 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
     let items: Vec<&Value> = if ty == "Sequence" {
         d.get("decoders")
             .and_then(Value::as_array)
-            .ok_or_else(|| bad("decoder Sequence needs a \"decoders\" list"))?
+            .ok_or_else(|| bad("decoder Sequence needs a \"decoders\" list"))
+            .and_then(|list| {
+                limits::check_count("decoder.decoders", list.len(), MAX_DECODER_RULES)
+                    .map(|()| list)
+                    .map_err(|e| bad(e.to_string()))
+            })?
             .iter()
             .collect()
     } else {
@@ -227,8 +258,9 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
     };
     let unsupported = |why: &str| {
         bad(format!(
-            "unsupported decoder {name}: {why}; stopline decodes ByteLevel, WordPiece, Metaspace, \
-             no decoder, and Sequence[Replace/Strip/Metaspace..., ByteFallback?, Fuse?, Strip(left)?]"
+            "unsupported decoder {}: {why}; stopline decodes ByteLevel, WordPiece, Metaspace, \
+             no decoder, and Sequence[Replace/Strip/Metaspace..., ByteFallback?, Fuse?, Strip(left)?]",
+            shown_repr(&name)
         ))
     };
     let mut p = Plan {
@@ -267,7 +299,10 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
                     Some("never") => false,
                     Some("first" | "always") => true,
                     Some(other) => {
-                        return Err(unsupported(&format!("Metaspace prepend_scheme {other:?}")))
+                        return Err(unsupported(&format!(
+                            "Metaspace prepend_scheme {}",
+                            shown(other)
+                        )))
                     }
                     None => v
                         .get("add_prefix_space")
@@ -328,9 +363,31 @@ fn wordpiece_cleanup(s: &str) -> String {
         .replace(" 're", "'re")
 }
 
-fn apply_rules(rules: &[TokenRule], token: &str, first: bool) -> String {
+/// Applies the per-token rules, refusing any intermediate text over
+/// [`MAX_TOKEN_BYTES`] before building it and counting every rule's output
+/// against `budget` ([`MAX_RULE_OUTPUT_BYTES`] for the whole build).
+fn apply_rules(
+    rules: &[TokenRule],
+    token: &str,
+    first: bool,
+    id: usize,
+    budget: &mut usize,
+) -> Result<String, Error> {
     let mut s = token.to_owned();
-    for r in rules {
+    for (k, r) in rules.iter().enumerate() {
+        if let TokenRule::Replace(p, c) = r {
+            // The length after the replacement, known before it is built.
+            let n = s.matches(p.as_str()).count();
+            let len = (s.len() - n * p.len()).saturating_add(n.saturating_mul(c.len()));
+            if len > MAX_TOKEN_BYTES {
+                return Err(bad(format!(
+                    "decoder rule {k} (Replace {} -> {} bytes) makes token id {id} {len} bytes, \
+                     more than the supported {MAX_TOKEN_BYTES} (max_token_bytes)",
+                    shown(p),
+                    c.len()
+                )));
+            }
+        }
         s = match r {
             TokenRule::Replace(p, c) => s.replace(p.as_str(), c),
             TokenRule::Metaspace(r, first_drops) => {
@@ -373,17 +430,453 @@ fn apply_rules(rules: &[TokenRule], token: &str, first: bool) -> String {
                 }
             }
         };
+        // Only Replace grows a token by more than a byte.
+        if s.len() > MAX_TOKEN_BYTES {
+            return Err(bad(format!(
+                "decoder rule {k} makes token id {id} {} bytes, more than the supported \
+                 {MAX_TOKEN_BYTES} (max_token_bytes)",
+                s.len()
+            )));
+        }
+        *budget = budget.checked_sub(s.len()).ok_or_else(|| {
+            bad(format!(
+                "the decoder rules produce more than {MAX_RULE_OUTPUT_BYTES} bytes over the \
+                 vocabulary (max_rule_output_bytes; {} rules, reached at token id {id})",
+                rules.len()
+            ))
+        })?;
     }
-    s
+    Ok(s)
 }
 
-fn arena_push(arena: &mut Vec<u8>, offsets: &mut Vec<u32>, bytes: &[u8]) -> Result<(), Error> {
+/// Appends one id's bytes; `total` counts both arenas against
+/// [`MAX_DECODED_BYTES`], and growth is fallible (never an abort).
+fn arena_push(
+    arena: &mut Vec<u8>,
+    offsets: &mut Vec<u32>,
+    bytes: &[u8],
+    total: &mut usize,
+) -> Result<(), Error> {
+    *total += bytes.len();
+    if *total > MAX_DECODED_BYTES {
+        return Err(bad(format!(
+            "the decoded vocabulary is more than the supported {MAX_DECODED_BYTES} bytes \
+             (max_decoded_bytes)"
+        )));
+    }
+    let oom = |_| Error::Alloc {
+        what: format!("a decoded vocabulary of {total} bytes"),
+    };
+    arena.try_reserve(bytes.len()).map_err(oom)?;
+    offsets.try_reserve(1).map_err(oom)?;
     arena.extend_from_slice(bytes);
-    offsets.push(
-        u32::try_from(arena.len())
-            .map_err(|_| bad("the decoded vocabulary is larger than 4 GiB"))?,
-    );
+    offsets.push(arena.len() as u32);
     Ok(())
+}
+
+/// Bytes of the `decoder` section (published ones are under 1 KiB); it is
+/// the one part parsed into a JSON tree.
+pub const MAX_DECODER_JSON_BYTES: usize = 64 << 10;
+
+/// What is read of a `tokenizer.json`: only these fields, strings borrowed
+/// from the file where they have no escapes, everything else skipped
+/// without being built (a `merges` list costs nothing), so parsing takes a
+/// small multiple of the file at most instead of a whole JSON tree.
+struct Root<'a> {
+    /// `model.vocab`, by id.
+    vocab: Option<Tokens<'a>>,
+    added_tokens: Vec<AddedToken<'a>>,
+    decoder: Option<&'a RawValue>,
+}
+
+/// id -> token string.
+struct Tokens<'a>(Vec<Option<Cow<'a, str>>>);
+
+struct AddedToken<'a> {
+    id: usize,
+    content: Cow<'a, str>,
+    special: bool,
+}
+
+/// Grows `tokens` to hold id `i` (checked against [`MAX_VOCAB_SIZE`] by the
+/// caller), fallibly.
+fn grow(tokens: &mut Vec<Option<Cow<'_, str>>>, i: usize) -> Result<(), Error> {
+    if tokens.len() <= i {
+        tokens
+            .try_reserve(i + 1 - tokens.len())
+            .map_err(|_| Error::Alloc {
+                what: format!("a token table of {} ids", i + 1),
+            })?;
+        tokens.resize(i + 1, None);
+    }
+    Ok(())
+}
+
+/// `id` as an index, or the message naming `what` when it is not below
+/// [`MAX_VOCAB_SIZE`].
+fn check_id<E: de::Error>(id: u64, what: &str) -> Result<usize, E> {
+    usize::try_from(id)
+        .ok()
+        .filter(|&i| i < MAX_VOCAB_SIZE)
+        .ok_or_else(|| {
+            E::custom(format!(
+                "{what} id {id} is not below the supported vocabulary size {MAX_VOCAB_SIZE}"
+            ))
+        })
+}
+
+/// A string, borrowed when the file has it without escapes.
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Any JSON value, kept only when it is of one wanted kind.
+enum Scalar<'a> {
+    Int(u64),
+    Str(Cow<'a, str>),
+    Bool(bool),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Scalar<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Scalar<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Int(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar<'de>, E> {
+                Ok(u64::try_from(v).map_or(Scalar::Other, Scalar::Int))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_unit<E>(self) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Scalar<'de>, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Scalar<'de>, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Root<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Root<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Root<'de>, A::Error> {
+                let mut root = Root {
+                    vocab: None,
+                    added_tokens: Vec::new(),
+                    decoder: None,
+                };
+                while let Some(key) = a.next_key::<Str<'de>>()? {
+                    match &*key.0 {
+                        "model" => root.vocab = a.next_value::<Model<'de>>()?.0,
+                        "added_tokens" => root.added_tokens = a.next_value::<AddedList<'de>>()?.0,
+                        "decoder" => {
+                            let raw: &'de RawValue = a.next_value()?;
+                            root.decoder = (raw.get() != "null").then_some(raw);
+                        }
+                        _ => {
+                            a.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(root)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// `model`: only its `vocab`.
+struct Model<'a>(Option<Tokens<'a>>);
+
+impl<'de> Deserialize<'de> for Model<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Model<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("model as a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Model<'de>, A::Error> {
+                let mut vocab = None;
+                while let Some(key) = a.next_key::<Str<'de>>()? {
+                    if key.0 == "vocab" {
+                        vocab = Some(a.next_value::<Tokens<'de>>()?);
+                    } else {
+                        a.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Model(vocab))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tokens<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Tokens<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("model.vocab as an object or a list")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Tokens<'de>, A::Error> {
+                let mut tokens = Vec::new();
+                while let Some(tok) = a.next_key::<Str<'de>>()? {
+                    let Scalar::Int(id) = a.next_value::<Scalar<'de>>()? else {
+                        return Err(de::Error::custom(format!(
+                            "model.vocab[{}] is not a token id",
+                            shown(&tok.0)
+                        )));
+                    };
+                    let i = check_id(id, "model.vocab")?;
+                    grow(&mut tokens, i).map_err(de::Error::custom)?;
+                    tokens[i] = Some(tok.0);
+                }
+                Ok(Tokens(tokens))
+            }
+            // Unigram: [[piece, score], ...], the id is the index.
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Tokens<'de>, A::Error> {
+                let mut tokens = Vec::new();
+                while let Some(piece) = a.next_element::<Piece<'de>>()? {
+                    let i = tokens.len();
+                    let tok = piece.0.ok_or_else(|| {
+                        de::Error::custom(format!("model.vocab[{i}] is not [piece, score]"))
+                    })?;
+                    if i + 1 >= MAX_VOCAB_SIZE {
+                        return Err(de::Error::custom(format!(
+                            "model.vocab length is not below the supported vocabulary size \
+                             {MAX_VOCAB_SIZE}"
+                        )));
+                    }
+                    grow(&mut tokens, i).map_err(de::Error::custom)?;
+                    tokens[i] = Some(tok);
+                }
+                Ok(Tokens(tokens))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `[piece, score]`: the piece, None for anything else.
+struct Piece<'a>(Option<Cow<'a, str>>);
+
+impl<'de> Deserialize<'de> for Piece<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Piece<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("[piece, score]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Piece<'de>, A::Error> {
+                let piece = match a.next_element::<Scalar<'de>>()? {
+                    Some(Scalar::Str(s)) => Some(s),
+                    _ => None,
+                };
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Piece(piece))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Piece<'de>, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Piece(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Piece<'de>, E> {
+                Ok(Piece(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Piece<'de>, E> {
+                Ok(Piece(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Piece<'de>, E> {
+                Ok(Piece(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Piece<'de>, E> {
+                Ok(Piece(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Piece<'de>, E> {
+                Ok(Piece(None))
+            }
+            fn visit_unit<E>(self) -> Result<Piece<'de>, E> {
+                Ok(Piece(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `added_tokens`: `id`, `content` and `special` of each entry (`null`: none).
+struct AddedList<'a>(Vec<AddedToken<'a>>);
+
+impl<'de> Deserialize<'de> for AddedList<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AddedList<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("added_tokens as a list")
+            }
+            fn visit_unit<E>(self) -> Result<AddedList<'de>, E> {
+                Ok(AddedList(Vec::new()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<AddedList<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(fields) = a.next_element::<AddedFields<'de>>()? {
+                    let k = out.len();
+                    let id = fields.id.ok_or_else(|| {
+                        de::Error::custom(format!("added_tokens[{k}] has no integer \"id\""))
+                    })?;
+                    let id = check_id(id, "added_tokens")?;
+                    let content = fields.content.ok_or_else(|| {
+                        de::Error::custom(format!("added_tokens[{k}] has no string \"content\""))
+                    })?;
+                    out.try_reserve(1)
+                        .map_err(|_| de::Error::custom("cannot allocate added_tokens"))?;
+                    out.push(AddedToken {
+                        id,
+                        content,
+                        special: fields.special,
+                    });
+                }
+                Ok(AddedList(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+struct AddedFields<'a> {
+    id: Option<u64>,
+    content: Option<Cow<'a, str>>,
+    special: bool,
+}
+
+impl<'de> Deserialize<'de> for AddedFields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AddedFields<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an added token as a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<AddedFields<'de>, A::Error> {
+                let mut out = AddedFields {
+                    id: None,
+                    content: None,
+                    special: false,
+                };
+                while let Some(key) = a.next_key::<Str<'de>>()? {
+                    let v = a.next_value::<Scalar<'de>>()?;
+                    match (&*key.0, v) {
+                        ("id", Scalar::Int(id)) => out.id = Some(id),
+                        ("content", Scalar::Str(c)) => out.content = Some(c),
+                        ("special", Scalar::Bool(b)) => out.special = b,
+                        _ => {}
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Reads a `tokenizer.json` file, refusing (`Ok(Err(..))`, naming the path
+/// as `shown`) anything but a regular file of at most
+/// [`MAX_TOKENIZER_JSON_BYTES`]: checked on the path before it is opened
+/// (a FIFO would block the open, `/dev/zero` never ends), again on the open
+/// file, and while reading (at most the cap plus one byte is read).
+/// `Err` is the operating system's error.
+pub fn read_tokenizer_file(
+    path: &std::path::Path,
+    shown: &str,
+) -> std::io::Result<Result<Vec<u8>, Error>> {
+    use std::io::Read;
+    let too_big = |n: u64| {
+        bad(format!(
+            "{shown} is {n} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
+        ))
+    };
+    let not_regular = || bad(format!("{shown} is not a regular file"));
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Ok(Err(not_regular()));
+    }
+    if meta.len() > MAX_TOKENIZER_JSON_BYTES as u64 {
+        return Ok(Err(too_big(meta.len())));
+    }
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(Err(not_regular()));
+    }
+    let mut data = Vec::new();
+    let expect = meta.len().min(MAX_TOKENIZER_JSON_BYTES as u64) as usize + 1;
+    if data.try_reserve_exact(expect).is_err() {
+        return Ok(Err(Error::Alloc {
+            what: format!("{expect} bytes to read {shown}"),
+        }));
+    }
+    file.take(MAX_TOKENIZER_JSON_BYTES as u64 + 1)
+        .read_to_end(&mut data)?;
+    if data.len() > MAX_TOKENIZER_JSON_BYTES {
+        return Ok(Err(too_big(data.len() as u64)));
+    }
+    Ok(Ok(data))
+}
+
+/// The longer of id `i`'s two arena entries.
+fn max_len(i: usize, offsets: &[u32], first: &Option<(Vec<u32>, Vec<u8>)>) -> usize {
+    let len = |o: &[u32]| (o[i + 1] - o[i]) as usize;
+    first
+        .as_ref()
+        .map_or(len(offsets), |(o, _)| len(offsets).max(len(o)))
 }
 
 impl Vocabulary {
@@ -400,82 +893,48 @@ impl Vocabulary {
                 json.len()
             )));
         }
-        let root: Value = serde_json::from_slice(json)
-            .map_err(|e| bad(format!("tokenizer.json is not valid JSON: {e}")))?;
-        if !root.is_object() {
+        let invalid = |e: serde_json::Error| bad(format!("tokenizer.json is not valid JSON: {e}"));
+        if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            // Checked without building anything.
+            serde_json::from_slice::<IgnoredAny>(json).map_err(invalid)?;
             return Err(bad("tokenizer.json must hold a JSON object"));
         }
-        let (plan, decoder_name) = plan(root.get("decoder"))?;
+        let root: Root<'_> = serde_json::from_slice(json).map_err(|e| {
+            if e.is_data() {
+                bad(e.to_string())
+            } else {
+                invalid(e)
+            }
+        })?;
+        let decoder: Option<Value> = match root.decoder {
+            None => None,
+            Some(raw) => {
+                let n = raw.get().len();
+                if n > MAX_DECODER_JSON_BYTES {
+                    return Err(bad(format!(
+                        "decoder is {n} bytes of JSON, more than the supported \
+                         {MAX_DECODER_JSON_BYTES}"
+                    )));
+                }
+                Some(serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?)
+            }
+        };
+        let (plan, decoder_name) = plan(decoder.as_ref())?;
 
         // id -> token string: the model's vocabulary, overridden by added tokens.
-        let mut tokens: Vec<Option<&str>> = Vec::new();
-        let check_id = |id: u64, what: &str| -> Result<usize, Error> {
-            usize::try_from(id)
-                .ok()
-                .filter(|&i| i < MAX_VOCAB_SIZE)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "{what} id {id} is not below the supported vocabulary size {MAX_VOCAB_SIZE}"
-                    ))
-                })
-        };
-        let vocab = root
-            .get("model")
-            .and_then(|m| m.get("vocab"))
-            .ok_or_else(|| bad("tokenizer.json has no model.vocab"))?;
-        let put = |tokens: &mut Vec<Option<&str>>, i: usize| {
-            if tokens.len() <= i {
-                tokens.resize(i + 1, None);
-            }
-        };
-        match vocab {
-            Value::Object(map) => {
-                for (tok, id) in map {
-                    let id = id
-                        .as_u64()
-                        .ok_or_else(|| bad(format!("model.vocab[{tok:?}] is not a token id")))?;
-                    let i = check_id(id, "model.vocab")?;
-                    put(&mut tokens, i);
-                    tokens[i] = Some(tok.as_str());
-                }
-            }
-            // Unigram: [[piece, score], ...], the id is the index.
-            Value::Array(list) => {
-                check_id(list.len() as u64, "model.vocab length")?;
-                tokens.reserve(list.len());
-                for (i, e) in list.iter().enumerate() {
-                    let tok = e
-                        .get(0)
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| bad(format!("model.vocab[{i}] is not [piece, score]")))?;
-                    tokens.push(Some(tok));
-                }
-            }
-            _ => return Err(bad("model.vocab must be an object or a list")),
-        }
+        let mut tokens = root
+            .vocab
+            .ok_or_else(|| bad("tokenizer.json has no model.vocab"))?
+            .0;
         let mut added: HashMap<u32, Box<str>> = HashMap::new();
         let mut specials: HashSet<&str> = HashSet::new();
-        if let Some(list) = root.get("added_tokens").filter(|v| !v.is_null()) {
-            let list = list
-                .as_array()
-                .ok_or_else(|| bad("added_tokens must be a list"))?;
-            for (k, t) in list.iter().enumerate() {
-                let id = t
-                    .get("id")
-                    .and_then(Value::as_u64)
-                    .ok_or_else(|| bad(format!("added_tokens[{k}] has no integer \"id\"")))?;
-                let i = check_id(id, "added_tokens")?;
-                let content = t
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| bad(format!("added_tokens[{k}] has no string \"content\"")))?;
-                put(&mut tokens, i);
-                tokens[i] = Some(content);
-                if t.get("special").and_then(Value::as_bool).unwrap_or(false) {
-                    specials.insert(content);
-                }
-                added.insert(i as u32, content.into());
+        for t in &root.added_tokens {
+            grow(&mut tokens, t.id)?;
+            tokens[t.id] = Some(Cow::Borrowed(&*t.content));
+            if t.special {
+                specials.insert(&t.content);
             }
+            added.insert(t.id as u32, (*t.content).into());
         }
         let n = tokens.len();
         let lossy = plan.stream == Stream::Lossy;
@@ -490,21 +949,34 @@ impl Vocabulary {
                 TokenRule::Metaspace(..) | TokenRule::WordPiece(..) | TokenRule::JoinSpace
             )
         });
-        let mut flags = Vec::with_capacity(n);
-        let mut offsets = Vec::with_capacity(n + 1);
+        let oom = |_| Error::Alloc {
+            what: format!("the tables of {n} token ids"),
+        };
+        let mut flags = Vec::new();
+        flags.try_reserve_exact(n).map_err(oom)?;
+        let mut offsets = Vec::new();
+        offsets.try_reserve_exact(n + 1).map_err(oom)?;
         let mut arena = Vec::new();
         offsets.push(0);
         let (mut f_offsets, mut f_arena) = (vec![0u32], Vec::new());
         let mut bytes = Vec::new();
+        let (mut total, mut budget) = (0, MAX_RULE_OUTPUT_BYTES);
         for (i, tok) in tokens.iter().enumerate() {
-            let Some(tok) = *tok else {
+            let Some(tok) = tok.as_deref() else {
                 flags.push(0);
-                arena_push(&mut arena, &mut offsets, b"")?;
+                arena_push(&mut arena, &mut offsets, b"", &mut total)?;
                 if has_first {
-                    arena_push(&mut f_arena, &mut f_offsets, b"")?;
+                    arena_push(&mut f_arena, &mut f_offsets, b"", &mut total)?;
                 }
                 continue;
             };
+            if tok.len() > MAX_TOKEN_BYTES {
+                return Err(bad(format!(
+                    "token id {i} is {} bytes, more than the supported {MAX_TOKEN_BYTES} \
+                     (max_token_bytes)",
+                    tok.len()
+                )));
+            }
             let mut f = PRESENT;
             if specials.contains(tok) {
                 f |= SPECIAL;
@@ -512,7 +984,7 @@ impl Vocabulary {
             if added.contains_key(&(i as u32)) {
                 f |= ADDED;
             }
-            let text = apply_rules(&plan.rules, tok, false);
+            let text = apply_rules(&plan.rules, tok, false, i, &mut budget)?;
             bytes.clear();
             if lossy {
                 // ByteLevel: all chars in the table -> their bytes; else the raw text.
@@ -532,23 +1004,31 @@ impl Vocabulary {
                 f |= UTF8;
             }
             flags.push(f);
-            arena_push(&mut arena, &mut offsets, &bytes)?;
+            arena_push(&mut arena, &mut offsets, &bytes, &mut total)?;
             if has_first {
-                let t = apply_rules(&plan.rules, tok, true);
+                let t = apply_rules(&plan.rules, tok, true, i, &mut budget)?;
                 let fb = if f & BYTE != 0 {
                     &bytes[..]
                 } else {
                     t.as_bytes()
                 };
-                arena_push(&mut f_arena, &mut f_offsets, fb)?;
+                arena_push(&mut f_arena, &mut f_offsets, fb, &mut total)?;
             }
         }
+        let first = has_first.then_some((f_offsets, f_arena));
+        let max_step = 12
+            + 3 * (0..flags.len())
+                .map(|i| max_len(i, &offsets, &first))
+                .max()
+                .unwrap_or(0)
+            + added.values().map(|c| c.len()).max().unwrap_or(0);
         Ok(Vocabulary {
             stream: plan.stream,
             flags,
             offsets,
             arena,
-            first: has_first.then_some((f_offsets, f_arena)),
+            first,
+            max_step,
             added,
             strip_left: plan.strip_left.1.min(255) as u8,
             strip_char: plan.strip_left.0,
@@ -710,16 +1190,105 @@ impl Vocabulary {
     /// does (held bytes flushed at the end).
     ///
     /// # Errors
-    /// [`Error::Step`] for an id outside the vocabulary.
+    /// [`Error::Step`] for an id outside the vocabulary or ids whose token
+    /// text exceeds [`MAX_DECODE_BYTES`]; [`Error::Alloc`] when the text
+    /// cannot be allocated.
     pub fn decode(&self, ids: &[u32], opts: DecodeOptions) -> Result<String, Error> {
-        self.check_ids(ids, "token_ids")?;
         let mut st = self.start(opts);
         let mut out = String::new();
-        for &id in ids {
-            self.step(&mut st, id, &mut out);
-        }
+        self.decode_into(&mut st, ids, &mut out)?;
+        self.reserve_step(&mut out)?;
         self.flush(&mut st, &mut out);
         Ok(out)
+    }
+
+    /// Steps `st` over `ids`, appending their text to `out` (no flush).
+    ///
+    /// # Errors
+    /// As [`decode`](Self::decode), naming `token_ids`; `st` is unchanged
+    /// on error.
+    pub fn decode_into(
+        &self,
+        st: &mut DecodeState,
+        ids: &[u32],
+        out: &mut String,
+    ) -> Result<(), Error> {
+        self.check_ids(ids, "token_ids")?;
+        self.check_decode_size(ids, "token_ids")?;
+        let mut next = *st;
+        for &id in ids {
+            self.reserve_step(out)?;
+            self.step(&mut next, id, out);
+        }
+        *st = next;
+        Ok(())
+    }
+
+    /// A fresh state primed with `prompt` (its text discarded).
+    ///
+    /// # Errors
+    /// [`Error::Step`] naming `prompt_token_ids[i]` for an id outside the
+    /// vocabulary, or `prompt_token_ids` over [`MAX_DECODE_BYTES`] of token
+    /// text.
+    pub fn primed(&self, opts: DecodeOptions, prompt: &[u32]) -> Result<DecodeState, Error> {
+        self.check_ids(prompt, "prompt_token_ids")?;
+        // Its text is dropped step by step, but the work is the same.
+        self.check_decode_size(prompt, "prompt_token_ids")?;
+        let mut st = self.start(opts);
+        let mut scratch = String::new();
+        for &id in prompt {
+            self.step(&mut st, id, &mut scratch);
+            scratch.clear();
+        }
+        Ok(st)
+    }
+
+    /// [`Error::Step`] naming `field` when the token text of `ids` (each
+    /// id's decoded bytes, ids outside the vocabulary counting 0) is over
+    /// [`MAX_DECODE_BYTES`]: checked before anything is decoded.
+    pub fn check_decode_size(&self, ids: &[u32], field: &'static str) -> Result<(), Error> {
+        let mut n = 0usize;
+        for &id in ids {
+            n += self.max_bytes(id as usize);
+            if n > MAX_DECODE_BYTES {
+                return Err(Error::Step {
+                    field,
+                    problem: Box::new(Problem::DecodesTooLong {
+                        n,
+                        cap: MAX_DECODE_BYTES,
+                    }),
+                    slot: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves, fallibly, what one [`step`](Self::step) and a
+    /// [`flush`](Self::flush) can append to `out` (one compare when there is
+    /// room), so that decoding never aborts on a failed allocation.
+    #[inline(always)]
+    pub fn reserve_step(&self, out: &mut String) -> Result<(), Error> {
+        if out.capacity() - out.len() >= self.max_step {
+            return Ok(());
+        }
+        self.grow(out)
+    }
+
+    #[cold]
+    fn grow(&self, out: &mut String) -> Result<(), Error> {
+        out.try_reserve(self.max_step).map_err(|_| Error::Alloc {
+            what: format!("{} bytes of decoded text", out.len() + self.max_step),
+        })
+    }
+
+    /// The longer of an id's two decodings (0 outside the vocabulary).
+    #[inline]
+    fn max_bytes(&self, id: usize) -> usize {
+        if id >= self.flags.len() {
+            return 0;
+        }
+        max_len(id, &self.offsets, &self.first)
     }
 
     /// [`Error::Step`] naming `field`, the index and the id of the first id

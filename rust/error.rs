@@ -329,6 +329,9 @@ pub enum Problem {
     NotATokenId { value: i64 },
     /// `{field} is not valid Unicode (it contains a lone surrogate)`.
     LoneSurrogate,
+    /// `{field} decode to at least {n} bytes of token text; at most {cap}
+    /// are decoded in one call (max_decode_bytes)`.
+    DecodesTooLong { n: usize, cap: usize },
     /// `{field} is an empty string; stop strings must be non-empty`.
     EmptyStop,
     /// `{field}={shown} is not one of {allowed}`.
@@ -468,6 +471,11 @@ impl Problem {
                 f,
                 "{field}={value} is not a valid token id (must be in [0, 2**32))"
             ),
+            Problem::DecodesTooLong { n, cap } => write!(
+                f,
+                "{field} decode to at least {n} bytes of token text; at most {cap} are \
+                 decoded in one call (max_decode_bytes)"
+            ),
             Problem::LoneSurrogate => write!(
                 f,
                 "{field} is not valid Unicode (it contains a lone surrogate)"
@@ -517,6 +525,7 @@ impl Problem {
             Problem::OutsideRun { .. } => "outside_run",
             Problem::OutOfRange { .. } => "out_of_range",
             Problem::NotATokenId { .. } => "not_a_token_id",
+            Problem::DecodesTooLong { .. } => "decodes_too_long",
             Problem::LoneSurrogate => "lone_surrogate",
             Problem::EmptyStop => "empty_stop",
             Problem::NotOneOf { .. } => "not_one_of",

@@ -328,6 +328,23 @@ fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_char
     pending.ends.push(kept.text_chars);
 }
 
+/// The byte offset in `text` that is `forward` chars after byte `from`
+/// and `back` chars before the end, walking whichever is shorter: a step
+/// costs O(new text) even while a regex holds back a long prefix
+/// (`(?s).*zz`), not O(held text). Out of line: most steps hold nothing.
+#[inline(never)]
+fn released_bytes(text: &str, from: usize, forward: usize, back: usize) -> usize {
+    if forward <= back {
+        let tail = &text[from..];
+        from + tail
+            .char_indices()
+            .nth(forward)
+            .map_or(tail.len(), |(b, _)| b)
+    } else {
+        byte_offset_from_end(text, back)
+    }
+}
+
 #[cfg(test)]
 thread_local! {
     /// Steps `plain_token` took on this thread: the tests check that their
@@ -486,7 +503,45 @@ impl FinishTracker {
             texts.map(<[S]>::len),
             grammar_terminated_at,
         )?;
-        Ok(self.update_checked(token_ids, texts, grammar_terminated_at))
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, None))
+    }
+
+    /// [`update`](Self::update) for an ids-only step, whose decoder flushed
+    /// held bytes into a piece (docs/semantics.md 10.3): the last
+    /// `flush_tails[j]` bytes of piece j are kept only if token j finishes
+    /// with `length` or the grammar, and never reach the stop matchers.
+    ///
+    /// # Errors
+    /// As [`update`](Self::update); a `flush_tails` length other than the
+    /// ids' is [`Error::Step`].
+    pub fn update_flushed<S: AsRef<str>>(
+        &mut self,
+        token_ids: &[u32],
+        texts: Option<&[S]>,
+        grammar_terminated_at: Option<usize>,
+        flush_tails: &[u8],
+    ) -> Result<Step, Error> {
+        if flush_tails.len() != token_ids.len() {
+            return Err(Error::Step {
+                field: "flush_tails",
+                problem: Box::new(Problem::Count {
+                    n: flush_tails.len(),
+                    unit: "entries",
+                    expected: token_ids.len(),
+                    per: "token ids",
+                    hint: "",
+                }),
+                slot: None,
+            });
+        }
+        // `update`'s own body, repeated: one shared helper changed what the
+        // compiler inlines into `update`'s hot path.
+        self.check_step(
+            token_ids.len(),
+            texts.map(<[S]>::len),
+            grammar_terminated_at,
+        )?;
+        Ok(self.update_checked(token_ids, texts, grammar_terminated_at, Some(flush_tails)))
     }
 
     /// [`update`](Self::update) for arguments already passed through
@@ -498,8 +553,11 @@ impl FinishTracker {
         token_ids: &[u32],
         texts: Option<&[S]>,
         grammar_terminated_at: Option<usize>,
+        flush_tails: Option<&[u8]>,
     ) -> Step {
-        if let [id] = token_ids {
+        // A flush tail only comes at the length cap or a grammar end, which
+        // `plain_token` sends back anyway; checked so it never keeps one.
+        if let ([id], None | Some([0])) = (token_ids, flush_tails) {
             let piece = texts.map_or("", |t| t[0].as_ref());
             if let Some(step) = self.plain_token(*id, piece, grammar_terminated_at == Some(0)) {
                 return step;
@@ -523,6 +581,15 @@ impl FinishTracker {
                 break;
             }
             let piece_chars = char_len(piece);
+            // A decoder's flush (10.3) is text only for a length or grammar
+            // finish: the matchers and a stop-token finish see the head.
+            let tail = flush_tails.map_or(0, |f| usize::from(f[i]));
+            let head = &piece[..piece.len() - tail];
+            let head_chars = if tail == 0 {
+                piece_chars
+            } else {
+                char_len(head)
+            };
             let (lo, hi) = self.special_ids;
             let is_special = lo <= id && id <= hi;
             let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
@@ -530,15 +597,15 @@ impl FinishTracker {
             // A stop token's text that will not be kept is not output text, so
             // it can neither complete nor cut a stop string (as vLLM's
             // detokenizer, which leaves it out before matching).
-            let matched_text = !piece.is_empty() && (!ends || p.include_stop_str_in_output);
+            let matched_text = !head.is_empty() && (!ends || p.include_stop_str_in_output);
             let mut hit: Option<StopMatch> = None;
             if let Some(m) = self.matcher.as_mut().filter(|_| matched_text) {
-                hit = m.feed_counted(piece, piece_chars);
+                hit = m.feed_counted(head, head_chars);
             }
             // Requests without stop regexes pay this one branch.
             let mut by_regex = false;
             if let Some(r) = self.regex.as_mut().filter(|_| matched_text) {
-                if let Some(rh) = r.feed_counted(piece, piece_chars) {
+                if let Some(rh) = r.feed_counted(head, head_chars) {
                     // A string wins a tie at the same end.
                     if hit.map_or(true, |h| rh.end < h.end) {
                         hit = Some(rh);
@@ -548,7 +615,7 @@ impl FinishTracker {
             }
             if let Some(hit) = hit.filter(|_| n > p.min_tokens) {
                 whole = false;
-                keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
+                keep(&mut self.kept, &mut self.pending, id, head, head_chars);
                 let (stop_reason, matched) = if by_regex {
                     self.regex_matched = self.kept.slice_chars(hit.start, hit.end).to_owned();
                     (
@@ -571,7 +638,8 @@ impl FinishTracker {
             }
             if ends {
                 if p.include_stop_str_in_output {
-                    keep(&mut self.kept, &mut self.pending, id, piece, piece_chars);
+                    whole &= tail == 0;
+                    keep(&mut self.kept, &mut self.pending, id, head, head_chars);
                 } else {
                     whole &= piece.is_empty();
                     keep(&mut self.kept, &mut self.pending, id, "", 0);
@@ -710,8 +778,15 @@ impl FinishTracker {
             self.pending.head = 0;
             return;
         }
-        self.emitted_bytes = byte_offset_from_end(&self.kept.text, hold);
-        self.emitted_chars = self.kept.text_chars - hold;
+        // Released text never shrinks.
+        let to = (self.kept.text_chars - hold).max(self.emitted_chars);
+        self.emitted_bytes = released_bytes(
+            &self.kept.text,
+            self.emitted_bytes,
+            to - self.emitted_chars,
+            self.kept.text_chars - to,
+        );
+        self.emitted_chars = to;
         let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
         self.pending.head += released;
@@ -1222,6 +1297,59 @@ mod tests {
                 p.vocab_size = Some(12);
                 p.repetition = Some(Repetition { max_pattern_size: 2, min_pattern_size: 1, min_count: 4 });
             })?;
+        }
+
+        /// The finish machine's regex path is incremental (the DFA threads
+        /// carry over, released text advances from where it was): after
+        /// every update its released text and its finish equal a full
+        /// re-scan of the whole text so far with the `regex` crate.
+        #[test]
+        fn incremental_stop_regex_equals_a_full_rescan(
+            pieces in prop::collection::vec(piece(), 1..40),
+            include in any::<bool>(),
+        ) {
+            let pats = [r"(?s).*zz", r"ab+c", r"日本"];
+            let p = params(|p| {
+                p.stop_regex = regexes(&pats);
+                p.include_stop_str_in_output = include;
+            });
+            // Each pattern anchored at the end: its leftmost match ending at `end`.
+            let ending: Vec<regex::Regex> =
+                pats.iter().map(|x| regex::Regex::new(&format!("(?:{x})\\z")).unwrap()).collect();
+            let mut t = FinishTracker::new(p).unwrap();
+            let mut all = String::new();
+            let mut streamed = String::new();
+            let mut expect = None;
+            for (i, piece) in pieces.iter().enumerate() {
+                let from = all.len();
+                all.push_str(piece);
+                // Full re-scan: the first end inside the new piece where a
+                // pattern matches; lowest index first at one end.
+                let ends = all[from..].char_indices().map(|(b, c)| from + b + c.len_utf8());
+                let hit = ends.into_iter().find_map(|end| {
+                    ending.iter().enumerate().find_map(|(k, r)| {
+                        r.find(&all[..end]).map(|m| (k, m.start(), end))
+                    })
+                });
+                let s = t.update(&[i as u32], Some(&[piece.as_str()]), None).unwrap();
+                streamed.push_str(&t.text()[s.text_delta.clone()]);
+                prop_assert!(t.text().starts_with(&streamed));
+                prop_assert_eq!(s.text_delta.end, t.text().char_indices().nth(t.emitted_len()).map_or(t.text().len(), |(b, _)| b));
+                if let Some((k, start, end)) = hit {
+                    expect = Some((k, all[start..end].to_string(), if include { &all[..end] } else { &all[..start] }.to_string()));
+                    break;
+                }
+                prop_assert!(!t.is_finished());
+            }
+            match expect {
+                Some((k, matched, text)) => {
+                    prop_assert_eq!(t.finish().unwrap().stop_reason, Some(StopReason::StopRegex(k)));
+                    prop_assert_eq!(t.regex_matched(), matched.as_str());
+                    prop_assert_eq!(t.text(), text.as_str());
+                    prop_assert_eq!(streamed, text);
+                }
+                None => prop_assert_eq!(t.text(), all.as_str()),
+            }
         }
 
         #[test]

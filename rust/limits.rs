@@ -24,6 +24,11 @@ pub const MAX_STEP_TOKENS: usize = 1 << 22;
 /// The largest `FinishBatch`: far above any engine's concurrent sequences,
 /// and small enough that the slot table always fits in memory.
 pub const MAX_SLOTS: usize = 1 << 24;
+/// Bytes of token text (each id's decoded bytes, summed before decoding)
+/// one `Vocabulary.decode`, `IncrementalDecoder.step` or ids-only update /
+/// step may decode: the text, up to 3x that with U+FFFD repairs, is built
+/// in one piece.
+pub const MAX_DECODE_BYTES: usize = 64 << 20;
 /// Bytes shown of a rejected value (a pattern, a stop string) in an error
 /// message; it lives with the message writer (`crate::error`).
 pub use crate::error::MAX_SHOWN_BYTES;
@@ -54,6 +59,7 @@ pub const ALL: &[(&str, usize)] = &[
     ("max_stop_regex_bytes", MAX_STOP_REGEX_BYTES),
     ("max_stop_token_ids", MAX_STOP_TOKEN_IDS),
     ("max_step_tokens", MAX_STEP_TOKENS),
+    ("max_decode_bytes", MAX_DECODE_BYTES),
     ("max_slots", MAX_SLOTS),
 ];
 

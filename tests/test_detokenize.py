@@ -465,6 +465,94 @@ def test_from_file_errors(tmp_path: Path) -> None:
         Vocabulary.from_file(big)
 
 
+def _tiny() -> Vocabulary:
+    """ByteLevel ids: 0 "a", 1 E2, 2 82, 3 AC ("€" is E2 82 AC), 4 " END",
+    5 "b", 6 the special <eos>."""
+    return Vocabulary.from_str(json.dumps({
+        "model": {"vocab": {"a": 0, "â": 1, "Ĥ": 2, "¬": 3, "ĠEND": 4, "b": 5}},
+        "decoder": {"type": "ByteLevel"},
+        "added_tokens": [{"id": 6, "content": "<eos>", "special": True}],
+    }))
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["tracker", "batch"])
+def test_a_stop_token_at_the_length_cap_keeps_no_flushed_fffd(batch: bool) -> None:
+    """Issue 22, wrong answer 3: EOS or a stop token on the last budgeted
+    position, kept by include_stop_str_in_output, adds no U+FFFD for the
+    bytes still held (vLLM's DecodeStream never emits them); a length
+    finish at the same place does (semantics.md 10.3)."""
+    v = _tiny()
+
+    def run(ids: list[int]) -> tuple[str, str | None]:
+        p = StopParams(eos_token_ids=[6], stop_token_ids=[2], max_tokens=2, include_stop_str_in_output=True)
+        if batch:
+            b = FinishBatch(1, vocabulary=v)
+            b.add(0, p)
+            r = b.step([0], ids, [len(ids)])  # one run: the delta is the whole text
+            return r.text_deltas[0], r.finish_reasons[0]
+        t = FinishTracker(p, vocabulary=v)
+        t.update(ids)
+        return t.text, t.finish_reason
+
+    assert run([1, 6]) == ("", "stop")  # EOS: E2 held, not flushed
+    assert run([1, 2]) == ("", "stop")  # the stop token leaves E2 82 held
+    assert run([1, 3]) == (FFFD, "length")  # E2 AC held at the cap: flushed
+    assert run([0, 1]) == ("a" + FFFD, "length")
+
+
+@pytest.mark.parametrize(("stop", "stop_regex"), [(["a" + FFFD], None), ([FFFD], None), (None, ["a."])])
+def test_the_flushed_fffd_completes_no_stop(stop: list[str] | None, stop_regex: list[str] | None) -> None:
+    """Issue 22, wrong answer 4: the U+FFFD flushed at the length cap is not
+    matched, so a length finish stays a length finish (semantics.md 10.3)."""
+    v = _tiny()
+    p = StopParams(stop=stop, stop_regex=stop_regex, max_tokens=2)
+    t = FinishTracker(p, vocabulary=v)
+    r = t.update([0, 1])
+    assert (t.text, r.finish_reason, r.text_delta) == ("a" + FFFD, "length", "a" + FFFD)
+    b = FinishBatch(1, vocabulary=v)
+    b.add(0, p)
+    r1 = b.step([0], [0])
+    r2 = b.step([0], [1])
+    assert r2.finish_reasons == ["length"]
+    assert r1.text_deltas[0] + r2.text_deltas[0] == "a" + FFFD
+
+
+def test_from_file_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    """A FIFO is refused before it is opened (opening it would block until a
+    writer came); a device such as /dev/zero too (it never ends)."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            Vocabulary.from_file(path)
+    with pytest.raises(ValueError, match="not a regular file"):
+        Vocabulary.from_file(tmp_path)
+    long = "/x" * 500_000
+    with pytest.raises(OSError) as e:
+        Vocabulary.from_file(long)
+    assert len(str(e.value)) < 400
+
+
+def test_from_str_with_a_lone_surrogate_names_the_field() -> None:
+    with pytest.raises(ValueError, match="json is not valid Unicode"):
+        Vocabulary.from_str('{"model": {"vocab": {"\ud800": 0}}}')
+
+
+def test_only_the_needed_fields_are_read() -> None:
+    """Unknown fields, merges and escaped strings: what the file has beyond
+    model.vocab, added_tokens and decoder is skipped; escaped tokens decode."""
+    v = Vocabulary.from_str(json.dumps({
+        "version": "1.0", "truncation": None,
+        "model": {"type": "BPE", "merges": [["a", "b"]] * 1000, "vocab": {"a\u00e9\"": 0, "b": 1}},
+        "added_tokens": None,
+        "decoder": None,
+    }))
+    assert (v.vocab_size, v.decoder) == (2, "none")
+    assert v.decode([0, 1]) == 'a\u00e9" b'
+
+
 def test_exports() -> None:
     assert stopline.Vocabulary is Vocabulary
     assert "Vocabulary" in stopline.__all__

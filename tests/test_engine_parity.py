@@ -310,6 +310,68 @@ def test_vllm_min_tokens_restore_and_nan_rows(vllm):
             assert engine[0, 1] == ninf and ours[0, 1] == 1.0 and ours[0, 3] == 2.0
 
 
+def _tokenizer_json(vocab, decoder, added=()):
+    """A minimal tokenizer.json the tokenizers library and stopline both read."""
+    import json
+
+    return json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "normalizer": None,
+        "pre_tokenizer": None, "post_processor": None, "decoder": decoder,
+        "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for i, c in added],
+        "model": {"type": "WordPiece", "unk_token": added[0][1] if added else "[UNK]",
+                  "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": vocab},
+    })
+
+
+def _vllm_fast(vllm, text, prompt, *, skip=True, spaces=True, include=False):
+    """vLLM 0.33.0's FastIncrementalDetokenizer over the real tokenizers library."""
+    from tokenizers import Tokenizer
+
+    params = NS(stop=None, min_tokens=0, include_stop_str_in_output=include, skip_special_tokens=skip,
+                spaces_between_special_tokens=spaces)
+    request = NS(sampling_params=params, request_id="r", prompt_token_ids=list(prompt))
+    return vllm.detok.FastIncrementalDetokenizer(NS(_tokenizer=Tokenizer.from_str(text)), request)
+
+
+# ByteLevel ids: 0 "a", 1 E2, 2 82, 3 AC ("\u20ac" is E2 82 AC), 6 the special <eos>.
+BYTES = {"a": 0, "\u00e2": 1, "\u0124": 2, "\u00ac": 3, "<eos>": 6}
+
+
+@pytest.mark.parametrize(("ids", "stop_ids"), [([1, 6], []), ([1, 2], [2])])
+def test_vllm_keeps_no_flush_after_a_stop_token_at_the_cap(vllm, ids, stop_ids):
+    # Issue 22, wrong answer 3: EOS or a stop token on the last budgeted position,
+    # kept by include_stop_str_in_output, while bytes are held: vLLM emits no
+    # U+FFFD, nor does stopline's ids-only decoding (semantics.md 10.3).
+    decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    text = _tokenizer_json(BYTES, decoder, added=[(6, "<eos>")])
+    det = _vllm_fast(vllm, text, [], include=True)
+    det.update(ids[:-1], False)
+    det.update(ids[-1:], True)
+    v = stopline.Vocabulary.from_str(text)
+    p = stopline.StopParams(eos_token_ids=[6], stop_token_ids=stop_ids, max_tokens=len(ids),
+                            include_stop_str_in_output=True)
+    t = stopline.FinishTracker(p, vocabulary=v)
+    t.update(ids)
+    assert (t.text, t.finish_reason) == (det.output_text, "stop") == ("", "stop")
+
+
+def test_vllm_first_added_token_after_a_prompt_differs_as_documented(vllm):
+    # semantics.md 10.3: vLLM starts last_special=False whatever the prompt ends
+    # with, so the first added output token after a prompt ending in one keeps
+    # DecodeStream's leading space; stopline primes the rule from the prompt.
+    vocab = {"hello": 0, "##s": 1, "x": 2, "[A]": 3, "[B]": 4}
+    text = _tokenizer_json(vocab, {"type": "WordPiece", "prefix": "##", "cleanup": True},
+                           added=[(3, "[A]"), (4, "[B]")])
+    det = _vllm_fast(vllm, text, [0, 3], skip=False, spaces=False)
+    theirs = [det.decode_next(4), det.decode_next(3)]
+    d = stopline.Vocabulary.from_str(text).decoder_for([0, 3], skip_special_tokens=False,
+                                                       spaces_between_special_tokens=False)
+    ours = [d.step([4]), d.step([3])]
+    assert theirs == [" [B]", "[A]"]
+    assert ours == ["[B]", "[A]"]
+
+
 # =================================================================== SGLang ==
 
 @pytest.fixture(scope="module")
@@ -332,7 +394,7 @@ class _Tokenizer:
 
 
 def _sglang(req_cls, ids, new, max_new, *, pieces=None, stop=(), stop_ids=None, eos=None,
-            grammar=False, ignore_eos=False, vocab=None):
+            grammar=False, ignore_eos=False, vocab=None, tokenizer=None):
     """SGLang 0.5.23's Req.update_finish_state on a request holding only what it reads;
     returns (to_json, ids kept)."""
     req = object.__new__(req_cls)
@@ -342,7 +404,7 @@ def _sglang(req_cls, ids, new, max_new, *, pieces=None, stop=(), stop_ids=None, 
     req.decoded_text = ""
     req.vocab_size = vocab
     req.eos_token_ids = eos
-    req.tokenizer = _Tokenizer(pieces or {})
+    req.tokenizer = tokenizer or _Tokenizer(pieces or {})
     req.grammar = NS(is_terminated=lambda: True) if grammar else None
     req.sampling_params = NS(
         stop_strs=list(stop), stop_regex_strs=[], stop_regex_max_len=0,
@@ -425,3 +487,21 @@ def test_sglang_invalid_id_differs_as_documented(sglang_req):
             {"type": "stop", "matched": "NaN happened"}, 2)
         json, kept = _ours([10, bad], 1, 16, eos={2}, vocab=100)
         assert (json["type"], kept) == ("abort", 1)
+
+
+def test_sglang_tail_redecode_matches_a_held_character_as_documented(sglang_req):
+    # semantics.md 10.3: SGLang's stop check re-decodes the output tail with
+    # tokenizer.decode, so bytes of a character still arriving are U+FFFD there
+    # and a stop containing U+FFFD matches; stopline holds them and does not.
+    from tokenizers import Tokenizer
+
+    decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    text = _tokenizer_json(BYTES, decoder, added=[(6, "<eos>")])
+    stop = ["a\ufffd"]
+    theirs = _sglang(sglang_req, [0, 1], 1, 16, stop=stop, tokenizer=Tokenizer.from_str(text))
+    assert theirs == ({"type": "stop", "matched": "a\ufffd"}, 2)
+    t = stopline.FinishTracker(stopline.StopParams(stop=stop, max_tokens=16),
+                               vocabulary=stopline.Vocabulary.from_str(text))
+    t.update([0])
+    t.update([1])
+    assert (t.finished, t.text) == (False, "a")

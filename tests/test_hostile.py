@@ -396,3 +396,135 @@ def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
     assert f"{path}:1: line longer than {64 << 20} bytes" in p.stderr
     assert "after" in p.stdout
+
+
+# ---------------------------------------------- Vocabulary and decoding
+
+
+def tokenizer_json(vocab: dict[str, int], decoders: list[dict[str, Any]] | None = None) -> str:
+    """A tokenizer.json with `vocab` and, when given, a decoder Sequence."""
+    doc: dict[str, Any] = {"model": {"type": "BPE", "vocab": vocab}}
+    if decoders is not None:
+        doc["decoder"] = {"type": "Sequence", "decoders": decoders}
+    return json.dumps(doc)
+
+
+def replace(pattern: str, content: str) -> dict[str, Any]:
+    return {"type": "Replace", "pattern": {"String": pattern}, "content": content}
+
+
+VOCABULARIES: list[tuple[str, str, str]] = [
+    # (case, the child's expression for the tokenizer.json text, text the message contains)
+    ("40 chained a -> aa", "TJ({'a': 0}, [R('a', 'aa')] * 40)", "decoder.decoders has 40 entries; at most 32"),
+    ("20 chained a -> aa on a 4096-byte token", "TJ({'a' * 4096: 0}, [R('a', 'aa')] * 20)",
+     "decoder rule 4 (Replace \"a\" -> 2 bytes) makes token id 0 131072 bytes"),
+    ("a -> 60 KB on a 4096-byte token", "TJ({'a' * 4096: 0}, [R('a', 'b' * 60_000)])",
+     "makes token id 0 245760000 bytes, more than the supported 65536 (max_token_bytes)"),
+    ("a -> 1 MiB", "TJ({'a': 0}, [R('a', 'b' * (1 << 20))])", "decoder is 1048674 bytes of JSON"),
+    ("10,000 never-matching rules", "TJ({'t%d' % i: i for i in range(50_000)}, [R('\\x00', '')] * 10_000)",
+     "decoder is 690034 bytes of JSON, more than the supported 65536"),
+    ("a 70 KB token", "TJ({'a' * 70_000: 0})", "token id 0 is 70000 bytes"),
+    ("rules that grow then shrink every token", "TJ({'a%d' % i: i for i in range(20_000)}, "
+     "[R('a', 'b' * 60_000), R('b', '')])", "more than 67108864 bytes over the vocabulary (max_rule_output_bytes"),
+    ("a 1 MB decoder type", "json.dumps({'model': {'vocab': {}}, 'decoder': {'type': 'x' * 1_000_000}})",
+     "decoder is 1000012 bytes of JSON, more than the supported 65536"),
+    ("a 50 KB decoder type", "json.dumps({'model': {'vocab': {}}, 'decoder': {'type': 'x' * 50_000}})",
+     "decoder has no \"type\" string (of at most 64 bytes)"),
+    ("a 60 KB Metaspace prepend_scheme",
+     "json.dumps({'model': {'vocab': {}}, 'decoder': {'type': 'Metaspace', 'replacement': '_', "
+     "'prepend_scheme': 'x' * 60_000}})", "(60000 bytes in all)"),
+    ("32 decoders of 64-byte names", "TJ({}, [{'type': 'x' * 64}] * 32)", "... ("),
+    ("a 1 MB vocab key that is no id", "json.dumps({'model': {'vocab': {'k' * 1_000_000: 'x'}}})",
+     "is not a token id"),
+]
+
+VOCAB_PRELUDE = """
+from stopline import Vocabulary
+def R(p, c):
+    return {"type": "Replace", "pattern": {"String": p}, "content": c}
+def TJ(vocab, decoders=None):
+    doc = {"model": {"type": "BPE", "vocab": vocab}}
+    if decoders is not None:
+        doc["decoder"] = {"type": "Sequence", "decoders": decoders}
+    return json.dumps(doc)
+"""
+
+
+@pytest.mark.parametrize("case,expr,says", VOCABULARIES, ids=[c[0] for c in VOCABULARIES])
+def test_a_hostile_tokenizer_json_is_refused_naming_the_cap(case: str, expr: str, says: str) -> None:
+    """Decoder rules that chain or expand, too many rules, oversized tokens
+    and sections: a ValueError naming the cap, within the memory limit
+    (these aborted the process or took minutes)."""
+    out = run_child(VOCAB_PRELUDE + f"text = {expr}\nprint(json.dumps(outcome(lambda: Vocabulary.from_str(text))))")
+    assert out.get("raised") == "ValueError", out
+    assert says in out["message"], out
+    assert len(out["message"]) < 500
+
+
+def test_rules_at_the_cap_build_linearly() -> None:
+    # 32 never-matching rules over 50,000 tokens: 32 passes of a string
+    # search per token, no rules x tokens blow-up.
+    out = run_child(VOCAB_PRELUDE + """
+text = TJ({'t%d' % i: i for i in range(50_000)}, [R('\\x00', '')] * 32)
+print(json.dumps(outcome(lambda: Vocabulary.from_str(text).vocab_size)))
+""")
+    assert out == {"value": 50_000}
+
+
+def test_a_large_file_parses_in_a_small_multiple_of_its_size(tmp_path: Any) -> None:
+    """Inside the 128 MiB cap, a file of ~100 MB of merges and ~30 MB of
+    vocabulary parses under a 512 MiB limit (a JSON tree of it took ~17x its
+    size): only model.vocab, added_tokens and decoder are read."""
+    path = tmp_path / "tokenizer.json"
+    with open(path, "w") as f:
+        f.write('{"model": {"type": "BPE", "merges": [')
+        f.write(",".join(['"a b"'] * 16_000_000))
+        f.write('], "vocab": {')
+        f.write(",".join(f'"t{i}": {i}' for i in range(2_000_000)))
+        f.write('}}, "decoder": {"type": "ByteLevel"}}')
+    assert path.stat().st_size > 100 << 20
+    out = run_child(f"""
+from stopline import Vocabulary
+print(json.dumps(outcome(lambda: Vocabulary.from_file({str(path)!r}).vocab_size)))
+""", limit=512 << 20)
+    assert out == {"value": 2_000_000}
+
+
+DECODES: list[tuple[str, str]] = [
+    ("decode 65,536 ids of a 64 KiB token", "v.decode([0] * 65536)"),
+    ("IncrementalDecoder.step 65,536 ids of a 64 KiB token", "v.decoder_for().step([0] * 65536)"),
+    ("update 4,194,304 ids of a 1 KiB token",
+     "FinishTracker(StopParams(), vocabulary=v).update([1] * 4194304)"),
+    ("a prompt of 65,536 ids of a 64 KiB token", "v.decoder_for([0] * 65536)"),
+    ("FinishBatch run of 4,194,304 ids of a 1 KiB token",
+     "(b := FinishBatch(2, vocabulary=v), b.add(0, StopParams()), b.step([0], [1] * 4194304, [4194304]))"),
+]
+
+
+@pytest.mark.parametrize("case,expr", DECODES, ids=[c[0] for c in DECODES])
+def test_decoding_long_tokens_is_refused_before_it_is_built(case: str, expr: str) -> None:
+    """The token text of a call is summed before decoding: over
+    max_decode_bytes (64 MiB) is a ValueError naming the cap, never an
+    allocation failure (these needed 4 GiB and aborted)."""
+    out = run_child(VOCAB_PRELUDE + f"""
+v = Vocabulary.from_str(TJ({{'x' * 65535: 0, 'y' * 1023: 1}}))  # + the joining space
+print(json.dumps(outcome(lambda: {expr})))
+""")
+    assert out.get("raised") == "ValueError", out
+    assert "max_decode_bytes" in out["message"] and "token_ids" in out["message"], out
+
+
+def test_finish_batch_with_a_vocabulary_allocates_nothing_up_front() -> None:
+    # 2**24 decoder slots of 32 B were 512 MiB at construction; now the table
+    # follows the highest slot in use, as the batch's own.
+    out = run_child(VOCAB_PRELUDE + """
+v = Vocabulary.from_str(TJ({'a': 0, 'b': 1}))
+def go():
+    b = FinishBatch(stopline.LIMITS["max_slots"], vocabulary=v)
+    b.add(3, StopParams(max_tokens=2))
+    r = b.step([3], [0])
+    r = b.step([3], [1])
+    return [r.text_deltas, r.finish_reasons]
+print(json.dumps(outcome(go)))
+""", limit=200 << 20)
+    assert out == {"value": [[" b"], ["length"]]}

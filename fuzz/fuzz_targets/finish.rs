@@ -298,6 +298,7 @@ fn malformed_batch_step(u: &mut Unstructured<'_>, p: &Arc<StopParams>) -> Result
         run_lengths: runs.as_deref(),
         texts: texts.as_deref(),
         grammar_terminated_at: grammar.as_deref(),
+        flush_tails: None,
     };
     let r = b.step(input, &mut out);
     if r.is_err() {

@@ -245,6 +245,9 @@ impl PyFinishBatch {
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
+        if let Some(d) = self.detok.as_mut() {
+            d.reserve_slot(slot).map_err(to_py_err)?;
+        }
         self.inner
             .add(slot, Arc::clone(&params))
             .map_err(to_py_err)?;

@@ -8,11 +8,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
 use super::batch::{batch_step, Appended, PyBatchStepResult, Replaced};
-use super::convert::{extract_ids, type_name};
+use super::convert::{extract_ids, extract_utf8, type_name};
 use super::errors::{arg_err, to_py_err, value_error};
 use crate::batch::{FinishBatch, StepInput};
 use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
-use crate::detokenize::{DecodeOptions, DecodeState, Vocabulary, MAX_TOKENIZER_JSON_BYTES};
+use crate::detokenize::{read_tokenizer_file, DecodeOptions, DecodeState, Vocabulary};
 use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
 
@@ -38,29 +38,24 @@ fn options(skip_special_tokens: bool, spaces_between_special_tokens: bool) -> De
 
 #[pymethods]
 impl PyVocabulary {
-    /// Reads a `tokenizer.json` file (at most 128 MiB). The GIL is released
-    /// while it is parsed.
+    /// Reads a `tokenizer.json` file (a regular file of at most 128 MiB:
+    /// a FIFO or device is refused before it is opened). The GIL is
+    /// released while it is read and parsed.
     ///
     /// Raises `OSError` if the file cannot be read; `ValueError` naming what
-    /// is wrong for a malformed file, an id at or above 2**24, or an
-    /// unsupported decoder (named).
+    /// is wrong for a file that is not regular or over the cap, a malformed
+    /// file, an id at or above 2**24, a decoder over its caps or an
+    /// unsupported decoder (named); `MemoryError` if the tables cannot be
+    /// allocated.
     #[staticmethod]
     fn from_file(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
-        let shown = path.display().to_string();
-        let len = std::fs::metadata(&path)
+        let shown = crate::error::shown(&path.display().to_string());
+        let read = py.detach(|| {
+            read_tokenizer_file(&path, &shown)
+                .map(|r| r.and_then(|data| Vocabulary::from_json(&data)))
+        });
+        let inner = read
             .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?
-            .len();
-        if len > MAX_TOKENIZER_JSON_BYTES as u64 {
-            return Err(to_py_err(Error::Tokenizer {
-                message: format!(
-                    "{shown} is {len} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
-                ),
-            }));
-        }
-        let data = std::fs::read(&path)
-            .map_err(|e| PyOSError::new_err(format!("cannot read {shown}: {e}")))?;
-        let inner = py
-            .detach(|| Vocabulary::from_json(&data))
             .map_err(to_py_err)?;
         Ok(Self {
             inner: Arc::new(inner),
@@ -68,9 +63,11 @@ impl PyVocabulary {
     }
 
     /// Builds the vocabulary from the text of a `tokenizer.json` (as
-    /// `tokenizers.Tokenizer.to_str()` returns it). Raises as `from_file`.
+    /// `tokenizers.Tokenizer.to_str()` returns it). Raises as `from_file`;
+    /// `ValueError` naming `json` for a `str` with a lone surrogate.
     #[staticmethod]
-    fn from_str(py: Python<'_>, json: &str) -> PyResult<Self> {
+    fn from_str(py: Python<'_>, json: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let json = extract_utf8(json, &|| "json".to_owned())?;
         let inner = py
             .detach(|| Vocabulary::from_json(json.as_bytes()))
             .map_err(to_py_err)?;
@@ -100,7 +97,10 @@ impl PyVocabulary {
     /// The text of `token_ids`, as `tokenizers.Tokenizer.decode(ids,
     /// skip_special_tokens)` gives it (vLLM's `spaces_between_special_tokens`
     /// rule on top when that is False). Raises `ValueError` naming
-    /// `ids[i]` for an id outside `[0, vocab_size)`.
+    /// `token_ids[i]` for an id outside `[0, vocab_size)` or ids whose token
+    /// text is over `LIMITS["max_decode_bytes"]` (summed before decoding);
+    /// `MemoryError` if the text cannot be allocated. From 4,096 ids the
+    /// decode runs without the GIL.
     #[pyo3(signature = (token_ids, skip_special_tokens = true, spaces_between_special_tokens = true))]
     fn decode(
         &self,
@@ -109,12 +109,8 @@ impl PyVocabulary {
         spaces_between_special_tokens: bool,
     ) -> PyResult<String> {
         let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
-        self.inner
-            .decode(
-                &ids,
-                options(skip_special_tokens, spaces_between_special_tokens),
-            )
-            .map_err(to_py_err)
+        let opts = options(skip_special_tokens, spaces_between_special_tokens);
+        py_decode(token_ids.py(), ids.len(), || self.inner.decode(&ids, opts))
     }
 
     /// A streaming decoder for one sequence, primed with `prompt_token_ids`
@@ -122,20 +118,14 @@ impl PyVocabulary {
     #[pyo3(signature = (prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
     fn decoder_for(
         &self,
+        py: Python<'_>,
         prompt_token_ids: Option<&Bound<'_, PyAny>>,
         skip_special_tokens: bool,
         spaces_between_special_tokens: bool,
     ) -> PyResult<PyIncrementalDecoder> {
         let prompt = prompt_ids(prompt_token_ids)?;
         let opts = options(skip_special_tokens, spaces_between_special_tokens);
-        self.inner
-            .check_ids(&prompt, "prompt_token_ids")
-            .map_err(to_py_err)?;
-        let mut state = self.inner.start(opts);
-        let mut scratch = String::new();
-        for &id in &prompt {
-            self.inner.step(&mut state, id, &mut scratch);
-        }
+        let state = py_decode(py, prompt.len(), || self.inner.primed(opts, &prompt))?;
         Ok(PyIncrementalDecoder {
             vocab: Arc::clone(&self.inner),
             state,
@@ -163,15 +153,17 @@ pub struct PyIncrementalDecoder {
 impl PyIncrementalDecoder {
     /// Decodes ids (an int or a sequence of ints) and returns the text they
     /// complete ("" while a multi-byte character is incomplete). Raises
-    /// `ValueError` naming `token_ids[i]` for an id outside the vocabulary
-    /// (nothing changes then).
+    /// `ValueError` naming `token_ids[i]` for an id outside the vocabulary,
+    /// or ids over `LIMITS["max_decode_bytes"]` of token text; nothing
+    /// changes then. As `Vocabulary.decode` for memory and the GIL.
     fn step(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<String> {
         let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
-        self.vocab.check_ids(&ids, "token_ids").map_err(to_py_err)?;
-        let mut out = String::new();
-        for &id in &ids {
-            self.vocab.step(&mut self.state, id, &mut out);
-        }
+        let (vocab, mut state) = (&self.vocab, self.state);
+        let out = py_decode(token_ids.py(), ids.len(), || {
+            let mut out = String::new();
+            vocab.decode_into(&mut state, &ids, &mut out).map(|()| out)
+        })?;
+        self.state = state;
         Ok(out)
     }
 
@@ -188,6 +180,20 @@ impl PyIncrementalDecoder {
     fn pending<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, self.state.pending())
     }
+}
+
+/// Ids from which decoding runs without the GIL: below, releasing and
+/// taking it back costs more than the decode.
+const DETACH_IDS: usize = 4096;
+
+/// Runs a decode of `n` ids, without the GIL when it is long.
+fn py_decode<T: Send>(
+    py: Python<'_>,
+    n: usize,
+    f: impl FnOnce() -> Result<T, Error> + Send,
+) -> PyResult<T> {
+    let r = if n >= DETACH_IDS { py.detach(f) } else { f() };
+    r.map_err(to_py_err)
 }
 
 fn prompt_ids(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {
@@ -291,7 +297,13 @@ pub(super) fn batch_ids_step<'py>(
         .decode_step(slots, ids, runs, grammar)
         .map_err(to_py_err)?;
     if dec.strs.is_empty() {
-        dec.strs = (0..dec.inner.vocab().vocab_size()).map(|_| None).collect();
+        let n = dec.inner.vocab().vocab_size();
+        dec.strs.try_reserve_exact(n).map_err(|_| {
+            to_py_err(Error::Alloc {
+                what: format!("a table of {n} token strings"),
+            })
+        })?;
+        dec.strs.resize_with(n, || None);
     }
     let pieces = &dec.inner.pieces;
     let strs = pieces.strs();
@@ -308,7 +320,10 @@ pub(super) fn batch_ids_step<'py>(
     }
     // One piece per slot: the result's deltas start as the pieces, as with
     // pieces passed in.
-    let input = StepInput::new(slots, ids).runs(runs).grammar(grammar);
+    let input = StepInput::new(slots, ids)
+        .runs(runs)
+        .grammar(grammar)
+        .flush_tails(Some(&pieces.flush));
     let input = input.texts(Some(&strs));
     let r = if runs.is_none() {
         let list = PyList::new(py, &objects)?;
@@ -338,12 +353,15 @@ pub(super) fn tracker_ids_update(
     ids: &[u32],
     grammar: Option<usize>,
 ) -> PyResult<Step> {
+    vocab
+        .check_decode_size(ids, "token_ids")
+        .map_err(to_py_err)?;
     let mut pieces = Pieces::default();
     let next = dec
         .decode_run(vocab, ids, grammar, &mut pieces, 0, None)
         .map_err(to_py_err)?;
     let step = tracker
-        .update(ids, Some(&pieces.strs()), grammar)
+        .update_flushed(ids, Some(&pieces.strs()), grammar, &pieces.flush)
         .map_err(to_py_err)?;
     *dec = next;
     Ok(step)
