@@ -11,9 +11,10 @@ import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from stopline._core import StoplineTypeError, StoplineValueError, _problem
 
-from stopline._core import _problem
+T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 
 
 _SHOWN = reprlib.Repr()  # keyword arguments only from 3.12
@@ -54,18 +55,28 @@ def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
 
 # --- field checks shared by compat, the engine layer and the adapters -------
 # Every Python-side validation error of a request field is built by one of
-# these two functions, so the message shape (and, later, the exception type)
-# is decided in one place.
+# these two functions, so the message shape and the exception type (the
+# core's classes, with ``field``, ``slot`` and ``kind``) are decided in one
+# place.
+
+
+def _with_data(exc: E, field_name: str, kind: str) -> E:
+    exc.field, exc.slot, exc.kind = field_name, None, kind  # type: ignore[attr-defined]
+    return exc
 
 
 def field_type_error(field_name: str, expected: str, value: Any) -> TypeError:
-    """``TypeError("{field} must be {expected}, got {type}")``."""
-    return TypeError(f"{field_name} must be {expected}, got {type(value).__name__}")
+    """``StoplineTypeError("{field} must be {expected}, got {type}")``,
+    ``kind="wrong_type"`` as the core's own type errors."""
+    return _with_data(
+        StoplineTypeError(f"{field_name} must be {expected}, got {type(value).__name__}"), field_name, "wrong_type"
+    )
 
 
-def field_value_error(field_name: str, problem: str) -> ValueError:
-    """``ValueError`` whose message starts with the field's name."""
-    return ValueError(f"{field_name}{problem}")
+def field_value_error(field_name: str, problem: str, kind: str = "invalid") -> ValueError:
+    """``StoplineValueError`` whose message starts with the field's name;
+    ``kind`` names the problem for callers that match on it."""
+    return _with_data(StoplineValueError(f"{field_name}{problem}"), field_name, kind)
 
 
 def integer(value: Any, field_name: str) -> int:
@@ -127,7 +138,7 @@ def one_of(value: Any, field_name: str, table: Mapping[str, T]) -> T:
     try:
         return table[value]
     except KeyError:
-        raise field_value_error(field_name, f"={shown(value)} is not one of {_listed(table)}") from None
+        raise field_value_error(field_name, f"={shown(value)} is not one of {_listed(table)}", "not_one_of") from None
 
 
 def _listed(table: Iterable[str]) -> str:
@@ -140,7 +151,9 @@ def unknown_keys(field_name: str, unknown: Iterable[Any], allowed: Iterable[str]
     keys = list(itertools.islice(unknown, _SHOWN_KEYS + 1))
     listed = ", ".join(shown(k) for k in keys[:_SHOWN_KEYS])
     more = ", ..." if len(keys) > _SHOWN_KEYS else ""
-    return field_value_error(field_name, f" has unknown keys [{listed}{more}]; expected some of {sorted(allowed)}")
+    return field_value_error(
+        field_name, f" has unknown keys [{listed}{more}]; expected some of {sorted(allowed)}", "unknown_key"
+    )
 
 
 _SHOWN_KEYS = 5
