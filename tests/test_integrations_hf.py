@@ -98,6 +98,24 @@ def test_min_tokens_restore_keeps_a_row_sampleable():
     assert torch.isinf(masked).all()
 
 
+def test_processor_rows_with_and_without_multi_token_bad_words():
+    """Rows keep output history only where a multi-token bad word needs it;
+    each row's mask still equals transformers' for that row's constraints."""
+    per_row = [{"min_tokens": 2, "stop_token_ids": [0]}, {"bad_words": [[5, 6], [7]]}]
+    ours = ConstraintsProcessor(per_row)
+    theirs = [hf_processors(1, 2, [0], None, None), hf_processors(1, 0, [0], [[5, 6], [7]], None)]
+    ids = torch.tensor([[1], [1]])
+    for nxt in ([5, 5], [6, 5], [2, 3]):
+        scores = torch.randn(2, V)
+        got = ours(ids, scores.clone())
+        for row in range(2):
+            expect = scores[row:row + 1].clone()
+            for p in theirs[row]:
+                expect = p(ids[row:row + 1], expect)
+            assert torch.equal(got[row:row + 1], expect), (row, nxt)
+        ids = torch.cat([ids, torch.tensor(nxt)[:, None]], dim=1)
+
+
 def test_processor_refuses_reordered_rows():
     ours = ConstraintsProcessor({"min_tokens": 1, "stop_token_ids": [0]})
     ours(torch.tensor([[1, 2], [3, 4]]), torch.zeros(2, V))

@@ -350,6 +350,8 @@ class ConstraintsProcessor(LogitsProcessor):
         self._constraints = constraints
         self._rows = _RowTracker(prompt_len, "ConstraintsProcessor")
         self._state: LogitsConstraints | None = None
+        self._history_rows: list[int] = []
+        self._row_slots = torch.zeros(0, dtype=torch.long)
         self.infeasible: torch.Tensor | None = None
 
     def _start(self, input_ids: torch.Tensor, scores: torch.Tensor) -> None:
@@ -360,6 +362,11 @@ class ConstraintsProcessor(LogitsProcessor):
         for row, kw in enumerate(per_row):
             state.set(row, **dict(kw))
         self._state = state
+        # Only rows with multi-token bad words read their output history;
+        # the others need no append (positions are passed to apply).
+        multi = (state.state.bad_prefix_len[:rows] > 0).any(dim=1).tolist() if rows else []
+        self._history_rows = [row for row in range(rows) if multi[row]]
+        self._row_slots = torch.arange(rows, device=scores.device)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self._state is None:
@@ -367,11 +374,10 @@ class ConstraintsProcessor(LogitsProcessor):
         assert self._state is not None
         new = self._rows.new_columns(input_ids)
         if new.shape[1]:
-            for row in range(new.shape[0]):
+            for row in self._history_rows:
                 self._state.append_tokens(row, new[row])
-        rows = int(input_ids.shape[0])
         prompt_len = self._rows.prompt_len
         assert prompt_len is not None
-        position = int(input_ids.shape[1]) - prompt_len
-        self.infeasible = self._state.apply(scores, row_slots=list(range(rows)), row_positions=[position] * rows)
+        positions = torch.full_like(self._row_slots, int(input_ids.shape[1]) - prompt_len)
+        self.infeasible = self._state.apply(scores, row_slots=self._row_slots, row_positions=positions)
         return scores

