@@ -283,7 +283,9 @@ def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list
                     except UnicodeDecodeError as e:
                         problems.append(f"{name}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})")
                     except json.JSONDecodeError as e:
-                        problems.append(f"{name}:{lineno}: not valid JSON: {e.msg} (column {e.colno})")
+                        # json's messages such as "Unterminated string starting at" expect the position next
+                        msg = e.msg.removesuffix(" at")
+                        problems.append(f"{name}:{lineno}: not valid JSON: {msg} at column {e.colno}")
                     except (ValueError, RecursionError) as e:
                         problems.append(f"{name}:{lineno}: {e}")
                     except MemoryError:
