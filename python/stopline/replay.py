@@ -311,7 +311,7 @@ def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list
 #: a line (one request) and the whole file, in decompressed bytes, and the
 #: number of requests and of malformed lines reported.
 MAX_LINE_BYTES = 8 << 20
-MAX_TRACE_BYTES = 64 << 20
+MAX_TRACE_BYTES = 32 << 20
 MAX_REQUESTS = 100_000
 MAX_PROBLEMS = 1_000
 
