@@ -14,29 +14,22 @@ import os
 import sys
 from collections.abc import Sequence
 
-from stopline._argtypes import int_arg, nonneg_int, positive_int
+from stopline._argtypes import float_arg, int_arg, nonneg_int, positive_int
 
 
 # Argument types raise ArgumentTypeError with the whole message: on a
 # ValueError argparse would print the function's name ("invalid _x value").
 
 
-def _float(v: str) -> float:
-    try:
-        return float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {v!r}") from None
-
-
 def _temperature(v: str) -> float:
-    t = _float(v)
+    t = float_arg(v)
     if not math.isfinite(t) or t < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {v}")
     return t
 
 
 def _top_p(v: str) -> float:
-    p = _float(v)
+    p = float_arg(v)
     if not 0 < p <= 1:  # also rejects NaN
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {v}")
     return p
