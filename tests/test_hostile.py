@@ -404,7 +404,10 @@ def test_replay_reports_hostile_trace_lines_and_exits_non_zero(tmp_path: Any) ->
 def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
     # 600 MB without a newline (a sparse file: no disk used) under a 512 MiB
     # address-space limit: reading it whole would fail; line by line it is
-    # one malformed line, then the good request after it is replayed.
+    # one malformed line, and reading stops at the file's cap (32 MiB: the
+    # good request after it is left unread, and that is said).
+    from stopline import replay
+
     path = tmp_path / "huge.jsonl"
     good = json.dumps({"id": "after", "params": {"max_tokens": 1}, "steps": [{"ids": [1]}]})
     with open(path, "wb") as f:
@@ -414,5 +417,6 @@ def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
     p = replay_child(str(path), limit=512 << 20)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert f"{path}:1: line longer than {64 << 20} bytes" in p.stderr
-    assert "after" in p.stdout
+    assert f"{path}:1: line longer than {replay.MAX_LINE_BYTES} bytes" in p.stderr
+    assert f"not read: a trace file holds at most {replay.MAX_TRACE_BYTES} bytes (decompressed)" in p.stderr
+    assert "after" not in p.stdout and "holds malformed lines only" in " ".join(p.stdout.split())
