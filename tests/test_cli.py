@@ -108,8 +108,63 @@ def test_replay_table_fits_80_columns_in_a_pipe_and_the_terminal_width_otherwise
     wide = run("replay", env=_env(COLUMNS="200"))
     assert max(map(len, wide.stdout.splitlines())) > 80  # the text column gets the room
     # Every request has its row in both.
-    assert sum(1 for line in lines if line.startswith("smollm2-gen")) == \
-        sum(1 for line in wide.stdout.splitlines() if line.startswith("smollm2-gen"))
+    assert sum(1 for line in lines if line.startswith("gen")) == \
+        sum(1 for line in wide.stdout.splitlines() if line.startswith("gen"))
+
+
+def _table_cells(stdout: str, title_start: str) -> list[tuple[str, str]]:
+    """(id cell, text cell) of each row of the table under the title that starts so."""
+    lines = stdout.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith(title_start))
+    i = next(k for k in range(i, len(lines)) if lines[k].startswith("id "))
+    cause_at, text_at = lines[i].index("cause"), lines[i].index("text")
+    rows = []
+    for line in lines[i + 1:]:
+        if not line.strip():
+            break
+        rows.append((line[:cause_at].strip(), line[text_at:]))
+    return rows
+
+
+def test_replay_table_at_80_columns_tells_requests_apart():
+    """Issue 24: at 80 columns the id column took the room and every text cell
+    showed the same start ('The capi...'). Now the ids' shared start is said
+    once in the title, the id column shows the rest whole, and the text cell
+    shows the end of the kept text (where requests of one prompt differ): in
+    the bundled chat trace every row's id is whole and distinct, and requests
+    whose kept texts differ show different text cells."""
+    p = run("replay", "--json")
+    texts = {o["id"]: o["text"] for o in map(json.loads, p.stdout.splitlines())
+             if o["type"] == "request" and o["file"].endswith("smollm2_chat.jsonl.gz")}
+    plain = run("replay")
+    assert "every id starts with 'smollm2-', left out below" in " ".join(plain.stdout.split())
+    rows = _table_cells(plain.stdout, "smollm2_chat.jsonl.gz")
+    assert len(rows) == len(texts)
+    assert {"smollm2-" + rid for rid, _ in rows} == set(texts)
+    cells = {"smollm2-" + rid: text for rid, text in rows}
+    by_text: dict[str, set[str]] = {}
+    for rid, text in texts.items():
+        by_text.setdefault(text, set()).add(cells[rid])
+    assert all(len(c) == 1 for c in by_text.values())  # one text, one cell
+    # Different texts, different cells (two pairs of the 93 texts share their last 19 characters;
+    # their starts, as shown before, told 30 of them apart).
+    width = len(next(iter(cells.values())))
+    shown_ends = {next(iter(c)) for c in by_text.values()}
+    shown_starts = {repr(t)[:width] for t in by_text}
+    assert len(shown_ends) >= 0.95 * len(by_text) > 2 * len(shown_starts)
+
+
+def test_replay_says_when_a_file_holds_no_request(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    p = run("replay", str(empty))
+    assert p.returncode == 0, p.stderr
+    assert f"{empty}: holds no request (empty or blank lines only)" in " ".join(p.stdout.split())
+    assert "0 requests in 1 files; finish_reason: -" in p.stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{\n")
+    p = run("replay", str(bad))
+    assert p.returncode == 1 and f"{bad}: holds malformed lines only" in " ".join(p.stdout.split())
 
 
 def test_replay_json_is_json_lines_in_order():

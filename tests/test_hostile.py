@@ -235,28 +235,40 @@ def test_compile_errors_keep_the_process_alive_under_a_tight_limit() -> None:
 
 GIL_PROBE = r"""
 import random, threading, time
-def other_thread_progress(f):
-    # Iterations a pure-Python thread makes while f runs, when it can get the
-    # GIL only from f giving it up (no forced switch for 1000 s).
-    counter = [0]
-    go, stop = threading.Event(), threading.Event()
-    def spin():
-        go.wait()
-        while not stop.is_set():
-            counter[0] += 1
-            if counter[0] % 256 == 0:
-                time.sleep(0)
-    sys.setswitchinterval(1000.0)
-    t = threading.Thread(target=spin)
-    t.start()
-    go.set()
-    before = counter[0]
-    try:
-        f()
-        return counter[0] - before
-    finally:
-        stop.set()
-        t.join()
+sys.setswitchinterval(1000.0)  # no forced switch: a waiting thread runs only when the GIL is given up
+
+class Observer:
+    # A thread that counts how often it ran while the main thread was inside
+    # a call. With no forced switch it can run then only when the call gives
+    # the GIL up; how long the OS takes to schedule it (a loaded machine)
+    # does not matter, as the call is repeated until it has been seen.
+    def __init__(self):
+        self.in_call = False
+        self.seen = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.watch)
+        self.thread.start()
+    def watch(self):
+        while not self.stop:
+            if self.in_call:
+                self.seen += 1
+            time.sleep(0)  # gives the GIL back, so the main thread never waits on this one
+    def calls_until_seen(self, make_call, max_calls):
+        # How many calls ran before one was observed in progress (0: none of
+        # max_calls was). make_call(i) gives a fresh call each time, so no
+        # cache turns a later call into a lookup.
+        for i in range(max_calls):
+            call = make_call(i)
+            self.seen = 0
+            self.in_call = True
+            call()
+            self.in_call = False
+            if self.seen:
+                return i + 1
+        return 0
+    def close(self):
+        self.stop = True
+        self.thread.join()
 
 rng = random.Random(7)
 alphabet = [chr(c) for c in range(0x21, 0x7F)] + [chr(c) for c in range(0xA1, 0x180)]
@@ -276,14 +288,18 @@ def worst_regexes(tag):
 @pytest.mark.skipif(not getattr(sys, "_is_gil_enabled", lambda: True)(), reason="measures GIL release; this interpreter runs without a GIL")
 def test_the_worst_case_request_compiles_without_the_gil() -> None:
     # The request of benches/bench_worst_case.py (stop, stop_regex and
-    # bad_words at their caps): another thread makes progress while it
-    # compiles, which it can only do when the compiling thread gives the GIL
-    # up. The control, a short list built in microseconds with the GIL held,
-    # lets it make none. bad_words go through the core without torch; with
-    # torch the whole LogitsConstraints.set of them is probed too.
+    # bad_words at their caps): another thread runs while the call is in
+    # progress, which it can do only when the compiling thread gives the GIL
+    # up (no forced switch). Load cannot break it: each call is fresh (new
+    # lists, no cache hit) and repeated until the other thread has been seen
+    # inside one; the bound on calls only turns a regression into a failure
+    # instead of a hang. The control, a short list compiled with the GIL held,
+    # is never seen in progress, however often it runs. bad_words go through
+    # the core without torch; with torch the whole LogitsConstraints.set of
+    # them is probed too.
     out = run_child(GIL_PROBE + r"""
 from stopline import _core
-stops, regexes = worst_stops("a"), worst_regexes("a")
+stops = worst_stops("a")
 assert sum(len(s.encode()) for s in stops) <= stopline.LIMITS["max_stop_bytes"]
 V, N_WORDS, N_TOKENS = 151_936, 1024, 64
 words = [[rng.randrange(V) for _ in range(N_TOKENS)] for _ in range(N_WORDS)]
@@ -293,19 +309,25 @@ try:
     lc = LogitsConstraints(256, V)
 except ImportError:
     lc = None
-def request():
-    StopParams(stop=stops, stop_regex=regexes)
-    if lc is not None:
-        lc.set(0, bad_words=words)
-whole = other_thread_progress(request)
-stop_only = other_thread_progress(lambda: StopStrings(worst_stops("b")))
-regex_only = other_thread_progress(lambda: StopRegexes(worst_regexes("b")))
-# Its GIL-free part lasts about a millisecond: a few calls give the waiting
-# thread time to wake up on a loaded machine.
-bad_only = other_thread_progress(lambda: [_core._bad_words_table(words, V, N_WORDS, N_TOKENS) for _ in range(20)])
-set_only = None if lc is None else other_thread_progress(lambda: [lc.set(1, bad_words=words) for _ in range(20)])
-control = other_thread_progress(lambda: StopStrings(["short", "list"]))
-p = StopParams(stop=stops, stop_regex=regexes)
+def request(i):
+    stops, regexes = worst_stops(f"w{i}_"), worst_regexes(f"w{i}_")
+    def call():
+        StopParams(stop=stops, stop_regex=regexes)
+        if lc is not None:
+            lc.set(0, bad_words=words)
+    return call
+obs = Observer()
+try:
+    N = 200
+    whole = obs.calls_until_seen(request, N)
+    stop_only = obs.calls_until_seen(lambda i: (lambda s=worst_stops(f"s{i}_"): StopStrings(s)), N)
+    regex_only = obs.calls_until_seen(lambda i: (lambda r=worst_regexes(f"r{i}_"): StopRegexes(r)), N)
+    bad_only = obs.calls_until_seen(lambda i: (lambda: _core._bad_words_table(words, V, N_WORDS, N_TOKENS)), N)
+    set_only = None if lc is None else obs.calls_until_seen(lambda i: (lambda: lc.set(1, bad_words=words)), N)
+    control = obs.calls_until_seen(lambda i: (lambda: StopStrings([f"short{i}", "list"])), N)
+finally:
+    obs.close()
+p = StopParams(stop=stops, stop_regex=worst_regexes("a"))
 n_multi = len(_core._bad_words_table(words, V, N_WORDS, N_TOKENS)[3]) // 4
 print(json.dumps([whole, stop_only, regex_only, bad_only, set_only, control, len(p.stop), len(p.stop_regex), n_multi]))
 """, limit=1 << 42)  # torch maps a large address space of its own
@@ -384,7 +406,10 @@ def test_replay_reports_hostile_trace_lines_and_exits_non_zero(tmp_path: Any) ->
 def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
     # 600 MB without a newline (a sparse file: no disk used) under a 512 MiB
     # address-space limit: reading it whole would fail; line by line it is
-    # one malformed line, then the good request after it is replayed.
+    # one malformed line, and reading stops at the file's cap (32 MiB: the
+    # good request after it is left unread, and that is said).
+    from stopline import replay
+
     path = tmp_path / "huge.jsonl"
     good = json.dumps({"id": "after", "params": {"max_tokens": 1}, "steps": [{"ids": [1]}]})
     with open(path, "wb") as f:
@@ -394,8 +419,9 @@ def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
     p = replay_child(str(path), limit=512 << 20)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert f"{path}:1: line longer than {64 << 20} bytes" in p.stderr
-    assert "after" in p.stdout
+    assert f"{path}:1: line longer than {replay.MAX_LINE_BYTES} bytes" in p.stderr
+    assert f"not read: a trace file holds at most {replay.MAX_TRACE_BYTES} bytes (decompressed)" in p.stderr
+    assert "after" not in p.stdout and "holds malformed lines only" in " ".join(p.stdout.split())
 
 
 # ---------------------------------------------- Vocabulary and decoding

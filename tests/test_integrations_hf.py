@@ -98,6 +98,24 @@ def test_min_tokens_restore_keeps_a_row_sampleable():
     assert torch.isinf(masked).all()
 
 
+def test_processor_rows_with_and_without_multi_token_bad_words():
+    """Rows keep output history only where a multi-token bad word needs it;
+    each row's mask still equals transformers' for that row's constraints."""
+    per_row = [{"min_tokens": 2, "stop_token_ids": [0]}, {"bad_words": [[5, 6], [7]]}]
+    ours = ConstraintsProcessor(per_row)
+    theirs = [hf_processors(1, 2, [0], None, None), hf_processors(1, 0, [0], [[5, 6], [7]], None)]
+    ids = torch.tensor([[1], [1]])
+    for nxt in ([5, 5], [6, 5], [2, 3]):
+        scores = torch.randn(2, V)
+        got = ours(ids, scores.clone())
+        for row in range(2):
+            expect = scores[row:row + 1].clone()
+            for p in theirs[row]:
+                expect = p(ids[row:row + 1], expect)
+            assert torch.equal(got[row:row + 1], expect), (row, nxt)
+        ids = torch.cat([ids, torch.tensor(nxt)[:, None]], dim=1)
+
+
 def test_processor_refuses_reordered_rows():
     ours = ConstraintsProcessor({"min_tokens": 1, "stop_token_ids": [0]})
     ours(torch.tensor([[1, 2], [3, 4]]), torch.zeros(2, V))
@@ -144,10 +162,23 @@ def hf_stop_step(tok, prompt, rows_ids, eos, max_new, stops):
     return ends
 
 
+@pytest.fixture(params=["core", "decodestream"])
+def decoding(request, monkeypatch):
+    """Both ways FinishCriteria decodes: the core (the tokenizer's Vocabulary)
+    and the DecodeStream fallback it takes for a decoder the core refuses
+    (forced here by a vocabulary_for that finds none)."""
+    if request.param == "decodestream":
+        from stopline.integrations import hf
+
+        monkeypatch.setattr(hf, "vocabulary_for", lambda tokenizer: None)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", range(10))
-def test_criteria_end_rows_where_transformers_does(tok, seed):
+def test_criteria_end_rows_where_transformers_does(tok, seed, decoding):
     """Each row ends at the step where transformers' EOS, max-length and stop-string
-    criteria end it (transformers 5.x; ASCII text, one token per step)."""
+    criteria end it (transformers 5.x; ASCII text, one token per step), whether
+    the core or the DecodeStream fallback decodes."""
     rng = random.Random(seed)
     stops = rng.sample([".", " mat", "Stop!", "ping it", "\n END", "cat sat"], rng.randint(0, 3))
     eos = 2
@@ -165,6 +196,7 @@ def test_criteria_end_rows_where_transformers_does(tok, seed):
     expect = hf_stop_step(tok, prompt, rows_ids, eos, max_new, stops)
 
     crit = FinishCriteria(tok, stopline.StopParams(max_tokens=max_new, eos_token_ids=[eos], stop=stops))
+    assert crit.decodes_in_core == (decoding == "core")
     got = [None] * len(rows_ids)
     for n in range(1, width + 1):
         done = crit(torch.tensor([prompt + r[:n] for r in rows_ids]), None)
@@ -177,6 +209,74 @@ def test_criteria_end_rows_where_transformers_does(tok, seed):
         if res.finish_reason == "stop" and isinstance(res.stop_reason, str):
             decoded = tok.decode(rows_ids[i][: got[i] + 1])
             assert crit.texts()[i] == decoded[: decoded.index(res.stop_reason)]
+
+
+def test_criteria_steps_ids_through_the_core(tok):
+    """A ByteLevel tokenizer (SmolLM2) is decoded by the core: one FinishBatch
+    step per call with the ids only, built once per tokenizer; the kept text
+    equals tokenizers' decode, and a speculative run of three ids gives what
+    three one-id calls give."""
+    from stopline.integrations.hf import vocabulary_for
+
+    vocab = vocabulary_for(tok)
+    assert isinstance(vocab, stopline.Vocabulary) and vocabulary_for(tok) is vocab
+    prompt = tok.encode("Hi: ")
+    out = tok.encode(" the cat sat on a mat, then it ran. The end")
+    params = stopline.StopParams(stop=[" ran"], max_tokens=50)
+    one, run = FinishCriteria(tok, params), FinishCriteria(tok, params)
+    assert one.decodes_in_core and run.decodes_in_core
+    for n in range(1, len(out) + 1):
+        one(torch.tensor([prompt + out[:n]]), None)
+    for n in range(1, len(out) + 1, 3):
+        run(torch.tensor([prompt + out[:n]]), None)
+    run(torch.tensor([prompt + out]), None)
+    decoded = tok.decode(out)
+    expect = decoded[: decoded.index(" ran")]
+    assert one.texts() == run.texts() == [expect]
+    assert one.results()[0].stop_reason == run.results()[0].stop_reason == " ran"
+
+
+def test_unsupported_decoder_falls_back_to_decodestream():
+    """A decoder the core refuses (here BPEDecoder) is decoded with tokenizers'
+    DecodeStream: the criteria still stop on the text tokenizers decodes."""
+    from tokenizers import Tokenizer, decoders, models
+
+    words = ["a</w>", "b</w>", "st", "op</w>", "<unk>"]
+    bpe = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    bpe.decoder = decoders.BPEDecoder()
+    with pytest.raises(ValueError, match="unsupported decoder BPEDecoder"):
+        stopline.Vocabulary.from_str(bpe.to_str())
+    crit = FinishCriteria(bpe, stopline.StopParams(stop=["stop"], max_tokens=10))
+    assert not crit.decodes_in_core
+    out = [0, 1, 2, 3, 0]
+    ends = [bool(crit(torch.tensor([[4] + out[:n]]), None)[0]) for n in range(1, len(out) + 1)]
+    assert ends == [False, False, False, True, True]
+    assert crit.texts() == ["a b "] and bpe.decode(out[:4]) == "a b stop"
+
+
+@pytest.mark.parametrize("cap", [2, 3])
+def test_length_cap_inside_a_character_keeps_u_fffd(tok, decoding, cap):
+    """semantics.md 10.3: a row that reaches max_tokens with a character half
+    finished keeps it as U+FFFD, so its text equals tokenizers' decode of the
+    kept ids; the same with the DecodeStream fallback."""
+    out = tok.encode("a \U0001F389 b")  # the emoji takes three byte-level tokens
+    crit = FinishCriteria(tok, stopline.StopParams(max_tokens=cap))
+    for n in range(1, cap + 1):
+        done = crit(torch.tensor([[1] + out[:n]]), None)
+    assert bool(done[0]) and crit.results()[0].finish_reason == "length"
+    assert crit.texts() == [tok.decode(out[:cap])] and crit.texts()[0].endswith("\ufffd")
+
+
+def test_stop_string_starting_in_the_prompt_does_not_stop(tok, decoding):
+    """Deliberate difference (docs/integrations.md): stop strings match the
+    output only, as vLLM; transformers' StopStringCriteria also sees the
+    prompt's tail, so a stop string the prompt starts stops its row there."""
+    prompt, out = tok.encode("Say ST"), tok.encode("OP now")
+    ids = torch.tensor([prompt + out[:1]])
+    assert tok.decode(ids[0].tolist()).endswith("STOP")
+    assert bool(hf_sc.StopStringCriteria(tok, ["STOP"])(ids, None)[0])
+    crit = FinishCriteria(tok, stopline.StopParams(stop=["STOP"], max_tokens=10))
+    assert not bool(crit(ids, None)[0]) and crit.texts() == [tok.decode(out[:1])]
 
 
 def test_criteria_refuses_reordered_rows(tok):
@@ -193,6 +293,8 @@ def test_criteria_bad_arguments(tok):
         FinishCriteria(tok, [stopline.StopParams()])(torch.tensor([[1, 2], [3, 4]]), None)
     with pytest.raises(ValueError, match="prompt_len"):
         FinishCriteria(tok, stopline.StopParams(), prompt_len=-1)
+    with pytest.raises(TypeError, match="vocabulary must be a stopline.Vocabulary, got str"):
+        FinishCriteria(tok, stopline.StopParams(), vocabulary="tokenizer.json")
 
 
 # --- generate end to end ---------------------------------------------------
@@ -250,8 +352,15 @@ def test_generate_with_adapters_equals_generate_with_its_own(lm):
     assert (ours[0, width + stop_at + 1:] != pad).any() and (theirs[0, width + stop_at + 1:] == pad).all()
 
 
-def test_docs_example_runs():
-    """The HF example in docs/integrations.md runs as written."""
-    from doc_blocks import run_python_blocks
+def test_docs_example_runs(lm, monkeypatch):
+    """The HF example in docs/integrations.md runs as written, with public
+    imports only, on the local copy of SmolLM2 the model tests use (MODEL)."""
+    from doc_blocks import ROOT, run_python_blocks
 
+    page = (ROOT / "docs/integrations.md").read_text(encoding="utf-8")
+    block = page[page.index("## HF transformers"):]
+    block = block[block.index("```python"):]
+    block = block[: block.index("```", 3)]
+    assert "stopline.tools" not in block and "import stopline._" not in block
+    monkeypatch.setenv("MODEL", lm.model.name_or_path)
     run_python_blocks("docs/integrations.md", "integrations.hf")

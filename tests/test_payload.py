@@ -7,6 +7,7 @@ the payloads released for a row are the payloads of the ids in that row's
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,3 +62,63 @@ def test_docs_integrations_examples_without_engines():
     from doc_blocks import run_python_blocks
 
     run_python_blocks("docs/integrations.md", "HeldPayloads")
+
+
+def test_held_payloads_allocate_nothing_up_front_and_cap_max_slots():
+    """Issue 22: HeldPayloads(2**24) took ~10 GiB up front and HeldPayloads(10**30)
+    had no cap. Now the cap is FinishBatch's (LIMITS["max_slots"]) and a slot's
+    queue exists only while it holds payloads."""
+    import tracemalloc
+
+    from stopline.payload import MAX_SLOTS
+
+    assert MAX_SLOTS == stopline.LIMITS["max_slots"]
+    tracemalloc.start()
+    try:
+        held = HeldPayloads(MAX_SLOTS)
+        held.push(MAX_SLOTS - 1, [1.0, 2.0])
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+    assert held.max_slots == MAX_SLOTS and held.held(MAX_SLOTS - 1) == 2
+    assert held.release(MAX_SLOTS - 1, 2) == [[1.0, 2.0]] and held.held(MAX_SLOTS - 1) == 0
+    for bad in (10**30, MAX_SLOTS + 1, 0, -1):
+        with pytest.raises(ValueError, match=r"max_slots must be in \[1, 16777216\]"):
+            HeldPayloads(bad)
+
+
+@pytest.mark.parametrize("call,exc,says", [
+    (lambda h: h.release(1, -2), ValueError, "slot 1: count must be >= 0, got -2"),
+    (lambda h: h.release(1, True), TypeError, "count must be an int, got bool"),
+    (lambda h: h.release(1, 1.5), TypeError, "count must be an int, got float"),
+    (lambda h: h.release(True, 1), TypeError, "slot must be an int, got bool"),
+    (lambda h: h.push(1, 5), TypeError, "slot 1: chunk must have len() and slicing, got int"),
+    (lambda h: h.held(2), ValueError, "slot must be in [0, 2), got 2"),
+    (lambda h: h.held(10**5000), ValueError, "slot must be in [0, 2), got"),
+    (lambda h: h.release(1, 10**5000), ValueError, "slot 1: releasing"),
+    (lambda h: h.step(object()), TypeError, "result must be a BatchStepResult, got object"),
+    (lambda h: HeldPayloads(True), TypeError, "max_slots must be an int, got bool"),
+    (lambda h: HeldPayloads("8"), TypeError, "max_slots must be an int, got str"),
+])
+def test_held_payloads_bad_arguments_name_the_field_briefly(call, exc, says):
+    """Issue 22: a negative count grew the held count, True passed as a count,
+    and bad values raised IndexError / bare TypeErrors or echoed whole values.
+    Now each names its field and shows a value bounded; nothing changes."""
+    held = HeldPayloads(2)
+    held.push(1, [0.5])
+    with pytest.raises(exc) as info:
+        call(held)
+    assert says in str(info.value) and len(str(info.value)) < 300
+    assert held.held(1) == 1
+
+
+def test_a_chunk_that_shrank_after_push_is_a_named_error():
+    """A list the engine changed after pushing it leaves the queue short: a
+    ValueError naming the slot (was an IndexError from the queue)."""
+    held = HeldPayloads(2)
+    chunk = [1, 2, 3]
+    held.push(0, chunk)
+    del chunk[1:]
+    with pytest.raises(ValueError, match="slot 0: the held chunks cover fewer tokens"):
+        held.release(0, 3)
+    assert held.held(0) == 0

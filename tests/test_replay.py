@@ -212,3 +212,92 @@ def test_generate_without_extras_says_what_to_install():
     p = run_cli("generate", "--prompt", "hi", extra_code=BLOCK_EXTRAS)
     assert p.returncode == 2
     assert "pip install 'stopline[demo]'" in p.stderr
+
+
+LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+from stopline.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _gz_lines(path, lines):
+    import gzip
+
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        for parts in lines:
+            for part in parts:
+                f.write(part)
+            f.write(b"\n")
+    return path
+
+
+def test_a_small_gz_of_many_48_mb_requests_ends_in_a_bounded_error(tmp_path):
+    """Issue 22: a small .gz that expands to many 48 MB requests ended in a
+    MemoryError traceback. Lines over MAX_LINE_BYTES are skipped as they are
+    read, and past MAX_TRACE_BYTES decompressed the file is left unread: a
+    one-line problem each, under a 1 GiB address-space limit."""
+    step = b'{"ids": [1]}, ' * (1 << 16)  # ~0.9 MB
+    request = [b'{"id": "r", "steps": [', *([step] * 52), b'{"ids": [1]}]}']  # ~48 MB
+    path = _gz_lines(tmp_path / "bomb.jsonl.gz", [request] * 5)
+    assert path.stat().st_size < 2 << 20
+    p = run_cli("replay", str(path), extra_code=LIMITED.format(limit=1 << 30))
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr
+    assert f"{path}:1: line longer than {replay.MAX_LINE_BYTES} bytes" in p.stderr
+    assert f"not read: a trace file holds at most {replay.MAX_TRACE_BYTES} bytes (decompressed)" in p.stderr
+    assert len(p.stderr) < 2000
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncated", "not gzip"])
+def test_a_damaged_gz_is_a_one_line_error(tmp_path, damage):
+    """Issue 22: a corrupt .gz showed a zlib.error traceback. Corrupt,
+    truncated or non-gzip data is one line naming the file (exit 2)."""
+    import gzip
+
+    data = gzip.compress((GOOD + "\n").encode() * 2000)
+    if damage == "corrupt":
+        data = data[:40] + bytes(b ^ 0x5A for b in data[40:80]) + data[80:]
+    elif damage == "truncated":
+        data = data[: len(data) // 2]
+    else:
+        data = b"this is not gzip data\n" * 10
+    path = tmp_path / "damaged.jsonl.gz"
+    path.write_bytes(data)
+    p = run_cli("replay", str(path))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert p.stderr.count("\n") == 1 and str(path) in p.stderr
+    assert "not a complete, valid gzip file" in p.stderr
+
+
+def test_problems_with_huge_unknown_keys_stay_short(tmp_path):
+    """Issue 22: lines with 32 MB unknown keys printed over a GB of problem
+    text. Each problem shows at most four keys, each cut short, and their
+    count, whatever the line holds (keys of 4 MB here, and 100k keys)."""
+    big_key = b"k" * (4 << 20)
+    lines = [[b'{"id": "a%d", "steps": [], "' % i, big_key, b'": 1}'] for i in range(6)]
+    lines.append([json.dumps({"id": "b", "steps": [], **{f"x{i}": 0 for i in range(100_000)}}).encode()])
+    lines.append([b'{"id": "c", "params": {"', big_key, b'": 1}, "steps": []}'])
+    lines.append([b'{"id": "', big_key, b'", "steps": [{"ids": ["', big_key, b'"]}]}'])
+    path = _gz_lines(tmp_path / "keys.jsonl.gz", lines)
+    p = run_cli("replay", str(path))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    problems = p.stderr.splitlines()
+    assert len(problems) == len(lines), problems[-1][:300]
+    assert max(map(len, problems)) < 600
+    assert "has unknown keys" in problems[0] and "(100004 in all)" not in problems[0]
+    assert "(100000 in all)" in problems[6] and "params has unknown fields" in problems[7]
+
+
+def test_malformed_json_message_reads_cleanly(tmp_path):
+    """Issue 24: 'Unterminated string starting at at column 8': json's
+    messages that end in 'at' now read on into the column."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"id": "x\n{"id": \n{"id": "x')  # the last line has no newline
+    p = run_cli("replay", str(path))
+    assert p.returncode == 1
+    assert ":1: not valid JSON: Invalid control character at column 10" in p.stderr
+    assert ":2: not valid JSON: Expecting value at column 1" in p.stderr
+    assert ":3: not valid JSON: Unterminated string starting at column 8" in p.stderr
+    assert "at at" not in p.stderr

@@ -17,15 +17,21 @@ _MORE = "..."
 class Column:
     """A column: ``name`` (the header), ``right`` aligned or left, and, for a
     column that may be cut to make the table fit, the ``shrink`` order
-    (lower first) and the ``min_width`` it keeps."""
+    (lower first) and the ``min_width`` it keeps. ``keep`` says which part of
+    a cell too wide for its column is shown: ``"head"`` (``abc...``),
+    ``"tail"`` (``...xyz``) or ``"ends"`` (``ab...yz``)."""
 
-    __slots__ = ("min_width", "name", "right", "shrink")
+    __slots__ = ("keep", "min_width", "name", "right", "shrink")
 
-    def __init__(self, name: str, *, right: bool = False, shrink: int | None = None, min_width: int = 8) -> None:
+    def __init__(self, name: str, *, right: bool = False, shrink: int | None = None, min_width: int = 8,
+                 keep: str = "head") -> None:
+        if keep not in ("head", "tail", "ends"):
+            raise ValueError(f"keep must be 'head', 'tail' or 'ends', got {keep!r}")
         self.name = name
         self.right = right
         self.shrink = shrink
-        self.min_width = max(min_width, len(_MORE) + 1)
+        self.min_width = max(min_width, len(_MORE) + 2)
+        self.keep = keep
 
 
 def fit_width() -> int:
@@ -33,8 +39,16 @@ def fit_width() -> int:
     return shutil.get_terminal_size((80, 24)).columns
 
 
-def _cut(cell: str, width: int) -> str:
-    return cell if len(cell) <= width else cell[: width - len(_MORE)] + _MORE
+def _cut(cell: str, width: int, keep: str = "head") -> str:
+    if len(cell) <= width:
+        return cell
+    room = width - len(_MORE)
+    if keep == "tail":
+        return _MORE + cell[len(cell) - room:]
+    if keep == "ends":
+        head = (room + 1) // 2
+        return cell[:head] + _MORE + cell[len(cell) - (room - head):]
+    return cell[:room] + _MORE
 
 
 def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None = None) -> list[str]:
@@ -61,7 +75,7 @@ def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width
     def line(cells: Sequence[str]) -> str:
         parts = []
         for c, w, cell in zip(columns, widths, cells):
-            cell = _cut(cell, w)
+            cell = _cut(cell, w, c.keep)
             parts.append(cell.rjust(w) if c.right else cell.ljust(w))
         return _GAP.join(parts).rstrip()
 

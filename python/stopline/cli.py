@@ -14,50 +14,22 @@ import os
 import sys
 from collections.abc import Sequence
 
+from stopline._argtypes import float_arg, int_arg, nonneg_int, positive_int
+
 
 # Argument types raise ArgumentTypeError with the whole message: on a
 # ValueError argparse would print the function's name ("invalid _x value").
 
 
-def _int(v: str) -> int:
-    try:
-        return int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {v!r}") from None
-
-
-def positive_int(v: str) -> int:
-    """An integer >= 1 (argparse type)."""
-    n = _int(v)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
-
-
-def nonneg_int(v: str) -> int:
-    """An integer >= 0 (argparse type)."""
-    n = _int(v)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
-    return n
-
-
-def _float(v: str) -> float:
-    try:
-        return float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {v!r}") from None
-
-
 def _temperature(v: str) -> float:
-    t = _float(v)
+    t = float_arg(v)
     if not math.isfinite(t) or t < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {v}")
     return t
 
 
 def _top_p(v: str) -> float:
-    p = _float(v)
+    p = float_arg(v)
     if not 0 < p <= 1:  # also rejects NaN
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {v}")
     return p
@@ -119,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="constrain the output to this JSON schema (a file path or the schema itself)")
     g.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=_top_p, default=1.0, help="nucleus sampling mass, in (0, 1]")
-    g.add_argument("--seed", type=_int, default=None, help="sampling seed")
+    g.add_argument("--seed", type=int_arg, default=None, help="sampling seed")
     g.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     g.add_argument("--model", default=None, metavar="PATH",
                    help="gguf file or directory holding it (default: stopline's model cache)")

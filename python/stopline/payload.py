@@ -15,59 +15,107 @@ O(rows + chunks released), not O(tokens), in Python.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from ._caps import shown
+from ._core import LIMITS
+
 __all__ = ["HeldPayloads"]
+
+MAX_SLOTS = LIMITS["max_slots"]
+"""The cap on ``max_slots``: ``FinishBatch``'s (``LIMITS["max_slots"]``, 2**24)."""
+
+
+def _index(value: Any, field: str) -> int:
+    """``value`` as an int (anything with ``__index__``, as the core reads
+    ints; a ``bool`` is refused): ``TypeError`` naming the field otherwise."""
+    if isinstance(value, bool):
+        raise TypeError(f"{field} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{field} must be an int, got {type(value).__name__}") from None
 
 
 class HeldPayloads:
     """Payload chunks per slot, released in step with ``FinishBatch``'s token ids.
 
     Args:
-        max_slots: slots ``0..max_slots-1``, as in ``FinishBatch``.
+        max_slots: slots ``0..max_slots-1``, as in ``FinishBatch``: an int in
+            ``[1, 2**24]`` (``LIMITS["max_slots"]``). Nothing is allocated up
+            front: a slot's queue exists from its first ``push`` until
+            ``clear`` (about 900 bytes per slot holding payloads, plus the
+            chunks themselves).
 
     A chunk is any object with ``len()`` and slicing (``chunk[a:b]``) that
     covers ``len(chunk)`` consecutive output tokens of one slot.
 
     Raises:
-        ValueError: a slot out of range; releasing more tokens than held
-            (the engine pushed fewer payloads than it fed tokens).
+        TypeError: ``max_slots``, a slot or a count that is not an int (a
+            ``bool`` included); a chunk without ``len()``; a ``result``
+            without ``slots`` / ``released_counts``.
+        ValueError: naming the field: ``max_slots`` outside ``[1, 2**24]``;
+            a slot outside ``[0, max_slots)``; a negative count; releasing
+            more tokens than held (the engine pushed fewer payloads than it
+            fed tokens); ``chunks`` not one per row. Messages show a value
+            bounded (``_caps.shown``).
     """
 
     def __init__(self, max_slots: int):
-        if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots <= 0:
-            raise ValueError(f"max_slots must be a positive int, got {max_slots!r}")
-        self._queues: list[deque[Any]] = [deque() for _ in range(max_slots)]
-        self._held = [0] * max_slots
+        n = _index(max_slots, "max_slots")
+        if not 1 <= n <= MAX_SLOTS:
+            raise ValueError(f"max_slots must be in [1, {MAX_SLOTS}], got {shown(n)}")
+        self._max_slots = n
+        self._queues: dict[int, deque[Any]] = {}
+        self._held: dict[int, int] = {}
 
-    def _slot(self, slot: int) -> int:
-        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < len(self._queues):
-            raise ValueError(f"slot must be an int in [0, {len(self._queues)}), got {slot!r}")
-        return slot
+    @property
+    def max_slots(self) -> int:
+        """Number of slots, as given when built."""
+        return self._max_slots
+
+    def _slot(self, slot: Any, field: str = "slot") -> int:
+        s = _index(slot, field)
+        if not 0 <= s < self._max_slots:
+            raise ValueError(f"{field} must be in [0, {self._max_slots}), got {shown(s)}")
+        return s
 
     def push(self, slot: int, chunk: Any) -> None:
         """Hold ``chunk``: the payloads of the next ``len(chunk)`` output tokens of ``slot``."""
         s = self._slot(slot)
-        n = len(chunk)
+        try:
+            n = len(chunk)
+        except TypeError:
+            raise TypeError(f"slot {s}: chunk must have len() and slicing, got {type(chunk).__name__}") from None
         if n:
-            self._queues[s].append(chunk)
-            self._held[s] += n
+            self._queues.setdefault(s, deque()).append(chunk)
+            self._held[s] = self._held.get(s, 0) + n
 
     def held(self, slot: int) -> int:
         """Tokens whose payload is held for ``slot``."""
-        return self._held[self._slot(slot)]
+        return self._held.get(self._slot(slot), 0)
 
     def release(self, slot: int, count: int) -> list[Any]:
         """Take the payloads of the next ``count`` tokens of ``slot``, as chunks (the last one sliced)."""
         s = self._slot(slot)
-        if count > self._held[s]:
-            raise ValueError(f"slot {slot}: releasing {count} tokens but only {self._held[s]} are held")
+        k = _index(count, "count")
+        held = self._held.get(s, 0)
+        if k < 0:
+            raise ValueError(f"slot {s}: count must be >= 0, got {shown(k)}")
+        if k > held:
+            raise ValueError(f"slot {s}: releasing {shown(k)} tokens but only {held} are held")
+        if k == 0:
+            return []
         queue = self._queues[s]
         out: list[Any] = []
-        left = count
+        left = k
         while left:
+            if not queue:  # a pushed chunk shrank afterwards (a list the engine changed)
+                self.clear(s)
+                raise ValueError(f"slot {s}: the held chunks cover fewer tokens than were pushed; a chunk changed length after push")
             chunk = queue[0]
             n = len(chunk)
             if n <= left:
@@ -77,7 +125,10 @@ class HeldPayloads:
                 out.append(chunk[:left])
                 queue[0] = chunk[left:]
                 left = 0
-        self._held[s] -= count
+        if k == held:
+            self.clear(s)
+        else:
+            self._held[s] = held - k
         return out
 
     def step(self, result: Any, chunks: Sequence[Any] | None = None) -> list[list[Any]]:
@@ -88,19 +139,24 @@ class HeldPayloads:
         row, the released chunks. Rows that finished are cleared afterwards:
         payloads of tokens past the stop are dropped with them.
         """
-        slots = result.slots
+        try:
+            slots, counts, finished = result.slots, result.released_counts, result.finished_slots
+        except AttributeError:
+            raise TypeError(f"result must be a BatchStepResult, got {type(result).__name__}") from None
         if chunks is not None:
+            if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Sequence):
+                raise TypeError(f"chunks must be a sequence of chunks, got {type(chunks).__name__}")
             if len(chunks) != len(slots):
                 raise ValueError(f"chunks has {len(chunks)} entries but the step has {len(slots)} rows")
             for slot, chunk in zip(slots, chunks):
                 self.push(slot, chunk)
-        out = [self.release(slot, n) for slot, n in zip(slots, result.released_counts)]
-        for slot in result.finished_slots:
+        out = [self.release(slot, n) for slot, n in zip(slots, counts)]
+        for slot in finished:
             self.clear(slot)
         return out
 
     def clear(self, slot: int) -> None:
         """Drop everything held for ``slot`` (its sequence finished or was removed)."""
         s = self._slot(slot)
-        self._queues[s].clear()
-        self._held[s] = 0
+        self._queues.pop(s, None)
+        self._held.pop(s, None)

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 import stopline
+from stopline._caps import shown
 from stopline._table import Column, fit_width, format_table, wrap
 
 __all__ = [
@@ -56,7 +58,7 @@ class TraceFileError(Exception):
     """A trace file that cannot be read at all (missing, a directory, no permission)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     ids: list[int]
     texts: list[str] | None
@@ -140,10 +142,17 @@ def _open_trace(name: str) -> Any:
 
 def _int(v: Any, what: str, lo: int = 0, hi: int | None = None) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{what} must be an integer, got {v!r}")
+        raise ValueError(f"{what} must be an integer, got {shown(v)}")
     if v < lo or (hi is not None and v > hi):
-        raise ValueError(f"{what}={v} is outside [{lo}, {hi if hi is not None else 'inf'}]")
+        raise ValueError(f"{what}={shown(v)} is outside [{lo}, {hi if hi is not None else 'inf'}]")
     return v
+
+
+def _unknown(what: str, names: set[str]) -> ValueError:
+    """The error for keys a trace may not carry: a few of them, each shown bounded, and how many."""
+    few = sorted(names, key=lambda k: (len(k), k))[:4]
+    more = f" ({len(names)} in all)" if len(names) > len(few) else ""
+    return ValueError(f"{what} {', '.join(shown(k) for k in few)}{more}")
 
 
 def _check_object(obj: Any, keys: set[str], what: str) -> None:
@@ -151,7 +160,7 @@ def _check_object(obj: Any, keys: set[str], what: str) -> None:
         raise ValueError(f"{what} must be a JSON object, got {type(obj).__name__}")
     unknown = set(obj) - keys
     if unknown:
-        raise ValueError(f"{what} has unknown keys {sorted(unknown)}")
+        raise _unknown(f"{what} has unknown keys", unknown)
 
 
 def _parse_step(obj: Any, k: int) -> Step:
@@ -190,7 +199,7 @@ def _parse_request(obj: Any, file: str, line: int, impl: Any) -> Request:
         raise ValueError("'params' must be an object")
     bad = set(params) - set(PARAM_FIELDS)
     if bad:
-        raise ValueError(f"params has unknown fields {sorted(bad)}")
+        raise _unknown("params has unknown fields", bad)
     try:
         impl.StopParams(**params)  # validate now, so one bad request cannot stop a batch step
     except (TypeError, ValueError, OverflowError) as e:
@@ -215,66 +224,94 @@ def _parse_request(obj: Any, file: str, line: int, impl: Any) -> Request:
 def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list[Request], list[str]]:
     """Read one JSONL trace file, line by line.
 
-    A name ending in ``.gz`` is read as gzip-compressed JSONL.
+    A name ending in ``.gz`` is read as gzip-compressed JSONL, decompressed
+    as it is read.
 
     Returns ``(requests, problems)``: each malformed line (bad JSON, invalid
     UTF-8, a missing or ill-typed field, params that ``StopParams`` rejects,
     a duplicate id, an id that is not valid Unicode, a step without texts
     when the params have stop strings or regexes, a line over
     ``MAX_LINE_BYTES``) becomes one ``"FILE:LINE: message"`` entry of
-    ``problems`` and is left out; the other lines still load. Blank lines are
-    skipped. The file is never read whole: past ``MAX_REQUESTS`` requests or
-    ``MAX_PROBLEMS`` problems the rest of the file is left unread and that is
-    one more problem.
+    ``problems`` (values shown bounded, so a message stays short whatever
+    the line holds) and is left out; the other lines still load. Blank lines
+    are skipped. The file is never read whole: at most one line of
+    ``MAX_LINE_BYTES`` is in memory at a time, and past ``MAX_TRACE_BYTES``
+    (decompressed), ``MAX_REQUESTS`` requests or ``MAX_PROBLEMS`` problems
+    the rest of the file is left unread and that is one more problem.
 
-    Raises :class:`TraceFileError` when the file cannot be read at all.
+    Raises :class:`TraceFileError` when the file cannot be read at all
+    (missing, unreadable, not gzip, corrupt or truncated gzip data).
     """
     name = os.fspath(path)
     requests: list[Request] = []
     problems: list[str] = []
     seen: dict[str, int] = {}
+    total = 0  # decompressed bytes read
+
+    def refuse(lineno: int, why: str) -> None:
+        problems.append(f"{name}:{lineno}: not read: {why}")
+
     try:
         with _open_trace(name) as f:
             lineno = 0
             while True:
-                bline = f.readline(MAX_LINE_BYTES + 1)
+                bline = f.readline(min(MAX_LINE_BYTES, MAX_TRACE_BYTES - total) + 1)
                 if not bline:
                     break
                 lineno += 1
+                total += len(bline)
+                if total > MAX_TRACE_BYTES:
+                    refuse(lineno, f"a trace file holds at most {MAX_TRACE_BYTES} bytes (decompressed)")
+                    break
                 if len(bline) > MAX_LINE_BYTES and not bline.endswith(b"\n"):
-                    while bline and not bline.endswith(b"\n"):  # skip to the end of the line
-                        bline = f.readline(1 << 20)
+                    while bline and not bline.endswith(b"\n") and total <= MAX_TRACE_BYTES:
+                        bline = f.readline(1 << 20)  # skip to the end of the line, counting it
+                        total += len(bline)
                     problems.append(f"{name}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
+                    if total > MAX_TRACE_BYTES:
+                        refuse(lineno, f"a trace file holds at most {MAX_TRACE_BYTES} bytes (decompressed)")
+                        break
                 elif bline.strip():
                     try:
                         obj = json.loads(bline.decode("utf-8"))
+                        del bline  # the parsed line, not its text too
                         req = _parse_request(obj, name, lineno, impl)
+                        del obj
                         _check_loaded(req, impl)
                         if req.id in seen:
-                            raise ValueError(f"duplicate id {req.id!r} (first on line {seen[req.id]})")
+                            raise ValueError(f"duplicate id {shown(req.id)} (first on line {seen[req.id]})")
                     except UnicodeDecodeError as e:
                         problems.append(f"{name}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})")
                     except json.JSONDecodeError as e:
-                        problems.append(f"{name}:{lineno}: not valid JSON ({e.msg} at column {e.colno})")
+                        # json's messages such as "Unterminated string starting at" expect the position next
+                        msg = e.msg.removesuffix(" at")
+                        problems.append(f"{name}:{lineno}: not valid JSON: {msg} at column {e.colno}")
                     except (ValueError, RecursionError) as e:
                         problems.append(f"{name}:{lineno}: {e}")
+                    except MemoryError:
+                        refuse(lineno, "out of memory parsing this line; the requests read so far are kept")
+                        break
                     else:
                         seen[req.id] = lineno
                         requests.append(req)
                 if len(requests) >= MAX_REQUESTS or len(problems) >= MAX_PROBLEMS:
                     if f.read(1):
-                        problems.append(
-                            f"{name}:{lineno + 1}: not read: a trace file holds at most {MAX_REQUESTS} "
-                            f"requests and {MAX_PROBLEMS} malformed lines"
-                        )
+                        refuse(lineno + 1, f"a trace file holds at most {MAX_REQUESTS} requests and "
+                                           f"{MAX_PROBLEMS} malformed lines")
                     break
-    except (OSError, EOFError) as e:  # EOFError: a truncated .gz
-        raise TraceFileError(f"cannot read trace file {name}: {getattr(e, 'strerror', None) or e}") from None
+    except (OSError, EOFError, zlib.error) as e:  # EOFError: a truncated .gz; zlib.error: corrupt data
+        why = getattr(e, "strerror", None) or str(e)
+        if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
+            why = f"not a complete, valid gzip file ({shown(why)})"
+        raise TraceFileError(f"cannot read trace file {shown(name)}: {why}") from None
     return requests, problems
 
 
-#: Bounds on one trace file (untrusted input, like the requests it records).
-MAX_LINE_BYTES = 64 << 20
+#: Bounds on one trace file (untrusted input, like the requests it records):
+#: a line (one request) and the whole file, in decompressed bytes, and the
+#: number of requests and of malformed lines reported.
+MAX_LINE_BYTES = 8 << 20
+MAX_TRACE_BYTES = 32 << 20
 MAX_REQUESTS = 100_000
 MAX_PROBLEMS = 1_000
 
@@ -286,7 +323,7 @@ def _check_loaded(req: Request, impl: Any) -> None:
     try:
         req.id.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"'id' {req.id!r} is not valid Unicode (lone surrogate)") from None
+        raise ValueError(f"'id' {shown(req.id)} is not valid Unicode (lone surrogate)") from None
     if req.params.get("stop") or req.params.get("stop_regex"):
         for k, st in enumerate(req.steps):
             if st.texts is None and st.ids:
@@ -518,25 +555,39 @@ def _short(v: Any, width: int = 60) -> str:
 
 
 # The table: `cause` stands for finish_reason (stop_string, stop_token, eos and
-# grammar all report "stop"), which keeps a row within 80 columns.
+# grammar all report "stop"), which keeps a row within 80 columns. Requests of
+# one prompt share an id prefix and the start of their text, and differ at the
+# ends: a cut id keeps both ends, the text its end (where each was cut).
 _COLUMNS = (
-    Column("id", shrink=2, min_width=16),
+    Column("id", shrink=2, min_width=18, keep="ends"),
     Column("cause"),
-    Column("stop_reason", shrink=1, min_width=10),
+    Column("stop_reason", shrink=0, min_width=10),
     Column("tokens", right=True),
-    Column("text", shrink=0, min_width=12),
+    Column("text", shrink=1, min_width=16, keep="tail"),
 )
+_TEXT_SHOWN = 72  # code points of a kept text's end put in its cell, before the column cuts it
 _LEGEND = ('cause: the finish check that fired; stop_string, stop_token, eos and grammar report '
-           'finish_reason "stop", the others their own name. text: the kept text.')
+           'finish_reason "stop", the others their own name. text: the end of the kept text.')
 
 
-def _rows(reqs: Iterable[Request], outcomes: dict[str, Outcome]) -> list[list[str]]:
+def _id_prefix(reqs: Sequence[Request]) -> str:
+    """The start all ids of a file share (shown once, in the title), when it
+    is long enough to be worth the room; each id keeps at least one character."""
+    if len(reqs) < 2:
+        return ""
+    prefix = os.path.commonprefix([r.id for r in reqs])[: min(len(r.id) for r in reqs) - 1]
+    prefix = prefix[: max(prefix.rfind(c) for c in "-_/.: ") + 1]  # whole words only
+    return prefix if len(prefix) >= 4 else ""
+
+
+def _rows(reqs: Iterable[Request], outcomes: dict[str, Outcome], prefix: str = "") -> list[list[str]]:
     rows = []
     for r in reqs:
         o = outcomes[r.id]
+        end = o.text[-_TEXT_SHOWN:]
         rows.append([
-            o.id, o.cause, "" if o.stop_reason is None else _short(o.stop_reason, 24),
-            str(o.num_tokens), _short(o.text, 48),
+            o.id[len(prefix):], o.cause, "" if o.stop_reason is None else _short(o.stop_reason, 24),
+            str(o.num_tokens), ("..." if len(end) < len(o.text) else "") + repr(end),
         ])
     return rows
 
@@ -670,10 +721,17 @@ def run(
         if as_json:
             _emit(out, {"type": "file", "file": path, "requests": len(reqs), "malformed": problems,
                         "engine_steps": stats.engine_steps, "tokens": stats.tokens_fed})
+        elif not reqs:
+            print(file=out)
+            what = "malformed lines only" if problems else "no request (empty or blank lines only)"
+            for line in wrap(f"{name}: holds {what}", width, "    "):
+                print(line, file=out)
         else:
             print(file=out)
-            _print_table(f"{name}: {len(reqs)} requests, {stats.engine_steps} engine steps",
-                         _rows(reqs, outcomes), out, width)
+            prefix = _id_prefix(reqs)
+            shared = f"; every id starts with {_short(prefix, 40)}, left out below" if prefix else ""
+            _print_table(f"{name}: {len(reqs)} requests, {stats.engine_steps} engine steps{shared}",
+                         _rows(reqs, outcomes, prefix), out, width)
     wall = time.perf_counter() - t_start
     finish_reasons = dict(sorted(reasons.items()))
     by_cause = dict(sorted(causes.items()))
@@ -697,8 +755,8 @@ def run(
         return status
     lines = [
         f"{n_requests} requests in {len(loaded)} files; finish_reason: "
-        + ", ".join(f"{k} {v}" for k, v in finish_reasons.items()),
-        "by cause: " + ", ".join(f"{k} {v}" for k, v in by_cause.items()),
+        + (", ".join(f"{k} {v}" for k, v in finish_reasons.items()) or "-"),
+        "by cause: " + (", ".join(f"{k} {v}" for k, v in by_cause.items()) or "-"),
         f"{total_steps} engine steps, {total_tokens} tokens; wall time {wall * 1e3:.1f} ms "
         f"({finish_seconds * 1e3:.1f} ms inside FinishBatch)",
     ]

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
+    import numpy as np
     import torch
     from transformers import LogitsProcessor, StoppingCriteria
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -35,10 +36,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "stopline.integrations.hf needs transformers and torch: pip install 'stopline[hf]'"
     ) from exc
 
-from .. import FinishBatch, StepResult, StopParams
+from .. import FinishBatch, StepResult, StopParams, Vocabulary
 from ..logits import LogitsConstraints
 
-__all__ = ["FinishCriteria", "ConstraintsProcessor"]
+__all__ = ["FinishCriteria", "ConstraintsProcessor", "vocabulary_for"]
 
 
 def _per_row(value: Any, rows: int, field: str, kind: type) -> list[Any]:
@@ -63,7 +64,11 @@ def _check_ids(input_ids: Any, field: str = "input_ids") -> tuple[int, int]:
 
 
 class _RowTracker:
-    """The rows' layout across calls: prompt width, tokens seen, reorder check."""
+    """The rows' layout across calls: prompt width, tokens seen, reorder check.
+
+    Works on a host NumPy view of the columns it needs (the last one seen and
+    the new ones): a handful of NumPy operations per call instead of a torch
+    dispatch each, which is most of the adapters' own cost per step."""
 
     def __init__(self, prompt_len: int | None, owner: str):
         if prompt_len is not None and (isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len < 0):
@@ -72,7 +77,7 @@ class _RowTracker:
         self.owner = owner
         self.rows = -1
         self.seen = -1
-        self.last: torch.Tensor | None = None
+        self.last: np.ndarray | None = None
 
     def start(self, rows: int, width: int, already: int) -> None:
         if self.prompt_len is None:
@@ -82,8 +87,9 @@ class _RowTracker:
         self.rows = rows
         self.seen = self.prompt_len
 
-    def new_columns(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The columns added since the last call, after checking the rows kept their order."""
+    def new_columns(self, input_ids: torch.Tensor) -> np.ndarray:
+        """The ids added since the last call, ``[rows, new]`` on the host,
+        after checking the rows kept their order."""
         rows, width = _check_ids(input_ids)
         if rows != self.rows:
             raise ValueError(
@@ -92,25 +98,105 @@ class _RowTracker:
             )
         if width < self.seen:
             raise ValueError(f"{self.owner}: input_ids shrank from {self.seen} to {width} positions")
-        if self.last is not None and self.seen > 0:
-            if not torch.equal(input_ids[:, self.seen - 1], self.last.to(input_ids.device)):
-                raise ValueError(
-                    f"{self.owner}: rows were reordered between calls (beam search); "
-                    "use num_beams=1 or one generate call per beam"
-                )
-        new = input_ids[:, self.seen:]
+        first = max(self.seen - 1, 0)
+        host = input_ids[:, first:].cpu().numpy()  # a view on CPU; only these columns copied from a device
+        new = host[:, self.seen - first:]
+        if self.last is not None and self.seen > 0 and not np.array_equal(host[:, 0], self.last):
+            raise ValueError(
+                f"{self.owner}: rows were reordered between calls (beam search); "
+                "use num_beams=1 or one generate call per beam"
+            )
         self.seen = width
-        self.last = input_ids[:, width - 1].clone() if width > 0 else None
+        self.last = host[:, -1].copy() if width > 0 else None
         return new
+
+
+_VOCABULARIES: dict[int, tuple[Any, int, Vocabulary | None]] = {}
+"""Built vocabularies by ``id`` of the ``tokenizers.Tokenizer`` they came from
+(the tokenizer kept alive beside them, so its id cannot be reused), with its
+size including added tokens (a tokenizer that gained tokens is rebuilt).
+``None`` records a decoder the core refuses. At most ``_VOCABULARY_CACHE``
+entries, the oldest dropped first."""
+_VOCABULARY_CACHE = 8
+
+
+def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
+    """The :class:`stopline.Vocabulary` of a ``tokenizers.Tokenizer`` (or a fast
+    ``transformers`` tokenizer's ``backend_tokenizer``), built once from its JSON
+    (``Tokenizer.to_str()``) and cached per tokenizer object; ``None`` when the
+    core refuses its decoder (semantics.md 10.1: ``BPEDecoder``, ``CTC``, a regex
+    ``Replace``...).
+
+    Building takes about as long as parsing the tokenizer.json (tens to hundreds
+    of ms for a 100k-256k vocabulary); later ``FinishCriteria`` on the same
+    tokenizer reuse it.
+
+    Raises:
+        ValueError: the tokenizer's JSON breaks a ``Vocabulary`` cap (size,
+            ids); ``TypeError``: not a tokenizer.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not hasattr(backend, "to_str") or not hasattr(backend, "get_vocab_size"):
+        raise TypeError(f"tokenizer must be a fast transformers tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+    size = int(backend.get_vocab_size(with_added_tokens=True))
+    hit = _VOCABULARIES.get(id(backend))
+    if hit is not None and hit[0] is backend and hit[1] == size:
+        return hit[2]
+    try:
+        vocab: Vocabulary | None = Vocabulary.from_str(backend.to_str())
+    except ValueError as exc:
+        if "unsupported decoder" not in str(exc):
+            raise
+        vocab = None
+    if len(_VOCABULARIES) >= _VOCABULARY_CACHE:
+        del _VOCABULARIES[next(iter(_VOCABULARIES))]
+    _VOCABULARIES[id(backend)] = (backend, size, vocab)
+    return vocab
+
+
+class _StreamDecoder:
+    """The fallback for a decoder the core refuses: one ``tokenizers``
+    ``DecodeStream`` per row, primed with the prompt's tail, and the U+FFFD
+    flush of semantics.md 10.3 at a length finish (what the core does)."""
+
+    def __init__(self, tokenizer: Any, prompts: list[list[int]], skip: bool):
+        from tokenizers.decoders import DecodeStream
+
+        self._tokenizer = tokenizer
+        self._skip = skip
+        self._streams = [DecodeStream(ids=p[-8:], skip_special_tokens=skip) for p in prompts]
+        self._pending: list[list[int]] = [[] for _ in prompts]  # ids since the last released text
+
+    def pieces(self, row: int, ids: list[int]) -> list[str]:
+        stream, pending, out = self._streams[row], self._pending[row], []
+        for t in ids:
+            piece = stream.step(self._tokenizer, t)
+            if piece:
+                pending.clear()
+            else:
+                pending.append(t)
+            out.append(piece or "")
+        return out
+
+    def flush(self, row: int) -> str:
+        """What the held ids decode to on their own (U+FFFD for an unfinished
+        character), as ``Tokenizer.decode`` ends such a text."""
+        pending = self._pending[row]
+        return str(self._tokenizer.decode(pending, skip_special_tokens=self._skip)) if pending else ""
 
 
 class FinishCriteria(StoppingCriteria):
     """``transformers`` stopping criteria driven by stopline's finish machine.
 
+    Each step hands the rows' new token ids to one :class:`stopline.FinishBatch`
+    built with the tokenizer's :class:`stopline.Vocabulary`: the core decodes
+    them (semantics.md 10) and runs the finish checks in one call, with no
+    Python per token. A tokenizer whose decoder the core refuses is decoded
+    with ``tokenizers.decoders.DecodeStream`` instead (same results, Python
+    per token).
+
     Args:
-        tokenizer: a fast ``transformers`` tokenizer (its ``backend_tokenizer``
-            decodes each new token with ``tokenizers.decoders.DecodeStream``,
-            primed with the prompt) or a ``tokenizers.Tokenizer``.
+        tokenizer: a fast ``transformers`` tokenizer or a ``tokenizers.Tokenizer``.
         params: one :class:`stopline.StopParams` for every row, or one per row.
             ``max_tokens`` counts output tokens (``max_new_tokens``); put the
             model's EOS ids in ``eos_token_ids`` so that a row ``generate``
@@ -118,11 +204,19 @@ class FinishCriteria(StoppingCriteria):
             finish).
         prompt_len: the prompt width in positions of ``input_ids`` (padding
             included); default: the width at the first call minus one.
-        skip_special_tokens: passed to the decoder (the text stop strings see).
+        skip_special_tokens: whether special tokens give text (the text stop
+            strings see), as in ``Tokenizer.decode``.
+        vocabulary: the tokenizer's ``Vocabulary`` when the caller already has
+            one; default: :func:`vocabulary_for` (built once per tokenizer).
 
     Calling it returns a bool tensor ``[rows]`` on ``input_ids``' device, True
     for rows that have finished. After ``generate``, :meth:`results` and
     :meth:`texts` report each row.
+
+    Stop strings match the output only (as vLLM): one that starts in the
+    prompt does not stop a row, where ``StopStringCriteria`` looks at the
+    prompt's tail too. At a length finish (``max_tokens``) an unfinished
+    last character is kept as U+FFFD (semantics.md 10.3).
 
     Raises:
         TypeError / ValueError: bad arguments (named), a batch whose row count
@@ -136,57 +230,74 @@ class FinishCriteria(StoppingCriteria):
         *,
         prompt_len: int | None = None,
         skip_special_tokens: bool = False,
+        vocabulary: Vocabulary | None = None,
     ):
         self._tokenizer = getattr(tokenizer, "backend_tokenizer", tokenizer)
         if not hasattr(self._tokenizer, "decode") or not hasattr(self._tokenizer, "id_to_token"):
             raise TypeError(f"tokenizer must be a fast transformers tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
         if not isinstance(params, (StopParams, Sequence)):
             raise TypeError(f"params must be a StopParams or a sequence of them, got {type(params).__name__}")
+        if vocabulary is not None and not isinstance(vocabulary, Vocabulary):
+            raise TypeError(f"vocabulary must be a stopline.Vocabulary, got {type(vocabulary).__name__}")
         self._params = params
         self._skip = bool(skip_special_tokens)
+        self._vocabulary = vocabulary if vocabulary is not None else vocabulary_for(self._tokenizer)
         self._rows = _RowTracker(prompt_len, "FinishCriteria")
         self._batch: FinishBatch | None = None
-        self._streams: list[Any] = []
+        self._fallback: _StreamDecoder | None = None
+        self._tails: dict[int, str] = {}  # the fallback's flush per length-finished row
+        self._running: list[int] = []
         self._done: list[bool] = []
+        self._done_t: torch.Tensor | None = None
 
     def _start(self, input_ids: torch.Tensor) -> None:
-        from tokenizers.decoders import DecodeStream
-
         rows, width = _check_ids(input_ids)
         params = _per_row(self._params, rows, "params", StopParams)
         self._rows.start(rows, width, already=1)
         prompt_len = self._rows.prompt_len
         assert prompt_len is not None
-        self._batch = FinishBatch(max_slots=max(rows, 1))
         prompts = input_ids[:, :prompt_len].tolist()
+        batch = FinishBatch(max_slots=max(rows, 1), vocabulary=self._vocabulary)
         for row in range(rows):
-            self._batch.add(row, params[row])
-            # Primed with the prompt's tail so the first output token decodes in context.
-            self._streams.append(DecodeStream(ids=prompts[row][-8:], skip_special_tokens=self._skip))
+            if self._vocabulary is None:
+                batch.add(row, params[row])
+            else:
+                batch.add(row, params[row], prompt_token_ids=prompts[row], skip_special_tokens=self._skip)
+        if self._vocabulary is None:
+            self._fallback = _StreamDecoder(self._tokenizer, prompts, self._skip)
+        self._batch = batch
+        self._running = list(range(rows))
         self._done = [False] * rows
+        self._done_t = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
 
     def __call__(self, input_ids: torch.Tensor, scores: Any = None, **kwargs: Any) -> torch.Tensor:
         if self._batch is None:
             self._start(input_ids)
-        assert self._batch is not None
-        new = self._rows.new_columns(input_ids).tolist()
-        slots: list[int] = []
-        token_ids: list[int] = []
-        run_lengths: list[int] = []
-        texts: list[str] = []
-        for row, ids in enumerate(new):
-            if self._done[row] or not ids:
-                continue
-            stream = self._streams[row]
-            slots.append(row)
-            run_lengths.append(len(ids))
-            token_ids.extend(ids)
-            texts.extend(stream.step(self._tokenizer, t) or "" for t in ids)
-        if slots:
-            res = self._batch.step(slots, token_ids, run_lengths, texts)
-            for slot in res.finished_slots:
-                self._done[slot] = True
-        return torch.tensor(self._done, dtype=torch.bool, device=input_ids.device)
+        assert self._batch is not None and self._done_t is not None
+        new = self._rows.new_columns(input_ids)
+        k = int(new.shape[1])
+        running = self._running
+        if k and running:
+            if len(running) < len(self._done):
+                new = new[running]
+            ids = np.ascontiguousarray(new).reshape(-1)
+            run_lengths = None if k == 1 else [k] * len(running)
+            if self._fallback is None:
+                res = self._batch.step(running, ids, run_lengths)
+            else:
+                flat = ids.tolist()
+                texts = [p for i, row in enumerate(running) for p in self._fallback.pieces(row, flat[i * k:(i + 1) * k])]
+                res = self._batch.step(running, flat, run_lengths, texts)
+            finished = res.finished_slots
+            if finished:
+                for row, reason in zip(res.slots, res.finish_reasons):
+                    if self._fallback is not None and reason == "length":
+                        self._tails[row] = self._fallback.flush(row)
+                for row in finished:
+                    self._done[row] = True
+                self._running = [row for row in running if not self._done[row]]
+                self._done_t = torch.tensor(self._done, dtype=torch.bool, device=input_ids.device)
+        return self._done_t.clone()
 
     def results(self) -> list[StepResult]:
         """Each row's state: ``finished``, ``finish_reason`` (``"stop"``, ``"length"``...),
@@ -200,10 +311,20 @@ class FinishCriteria(StoppingCriteria):
 
     def texts(self) -> list[str]:
         """Each row's kept output text (code points): the decoded output cut
-        at the stop string (kept when ``include_stop_str_in_output``)."""
+        at the stop string (kept when ``include_stop_str_in_output``); a row
+        that ended at ``max_tokens`` in the middle of a character ends in
+        U+FFFD (semantics.md 10.3). A row ``generate`` ended on its own
+        (``max_new_tokens`` below ``max_tokens``) is unfinished here and shows
+        the text released so far, without held bytes."""
         if self._batch is None:
             raise RuntimeError("FinishCriteria.texts: generate has not called the criteria yet")
-        return [self._batch.text(row) for row in range(len(self._done))]
+        return [self._batch.text(row) + self._tails.get(row, "") for row in range(len(self._done))]
+
+    @property
+    def decodes_in_core(self) -> bool:
+        """Whether the core decodes the ids (False: the ``DecodeStream`` fallback
+        for a decoder the core refuses)."""
+        return self._vocabulary is not None
 
 
 class ConstraintsProcessor(LogitsProcessor):
@@ -236,6 +357,8 @@ class ConstraintsProcessor(LogitsProcessor):
         self._constraints = constraints
         self._rows = _RowTracker(prompt_len, "ConstraintsProcessor")
         self._state: LogitsConstraints | None = None
+        self._history_rows: list[int] = []
+        self._row_slots = torch.zeros(0, dtype=torch.long)
         self.infeasible: torch.Tensor | None = None
 
     def _start(self, input_ids: torch.Tensor, scores: torch.Tensor) -> None:
@@ -246,6 +369,11 @@ class ConstraintsProcessor(LogitsProcessor):
         for row, kw in enumerate(per_row):
             state.set(row, **dict(kw))
         self._state = state
+        # Only rows with multi-token bad words read their output history;
+        # the others need no append (positions are passed to apply).
+        multi = (state.state.bad_prefix_len[:rows] > 0).any(dim=1).tolist() if rows else []
+        self._history_rows = [row for row in range(rows) if multi[row]]
+        self._row_slots = torch.arange(rows, device=scores.device)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self._state is None:
@@ -253,11 +381,10 @@ class ConstraintsProcessor(LogitsProcessor):
         assert self._state is not None
         new = self._rows.new_columns(input_ids)
         if new.shape[1]:
-            for row in range(new.shape[0]):
-                self._state.append_tokens(row, new[row])
-        rows = int(input_ids.shape[0])
+            for row in self._history_rows:
+                self._state.append_tokens(row, torch.from_numpy(np.ascontiguousarray(new[row])))
         prompt_len = self._rows.prompt_len
         assert prompt_len is not None
-        position = int(input_ids.shape[1]) - prompt_len
-        self.infeasible = self._state.apply(scores, row_slots=list(range(rows)), row_positions=[position] * rows)
+        positions = torch.full_like(self._row_slots, int(input_ids.shape[1]) - prompt_len)
+        self.infeasible = self._state.apply(scores, row_slots=self._row_slots, row_positions=positions)
         return scores

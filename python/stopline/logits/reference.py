@@ -103,14 +103,14 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
     stops = state.stop_ids[s]
     active = ok & (pos < state.min_tokens[s].long())
     to_mask = active[:, None] & (stops >= 0) & (stops < V)
-    live = torch.isfinite(logits)
-    _put(live, rows, stops, to_mask, False)
+    stop_vals = logits.gather(1, stops.long().clamp(0, V - 1))
+    _put(logits, rows, stops, to_mask, NEG_INF)
     policy = state.restore[s]
     may_restore = (policy == 2) | ((policy == 1) & is_grammar)
-    restore = active & ~live.any(dim=1) & may_restore
-    stop_vals = logits.gather(1, stops.long().clamp(0, V - 1))
-    kept = restore[:, None] & torch.isfinite(stop_vals)
-    _put(logits, rows, stops, to_mask & ~kept, NEG_INF)
+    restore = active & ~_any_finite(logits) & may_restore
+    kept = to_mask & restore[:, None] & torch.isfinite(stop_vals)
+    r = rows[:, None].expand_as(stops)[kept]
+    logits[r, stops[kept].long()] = stop_vals[kept]  # the finite stop logits come back
 
     # 3. logit_bias, added in float32 and rounded once to the logits dtype.
     if state.bias_ids.shape[1]:
@@ -125,4 +125,21 @@ def apply_reference(state, logits, row_slots, row_positions, bitmask, grammar_ro
     forced_val = torch.where(torch.isfinite(forced_val), forced_val, torch.zeros_like(forced_val))
     logits[rows[is_forced], forced_col[is_forced]] = forced_val[is_forced]
 
-    return ~torch.isfinite(logits).any(dim=1) | ~ok
+    return ~_any_finite(logits) | ~ok
+
+
+def _any_finite(logits: torch.Tensor) -> torch.Tensor:
+    """Per row, whether a logit is finite. A row whose maximum is finite has
+    one, and a row whose maximum is -inf has none; only rows whose maximum is
+    +inf or NaN need the element-wise test. On CPU that test is skipped when
+    no row needs it: ``torch.isfinite(...).any(dim=1)`` runs bool kernels
+    over the whole batch, several times a plain reduction, and made the
+    reference slower than transformers' own processors. Elsewhere it always
+    runs (no host sync)."""
+    if logits.shape[1] == 0:
+        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    top = logits.amax(dim=1)
+    unsure = torch.isnan(top) | (top == float("inf"))
+    if logits.device.type == "cpu" and not bool(unsure.any()):
+        return torch.isfinite(top)
+    return torch.isfinite(top) | (unsure & torch.isfinite(logits).any(dim=1))

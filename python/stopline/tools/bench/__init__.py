@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from stopline.cli import positive_int
+from stopline._argtypes import positive_int
 
 __all__ = ["add_arguments", "main", "run"]
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import stopline
+from stopline.tools.bench.cells import Table, fmt_ns, fmt_ratio
 from stopline.tools.bench.suites import Row, Tick
 from stopline.tools.bench.timing import time_side_by_side
 
@@ -192,8 +193,6 @@ def _agree(vocab: Any, tok: Any, streams: list[list[int]], slots: list[int], per
 
 def tables(res: Any) -> list[Any]:
     """The suite's table: ns per sequence-step of the three ways and the ratios."""
-    from stopline.tools.bench.report import Table, _ns, _x
-
     cases = res.cases(SUITE)
     if not cases:
         return []
@@ -202,7 +201,7 @@ def tables(res: Any) -> list[Any]:
     for case in cases:
         for b in res.sizes(SUITE, case):
             own, py, fb = (res.get(SUITE, case, b, i) for i in IMPLS)
-            rows.append([case, str(b), _ns(own), _ns(py), _ns(fb), _x(py, own), _x(fb, own)])
+            rows.append([case, str(b), fmt_ns(own), fmt_ns(py), fmt_ns(fb), fmt_ratio(py, own), fmt_ratio(fb, own)])
     return [
         Table("Detokenize + finish, token ids in, one token per sequence per step: ns per sequence-step "
               "(set-up included)", header, rows, [

@@ -11,6 +11,7 @@ from typing import Any
 from stopline._table import Column, fit_width, format_table, wrap
 
 from stopline.tools.bench import peers, suites
+from stopline.tools.bench.cells import Table, fmt_ns, fmt_ratio
 from stopline.tools.bench.suites import Row
 
 PEER_SHORT = {peers.BASELINE: "baseline", peers.AC_RS: "ac-rs", peers.PYAC: "pyac"}
@@ -46,27 +47,6 @@ class Result:
         return seen
 
 
-@dataclass
-class Table:
-    title: str
-    header: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-
-
-def _ns(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
-
-
-def _x(num: float | None, den: float | None) -> str:
-    if num is None or den is None or den == 0:
-        return "-"
-    r = num / den
-    return f"{r:,.0f}x" if r >= 100 else f"{r:.1f}x"
-
-
 def tables(res: Result) -> list[Table]:
     out = []
     for case in res.cases("stop"):
@@ -77,8 +57,8 @@ def tables(res: Result) -> list[Table]:
         for k in res.sizes("stop", case):
             own = res.get("stop", case, k, peers.STOPLINE)
             vals = [res.get("stop", case, k, i) for i in impls]
-            rows.append([str(k), *map(_ns, vals),
-                         *(_x(res.get("stop", case, k, i), own) for i in others)])
+            rows.append([str(k), *map(fmt_ns, vals),
+                         *(fmt_ratio(res.get("stop", case, k, i), own) for i in others)])
         first = case == res.cases("stop")[0]
         out.append(Table(f"Stop strings, {case} per step: ns per sequence-step", header, rows, [] if not first else [
             "vs X: X's time over stopline's (how many times faster stopline is). "
@@ -94,7 +74,7 @@ def tables(res: Result) -> list[Table]:
             fn = res.get("finish", case, b, suites.FINISH_BATCH_NUMPY)
             ft = res.get("finish", case, b, suites.FINISH_TRACKERS)
             py = res.get("finish", case, b, suites.FINISH_BASELINE)
-            rows.append([str(b), _ns(fb), _ns(fr), _ns(fn), _ns(ft), _ns(py), _x(py, fb), _x(ft, fb)])
+            rows.append([str(b), fmt_ns(fb), fmt_ns(fr), fmt_ns(fn), fmt_ns(ft), fmt_ns(py), fmt_ratio(py, fb), fmt_ratio(ft, fb)])
         out.append(Table(
             "Full finish check (4 stop strings, EOS, 2 stop ids), one token per sequence "
             "per step: ns per sequence-step", header, rows, [
@@ -105,7 +85,7 @@ def tables(res: Result) -> list[Table]:
     if res.cases("setup"):
         impls = res.impls("setup")
         header = ["", *(PEER_SHORT.get(i, i) for i in impls)]
-        rows = [[case, *(_ns(res.get("setup", case, 16, i)) for i in impls)]
+        rows = [[case, *(fmt_ns(res.get("setup", case, 16, i)) for i in impls)]
                 for case in res.cases("setup")]
         out.append(Table("Set-up: ns per compile of a 16-string stop list "
                          "(a hit is StopStrings(same list); only stopline caches)", header, rows))
