@@ -259,6 +259,15 @@ pub enum Problem {
     IdNotInVocab { shown: String, vocab_size: u64 },
     /// `{field}: an empty word bans nothing; remove it`.
     EmptyWord,
+    /// `{field} is an empty string; a reasoning marker must be non-empty`.
+    EmptyMarker,
+    /// `{field}={shown}` (or `{field}[{index}]={shown}`) `overlaps {other}`:
+    /// a stop or marker definition that would fire inside a marker.
+    Overlaps {
+        index: Option<usize>,
+        shown: String,
+        other: &'static str,
+    },
     /// `{field}: expected {expected}, got {got}` (a repr; a TypeError).
     NotASequence { expected: &'static str, got: String },
 }
@@ -404,6 +413,24 @@ impl Problem {
                 "{field}: token id {shown} is outside [0, vocab_size={vocab_size})"
             ),
             Problem::EmptyWord => write!(f, "{field}: an empty word bans nothing; remove it"),
+            Problem::EmptyMarker => write!(
+                f,
+                "{field} is an empty string; a reasoning marker must be non-empty"
+            ),
+            Problem::Overlaps {
+                index,
+                shown,
+                other,
+            } => {
+                write!(f, "{field}")?;
+                if let Some(i) = index {
+                    write!(f, "[{i}]")?;
+                }
+                write!(
+                    f,
+                    "={shown} overlaps {other}; a stop may neither contain a reasoning marker nor lie inside one, and a marker id may not be a stop or EOS id"
+                )
+            }
             Problem::NotASequence { expected, got } => {
                 write!(f, "{field}: expected {expected}, got {got}")
             }

@@ -47,6 +47,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, Problem};
+use crate::reasoning::{Channel, ChannelRanges, Channels, Reasoning};
 use crate::stop_regex::{StopRegexMatcher, StopRegexes};
 use crate::stop_strings::{byte_offset_from_end, char_len, StopMatch, StopMatcher, StopStrings};
 
@@ -78,6 +79,12 @@ pub struct StopParams {
     pub include_stop_str_in_output: bool,
     pub vocab_size: Option<u32>,
     pub repetition: Option<Repetition>,
+    /// Reasoning channels and stop scopes (`reasoning` module); `None`: one
+    /// channel, as before.
+    pub reasoning: Option<Arc<Reasoning>>,
+    /// Release text only in whole tokens (`text_delta` is exactly the text
+    /// of `token_ids_delta` while running).
+    pub token_aligned: bool,
 }
 
 fn param(field: &'static str, problem: Problem) -> Error {
@@ -168,6 +175,9 @@ impl StopParams {
                 ));
             }
             at_least(COUNT, 2, count)?;
+        }
+        if let (Some(r), Some(v)) = (&self.reasoning, self.vocab_size) {
+            r.check_ids("vocab_size", v.into())?;
         }
         Ok(())
     }
@@ -359,29 +369,68 @@ pub struct FinishTracker {
     emitted_chars: usize,
     emitted_tokens: usize,
     finish: Option<Finish>,
+    /// Reasoning channels, when configured (the stop matchers then live
+    /// there, one pair per channel, and `matcher` / `regex` are `None`).
+    channels: Option<Box<Channels>>,
+    /// Steps must carry text pieces.
+    text_required: bool,
 }
 
 impl FinishTracker {
     /// # Errors
     /// [`Error::Param`] if `params` does not validate.
     pub fn new(params: Arc<StopParams>) -> Result<Self, Error> {
+        Self::with_channel(params, None)
+    }
+
+    /// [`new`](Self::new), starting the output in channel `starts_in` when
+    /// reasoning is configured (`None`: the params' start channel, else
+    /// content).
+    ///
+    /// # Errors
+    /// [`Error::Param`] if `params` does not validate.
+    pub fn with_channel(
+        params: Arc<StopParams>,
+        starts_in: Option<Channel>,
+    ) -> Result<Self, Error> {
         params.validate()?;
         let specials = params
             .stop_token_ids
             .iter()
             .chain(params.eos_token_ids.iter().filter(|_| !params.ignore_eos));
-        let special_ids = specials.fold((u32::MAX, 0), |(lo, hi), &id| (lo.min(id), hi.max(id)));
+        let mut special_ids =
+            specials.fold((u32::MAX, 0), |(lo, hi), &id| (lo.min(id), hi.max(id)));
+        let channels = params.reasoning.as_ref().map(|r| {
+            // Marker ids take the general loop, as stop ids do.
+            if let Some((lo, hi)) = r.id_range() {
+                special_ids = (special_ids.0.min(lo), special_ids.1.max(hi));
+            }
+            let start = starts_in.or(r.spec().starts_in).unwrap_or(Channel::Content);
+            Box::new(Channels::new(
+                Arc::clone(r),
+                params.include_stop_str_in_output,
+                start,
+            ))
+        });
         let length_cap = params.max_tokens.unwrap_or(u64::MAX).min(
             params
                 .max_model_len
                 .map_or(u64::MAX, |m| m - params.prompt_len),
         );
+        let plain_stops = channels.is_none();
         let matcher = params
             .stop_strings()
+            .filter(|_| plain_stops)
             .map(|s| s.matcher(params.include_stop_str_in_output));
         let regex = params
             .stop_regexes()
+            .filter(|_| plain_stops)
             .map(|s| s.matcher(params.include_stop_str_in_output));
+        let text_required = matcher.is_some()
+            || regex.is_some()
+            || channels
+                .as_ref()
+                .is_some_and(|c| c.reasoning().needs_text());
         let vocab_limit = params.vocab_size.map_or(u64::MAX, u64::from);
         let plain = regex.is_none() && params.repetition.is_none();
         Ok(FinishTracker {
@@ -399,6 +448,8 @@ impl FinishTracker {
             emitted_chars: 0,
             emitted_tokens: 0,
             finish: None,
+            channels,
+            text_required,
         })
     }
 
@@ -430,11 +481,13 @@ impl FinishTracker {
                     slot: None,
                 })
             }
-            None if self.matcher.is_some() || self.regex.is_some() => {
-                let why = if self.matcher.is_some() {
+            None if self.text_required => {
+                let why = if self.params.stop_strings().is_some() {
                     "this sequence has stop strings, which are matched on text"
-                } else {
+                } else if self.params.stop_regexes().is_some() {
                     "this sequence has stop regexes, which are matched on text"
+                } else {
+                    "this sequence has reasoning markers given as text"
                 };
                 return Err(Error::Step {
                     field: "texts",
@@ -465,7 +518,7 @@ impl FinishTracker {
     /// common case, answered without building an error.
     #[inline(always)]
     pub fn accepts_one_token(&self, with_text: bool) -> bool {
-        self.finish.is_none() && (with_text || (self.matcher.is_none() && self.regex.is_none()))
+        self.finish.is_none() && (with_text || !self.text_required)
     }
 
     /// Appends one step (a token or an accept run); `texts`, when given, holds
@@ -526,7 +579,7 @@ impl FinishTracker {
             let (lo, hi) = self.special_ids;
             let is_special = lo <= id && id <= hi;
             let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
-            let ends = is_eos || (is_special && p.stop_token_ids.contains(&id));
+            let ends = is_eos || (is_special && self.stop_id_fires(id));
             // A stop token's text that will not be kept is not output text, so
             // it can neither complete nor cut a stop string (as vLLM's
             // detokenizer, which leaves it out before matching).
@@ -544,6 +597,17 @@ impl FinishTracker {
                         hit = Some(rh);
                         by_regex = true;
                     }
+                }
+            }
+            if let Some(c) = self.channels.as_deref_mut() {
+                let text = if matched_text { piece } else { "" };
+                let unreleased = &self.pending.ends[self.pending.head..];
+                let (kept, k) = (&self.kept, self.kept.tokens.len());
+                let allow = n > p.min_tokens;
+                if let Some(h) =
+                    c.token(&kept.text, kept.text_chars, unreleased, k, id, text, allow)
+                {
+                    (hit, by_regex) = (Some(h.m), h.by_regex);
                 }
             }
             if let Some(hit) = hit.filter(|_| n > p.min_tokens) {
@@ -642,6 +706,12 @@ impl FinishTracker {
         {
             return None;
         }
+        if let Some(c) = self.channels.as_deref() {
+            // Text may move a marker; a hold-back needs the general release.
+            if !piece.is_empty() || !c.holds_nothing() {
+                return None;
+            }
+        }
         let piece_chars = char_len(piece);
         if let Some(m) = self.matcher.as_mut() {
             if !piece.is_empty() && !m.feed_unless_match(piece, piece_chars) {
@@ -703,6 +773,10 @@ impl FinishTracker {
                 // Never more than what is still unreleased.
                 hold = hold.max(r.holdback().min(self.kept.text_chars - self.emitted_chars));
             }
+            if let Some(c) = &self.channels {
+                let unreleased = self.kept.text_chars - self.emitted_chars;
+                hold = c.holdback(&self.kept.text).min(unreleased);
+            }
         }
         if hold == 0 {
             self.emit_all();
@@ -710,10 +784,24 @@ impl FinishTracker {
             self.pending.head = 0;
             return;
         }
+        let before = (self.emitted_bytes, self.emitted_chars);
         self.emitted_bytes = byte_offset_from_end(&self.kept.text, hold);
         self.emitted_chars = self.kept.text_chars - hold;
         let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
+        if self.params.token_aligned {
+            // Back to the end of the last whole token released; with none,
+            // where the text released before ended (a token end too).
+            let (bytes, chars) = match released {
+                0 => before,
+                r => {
+                    let end = pending[r - 1];
+                    let tail = self.kept.text_chars - end;
+                    (byte_offset_from_end(&self.kept.text, tail), end)
+                }
+            };
+            (self.emitted_bytes, self.emitted_chars) = (bytes, chars);
+        }
         self.pending.head += released;
         self.emitted_tokens += released;
     }
@@ -777,6 +865,56 @@ impl FinishTracker {
     /// otherwise).
     pub fn regex_matched(&self) -> &str {
         &self.regex_matched
+    }
+
+    /// Whether stop token id `id` ends the sequence in the current channel
+    /// (its scope, when reasoning is configured).
+    #[inline]
+    fn stop_id_fires(&self, id: u32) -> bool {
+        let ids = &self.params.stop_token_ids;
+        match self.channels.as_deref() {
+            None => ids.contains(&id),
+            Some(c) => {
+                let (r, ch) = (c.reasoning(), c.channel());
+                (0..ids.len()).any(|i| ids[i] == id && r.stop_id_applies(i, ch))
+            }
+        }
+    }
+
+    /// The channel output is in now (at finish: the one it finished in);
+    /// `None` without reasoning configured.
+    pub fn channel(&self) -> Option<Channel> {
+        self.channels.as_deref().map(Channels::channel)
+    }
+
+    /// The reasoning and content parts of `text` (byte range of
+    /// [`text`](Self::text)) and `tokens` (range of
+    /// [`token_ids`](Self::token_ids)): e.g. a [`Step`]'s deltas, or
+    /// everything for the final channels. `None` without reasoning.
+    pub fn channel_ranges(
+        &self,
+        text: Range<usize>,
+        tokens: Range<usize>,
+    ) -> Option<ChannelRanges> {
+        self.channels.as_deref().map(|c| c.split(text, tokens))
+    }
+
+    /// Reasoning tokens kept while the reasoning block is open (0 once it
+    /// closed or without reasoning).
+    pub fn reasoning_tokens(&self) -> usize {
+        self.channels
+            .as_deref()
+            .map_or(0, |c| c.reasoning_tokens(self.kept.tokens.len()))
+    }
+
+    /// The token id the engine must sample next: the end marker's id once a
+    /// running sequence has `max_reasoning_tokens` reasoning tokens with the
+    /// block still open (vLLM's `thinking_token_budget`); `None` otherwise.
+    pub fn forced_token_id(&self) -> Option<u32> {
+        let c = self.channels.as_deref().filter(|_| self.finish.is_none())?;
+        let budget = c.reasoning().spec().max_reasoning_tokens?;
+        let id = c.end_id_if_open()?;
+        (c.reasoning_tokens(self.kept.tokens.len()) as u64 >= budget).then_some(id)
     }
 }
 
