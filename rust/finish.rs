@@ -907,14 +907,13 @@ impl FinishTracker {
             .map_or(0, |c| c.reasoning_tokens(self.kept.tokens.len()))
     }
 
-    /// The token id the engine must sample next: the end marker's id once a
-    /// running sequence has `max_reasoning_tokens` reasoning tokens with the
-    /// block still open (vLLM's `thinking_token_budget`); `None` otherwise.
+    /// The token id the engine must sample next: once a running sequence
+    /// has `max_reasoning_tokens` reasoning tokens with the block still open,
+    /// the end marker's ids, one per step (vLLM's `thinking_token_budget`
+    /// counting); `None` otherwise.
     pub fn forced_token_id(&self) -> Option<u32> {
         let c = self.channels.as_deref().filter(|_| self.finish.is_none())?;
-        let budget = c.reasoning().spec().max_reasoning_tokens?;
-        let id = c.end_id_if_open()?;
-        (c.reasoning_tokens(self.kept.tokens.len()) as u64 >= budget).then_some(id)
+        c.forced(self.kept.tokens.len())
     }
 }
 

@@ -116,6 +116,9 @@ pub struct ReasoningSpec {
     pub keep_markers: bool,
     /// Reasoning tokens after which the end marker is forced.
     pub max_reasoning_tokens: Option<u64>,
+    /// The end marker as the token ids a budget forces, one per step (vLLM's
+    /// `think_end_token_ids`); empty: `[end.token_id]`.
+    pub end_ids: Vec<u32>,
     /// One scope per stop string / stop regex / stop token id; empty means
     /// all `content`.
     pub stop_scopes: Vec<Scope>,
@@ -258,6 +261,17 @@ impl Reasoning {
                 },
             ));
         }
+        if spec.max_reasoning_tokens.is_some()
+            && spec.end_ids.is_empty()
+            && spec.end.token_id.is_none()
+        {
+            return Err(Error::param(
+                "reasoning_end_ids",
+                Problem::Required {
+                    why: "max_reasoning_tokens forces the end marker by id (give reasoning_end_id or reasoning_end_ids)",
+                },
+            ));
+        }
         let stop_list: &[String] = stop.map_or(&[], |s| s.stops());
         for (i, s) in stop_list.iter().enumerate() {
             for (m, [text_field, _]) in markers.iter().zip(FIELDS) {
@@ -321,7 +335,13 @@ impl Reasoning {
                 .as_deref()
                 .map_or_else(Vec::new, |t| kmp_table(t.as_bytes()))
         });
+        let end_ids = if spec.end_ids.is_empty() {
+            spec.end.token_id.into_iter().collect()
+        } else {
+            spec.end_ids.clone()
+        };
         let spec = ReasoningSpec {
+            end_ids,
             stop_scopes,
             stop_regex_scopes: regex_scopes,
             stop_token_id_scopes: id_scopes,
@@ -344,12 +364,21 @@ impl Reasoning {
     /// # Errors
     /// [`Error::Param`] naming the marker id field.
     pub fn check_ids(&self, bound_name: &'static str, vocab_size: u64) -> Result<(), Error> {
-        for (m, [_, field]) in [&self.spec.start, &self.spec.end].iter().zip(FIELDS) {
-            if let Some(id) = m.token_id.filter(|&id| u64::from(id) >= vocab_size) {
+        let ids = [
+            ("reasoning_start_id", self.spec.start.token_id.as_slice()),
+            ("reasoning_end_id", self.spec.end.token_id.as_slice()),
+            ("reasoning_end_ids", &self.spec.end_ids[..]),
+        ];
+        for (field, ids) in ids {
+            let outside = ids
+                .iter()
+                .enumerate()
+                .find(|(_, &id)| u64::from(id) >= vocab_size);
+            if let Some((index, &id)) = outside {
                 return Err(Error::param(
                     field,
                     Problem::IdOutside {
-                        index: 0,
+                        index,
                         id: id.into(),
                         bound_name,
                         bound: vocab_size,
@@ -587,12 +616,15 @@ impl Channels {
         }
     }
 
-    /// Whether the block is open and the sequence's awaited end marker has
-    /// an id (what a budget forces).
-    pub(crate) fn end_id_if_open(&self) -> Option<u32> {
-        (self.phase == Phase::Inside)
-            .then_some(self.spec.spec.end.token_id)
-            .flatten()
+    /// The id a budget forces now: with the block open and `used` tokens
+    /// past the budget, the `used`-th id of the end marker (vLLM's
+    /// `ThinkingTokenBudgetLogitsProcessor` forces them one per step).
+    pub(crate) fn forced(&self, kept_tokens: usize) -> Option<u32> {
+        let budget = self.spec.spec.max_reasoning_tokens?;
+        let count = self.reasoning_tokens(kept_tokens) as u64;
+        let used = count.checked_sub(budget)?;
+        let i = usize::try_from(used).ok()?;
+        self.spec.spec.end_ids.get(i).copied()
     }
 
     /// Feeds `[a, b)` of `kept + piece` to the current channel's matchers;
@@ -1041,6 +1073,37 @@ mod tests {
         assert_eq!(t.forced_token_id(), Some(END));
         t.update(&[END], Some(&["</think>"]), None).unwrap();
         assert_eq!((t.reasoning_tokens(), t.forced_token_id()), (0, None));
+    }
+
+    #[test]
+    fn thinking_budget_forces_a_multi_token_end_marker_one_id_per_step() {
+        let p = params(
+            &[],
+            spec(|s| {
+                s.end_ids = vec![40, 41, 42];
+                s.max_reasoning_tokens = Some(1);
+            }),
+            |_| {},
+        )
+        .unwrap();
+        let mut t = FinishTracker::new(p).unwrap();
+        t.update(&[5, 6], Some(&["<think>", "a"]), None).unwrap();
+        let mut forced = vec![];
+        for (id, piece) in [(40, "</"), (41, "think"), (42, ">")] {
+            forced.push(t.forced_token_id());
+            t.update(&[id], Some(&[piece]), None).unwrap();
+        }
+        assert_eq!(forced, [Some(40), Some(41), Some(42)]);
+        assert_eq!(
+            (t.forced_token_id(), t.channel()),
+            (None, Some(Channel::Content))
+        );
+        let e = params(&[], spec(|s| s.max_reasoning_tokens = Some(1)), |_| {});
+        assert!(e
+            .err()
+            .unwrap()
+            .to_string()
+            .starts_with("reasoning_end_ids is required"));
     }
 
     #[test]
