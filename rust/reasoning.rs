@@ -18,10 +18,11 @@
 //! * Each channel has its own stop-string and stop-regex matchers, fed only
 //!   that channel's text and reset when the channel is entered: a stop never
 //!   matches across a marker. A stop with scope `any` is in both.
-//! * A token belongs to the channel where its text ends; a token whose text
-//!   lies wholly inside a marker, and a marker token id, is a marker token.
-//!   So token classes run content, start marker, reasoning, end marker,
-//!   content, in output order, and four token indices describe them.
+//! * A token belongs to the channel of the last character of its text that
+//!   is not marker text; a token whose text lies wholly inside a marker, and
+//!   a marker token id, is a marker token (an empty piece: the channel it
+//!   came in). So token classes run content, start marker, reasoning, end
+//!   marker, content, in output order, and four token indices describe them.
 //!
 //! Every rule is decided per token, in the order of the text, so a run of k
 //! tokens gives what k one-token steps give.
@@ -442,7 +443,7 @@ impl Reasoning {
         };
         match (last(&self.spec.start), last(&self.spec.end)) {
             (None, None) => None,
-            (s, e) => Some(s.map_or(false, |s| e.map_or(true, |e| s > e))),
+            (s, e) => Some(s.is_some_and(|s| e.map_or(true, |e| s > e))),
         }
     }
 }
@@ -490,6 +491,9 @@ pub(crate) struct Channels {
     bytes: [usize; 4],
     /// The same four boundaries as token indices.
     tokens: [usize; 4],
+    /// `(token index, code point where its text starts)` of the tokens since
+    /// the held partial marker was last empty: the tokens it may overlap.
+    recent: Vec<(usize, usize)>,
     scratch: String,
 }
 
@@ -539,6 +543,7 @@ impl Channels {
             base: [0, 0],
             bytes: [UNSET; 4],
             tokens: [UNSET; 4],
+            recent: Vec::new(),
             scratch: String::new(),
         };
         if starts_in == Channel::Reasoning {
@@ -696,14 +701,22 @@ impl Channels {
         };
         let (c0, c1) = (chars_at(start), chars_at(end));
         // Tokens before `k` whose text ends past the marker's start are
-        // still unreleased (the partial marker was held back).
+        // still unreleased (the partial marker was held back). The first of
+        // them (or `k`) keeps its channel when its text starts before the
+        // marker; `k` takes the next one when its text goes on past it.
         let inside = unreleased_ends
             .iter()
             .rev()
             .take_while(|&&e| e > c0)
             .count();
-        let lo = k - inside;
+        let first = k - inside;
+        let first_start = self
+            .recent
+            .iter()
+            .find(|&&(j, _)| j == first)
+            .map_or(kept_chars, |&(_, start)| start);
         let hi = k + usize::from(end == n + piece.len());
+        let lo = (first + usize::from(first_start < c0)).min(hi);
         let (slot, next) = match self.phase {
             Phase::Before => (0, Phase::Inside),
             _ => (2, Phase::After),
@@ -729,6 +742,25 @@ impl Channels {
     /// `allow`; channel changes after that stop are not made.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn token(
+        &mut self,
+        kept: &str,
+        kept_chars: usize,
+        unreleased_ends: &[usize],
+        k: usize,
+        id: u32,
+        piece: &str,
+        allow: bool,
+    ) -> Option<Hit> {
+        self.recent.push((k, kept_chars));
+        let hit = self.token_text(kept, kept_chars, unreleased_ends, k, id, piece, allow);
+        if self.partial == 0 {
+            self.recent.clear();
+        }
+        hit
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn token_text(
         &mut self,
         kept: &str,
         kept_chars: usize,
@@ -964,6 +996,28 @@ mod tests {
             .all(|d| !d.contains("<thin") || d.contains("<think>")));
         assert_eq!(s.deltas[0], "");
         assert_eq!(s.channel, Some(Channel::Content));
+    }
+
+    #[test]
+    fn a_token_belongs_to_the_channel_of_its_last_non_marker_character() {
+        let p = params(&[], spec(|_| {}), |_| {}).unwrap();
+        let toks = [
+            (5, "<think>a"),
+            (6, "b</th"),
+            (7, "ink>"),
+            (8, "<"),
+            (9, "think>c</think>"),
+        ];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("ab", "<think>c</think>")
+        );
+        assert_eq!((s.reasoning_ids, s.content_ids), (vec![5, 6], vec![8, 9]));
+        let toks = [(5, "x<think>y</think>z")];
+        let s = drive(&p, &toks, &[1]);
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("y", "xz"));
+        assert_eq!((s.reasoning_ids, s.content_ids), (vec![], vec![5]));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
-use super::tracker::{Outcome, PyStepResult};
+use super::tracker::{Outcome, PyStepResult, RowChannels};
 use crate::batch::{FinishBatch, SlotStep, StepInput};
 use crate::error::Problem;
 use crate::finish::{FinishTracker, Step};
@@ -56,6 +56,8 @@ pub struct PyBatchStepResult {
     /// Private: the getter hands out copies of the list.
     text_deltas: Py<PyList>,
     tokens: Vec<u32>,
+    /// `(row, channels)` of the rows whose sequence has reasoning channels.
+    channels: Vec<(usize, RowChannels)>,
 }
 
 impl PyBatchStepResult {
@@ -73,6 +75,32 @@ impl PyBatchStepResult {
             self.rows[i - 1].tokens_end
         };
         &self.tokens[start..self.rows[i].tokens_end]
+    }
+
+    fn channels_of(&self, i: usize) -> Option<&RowChannels> {
+        let at = self
+            .channels
+            .binary_search_by_key(&i, |(row, _)| *row)
+            .ok()?;
+        Some(&self.channels[at].1)
+    }
+
+    /// One value per row from its channels (`None` for rows without).
+    fn per_channel_row<T>(
+        &self,
+        py: Python<'_>,
+        of: impl Fn(&RowChannels, &str, &[u32]) -> T,
+    ) -> PyResult<Vec<Option<T>>> {
+        let list = self.text_deltas.bind(py);
+        (0..self.rows.len())
+            .map(|i| match self.channels_of(i) {
+                None => Ok(None),
+                Some(c) => {
+                    let text = list.get_item(i)?.extract::<String>()?;
+                    Ok(Some(of(c, &text, self.tokens_of(i))))
+                }
+            })
+            .collect()
     }
 
     /// One value per row: `default` but for the finished rows.
@@ -100,11 +128,55 @@ impl PyBatchStepResult {
             )));
         }
         let i = i as usize;
+        let text_delta = self.text_deltas.bind(py).get_item(i)?.extract::<String>()?;
+        let token_ids_delta = self.tokens_of(i).to_vec();
         Ok(PyStepResult {
             outcome: self.outcome(i),
-            text_delta: self.text_deltas.bind(py).get_item(i)?.extract::<String>()?,
-            token_ids_delta: self.tokens_of(i).to_vec(),
+            channels: self
+                .channels_of(i)
+                .map(|c| c.deltas(&text_delta, &token_ids_delta)),
+            text_delta,
+            token_ids_delta,
         })
+    }
+
+    /// Per row: the channel after the step (`"reasoning"` / `"content"`), `None` for rows
+    /// without reasoning channels (see `StepResult.channel`).
+    #[getter]
+    fn channels(&self) -> Vec<Option<&'static str>> {
+        (0..self.rows.len())
+            .map(|i| self.channels_of(i).map(RowChannels::channel))
+            .collect()
+    }
+    /// Per row: the token id the engine must sample next (thinking budget spent), else
+    /// `None` (see `StepResult.forced_token_id`).
+    #[getter]
+    fn forced_token_ids(&self) -> Vec<Option<u32>> {
+        (0..self.rows.len())
+            .map(|i| self.channels_of(i).and_then(RowChannels::forced))
+            .collect()
+    }
+    /// Per row: the reasoning text released (`None` for rows without reasoning channels).
+    #[getter]
+    fn reasoning_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<String>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).reasoning)
+    }
+    /// Per row: the content text released (`None` for rows without reasoning channels).
+    #[getter]
+    fn content_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<String>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).content)
+    }
+    /// Per row: the reasoning token ids released (`None` for rows without reasoning
+    /// channels).
+    #[getter]
+    fn reasoning_token_ids_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<Vec<u32>>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).reasoning_ids)
+    }
+    /// Per row: the content token ids released (`None` for rows without reasoning
+    /// channels).
+    #[getter]
+    fn content_token_ids_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<Vec<u32>>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).content_ids)
     }
 
     /// The slot of each row, as passed to `step`.
@@ -522,6 +594,7 @@ pub(super) struct StepRows {
     rows: Vec<BatchRow>,
     finished: Vec<(usize, Outcome)>,
     tokens: Vec<u32>,
+    channels: Vec<(usize, RowChannels)>,
 }
 
 impl StepRows {
@@ -532,6 +605,7 @@ impl StepRows {
             finished: self.finished,
             text_deltas: text_deltas.unbind(),
             tokens: self.tokens,
+            channels: self.channels,
         }
     }
 }
@@ -546,6 +620,7 @@ pub(super) fn batch_step<'py>(
     let mut rows = Vec::with_capacity(input.slots.len());
     let mut tokens = Vec::with_capacity(input.token_ids.len());
     let mut finished = Vec::new();
+    let mut channels = Vec::new();
     let mut failed = None;
     inner
         .step_each(input, |k, t, s| {
@@ -560,6 +635,10 @@ pub(super) fn batch_step<'py>(
             }
             if t.is_finished() {
                 finished.push((k, Outcome::of(t)));
+            }
+            let (text, ids) = (s.step.text_delta.clone(), s.step.token_ids_delta.clone());
+            if let Some(c) = RowChannels::of(t, text, ids) {
+                channels.push((k, c));
             }
             rows.push(BatchRow {
                 slot: s.slot,
@@ -576,5 +655,6 @@ pub(super) fn batch_step<'py>(
         rows,
         finished,
         tokens,
+        channels,
     })
 }

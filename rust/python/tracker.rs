@@ -1,6 +1,7 @@
 //! `FinishTracker` (one sequence) and the `StepResult` it and the batch
 //! report.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -14,6 +15,109 @@ use super::params::params_arg;
 use crate::error::Problem;
 use crate::finish::{Finish, FinishTracker, Matched, Step, StopReason};
 use crate::limits;
+use crate::reasoning::{Channel, ChannelRanges};
+
+/// A step's per-channel deltas (only with reasoning channels).
+#[derive(Clone)]
+pub(super) struct ChannelDeltas {
+    channel: Channel,
+    pub(super) reasoning: String,
+    pub(super) content: String,
+    pub(super) reasoning_ids: Vec<u32>,
+    pub(super) content_ids: Vec<u32>,
+    forced: Option<u32>,
+}
+
+/// A row's channels as ranges into its own text delta (bytes) and token
+/// delta, so a batch step records them without allocating.
+#[derive(Clone)]
+pub(super) struct RowChannels {
+    channel: Channel,
+    forced: Option<u32>,
+    ranges: ChannelRanges,
+}
+
+impl RowChannels {
+    /// `t`'s channels within its deltas `text` (bytes) and `tokens`, shifted to
+    /// start at 0; `None` without reasoning channels.
+    #[inline]
+    pub(super) fn of(t: &FinishTracker, text: Range<usize>, tokens: Range<usize>) -> Option<Self> {
+        let (a, b) = (text.start, tokens.start);
+        let r = t.channel_ranges(text, tokens)?;
+        let shift = |x: &Range<usize>, by: usize| x.start - by..x.end - by;
+        Some(RowChannels {
+            channel: t.channel()?,
+            forced: t.forced_token_id(),
+            ranges: ChannelRanges {
+                reasoning_text: shift(&r.reasoning_text, a),
+                reasoning_tokens: shift(&r.reasoning_tokens, b),
+                content_text: [shift(&r.content_text[0], a), shift(&r.content_text[1], a)],
+                content_tokens: [
+                    shift(&r.content_tokens[0], b),
+                    shift(&r.content_tokens[1], b),
+                ],
+            },
+        })
+    }
+
+    /// The deltas themselves, cut from the row's `text` and `ids` deltas.
+    pub(super) fn deltas(&self, text: &str, ids: &[u32]) -> Box<ChannelDeltas> {
+        let r = &self.ranges;
+        let mut content = String::new();
+        let mut content_ids = Vec::new();
+        for (a, b) in r.content_text.iter().zip(&r.content_tokens) {
+            content.push_str(&text[a.clone()]);
+            content_ids.extend_from_slice(&ids[b.clone()]);
+        }
+        Box::new(ChannelDeltas {
+            channel: self.channel,
+            reasoning: text[r.reasoning_text.clone()].to_owned(),
+            content,
+            reasoning_ids: ids[r.reasoning_tokens.clone()].to_vec(),
+            content_ids,
+            forced: self.forced,
+        })
+    }
+
+    pub(super) fn channel(&self) -> &'static str {
+        self.channel.as_str()
+    }
+
+    pub(super) fn forced(&self) -> Option<u32> {
+        self.forced
+    }
+}
+
+impl ChannelDeltas {
+    /// `t`'s channels within the byte range `text` and token range `tokens`.
+    pub(super) fn of(
+        t: &FinishTracker,
+        text: Range<usize>,
+        tokens: Range<usize>,
+    ) -> Option<Box<Self>> {
+        let ChannelRanges {
+            reasoning_text,
+            reasoning_tokens,
+            content_text,
+            content_tokens,
+        } = t.channel_ranges(text, tokens)?;
+        let (txt, ids) = (t.text(), t.token_ids());
+        let mut content = String::new();
+        let mut content_ids = Vec::new();
+        for (a, b) in content_text.into_iter().zip(content_tokens) {
+            content.push_str(&txt[a]);
+            content_ids.extend_from_slice(&ids[b]);
+        }
+        Some(Box::new(ChannelDeltas {
+            channel: t.channel()?,
+            reasoning: txt[reasoning_text].to_owned(),
+            content,
+            reasoning_ids: ids[reasoning_tokens].to_vec(),
+            content_ids,
+            forced: t.forced_token_id(),
+        }))
+    }
+}
 
 /// The state a `StepResult` reports, taken from a tracker.
 #[derive(Clone)]
@@ -117,6 +221,7 @@ pub struct PyStepResult {
     /// kept ids.
     #[pyo3(get)]
     pub(super) token_ids_delta: Vec<u32>,
+    pub(super) channels: Option<Box<ChannelDeltas>>,
 }
 
 impl PyStepResult {
@@ -125,6 +230,7 @@ impl PyStepResult {
             outcome: Outcome::of(t),
             text_delta: t.text()[step.text_delta.clone()].to_owned(),
             token_ids_delta: t.token_ids()[step.token_ids_delta.clone()].to_vec(),
+            channels: ChannelDeltas::of(t, step.text_delta.clone(), step.token_ids_delta.clone()),
         }
     }
 }
@@ -162,6 +268,44 @@ impl PyStepResult {
         self.outcome.matched(py)
     }
 
+    /// With reasoning channels: `"reasoning"` or `"content"`, the channel the sequence is
+    /// in after this step (at finish, the one it finished in); `None` without them
+    /// (semantics.md 11).
+    #[getter]
+    fn channel(&self) -> Option<&'static str> {
+        self.channels.as_ref().map(|c| c.channel.as_str())
+    }
+    /// Reasoning text released by this step (a part of `text_delta`; markers excluded
+    /// unless kept); `""` without reasoning channels.
+    #[getter]
+    fn reasoning_delta(&self) -> &str {
+        self.channels.as_ref().map_or("", |c| c.reasoning.as_str())
+    }
+    /// Content text released by this step; `text_delta` without reasoning channels.
+    #[getter]
+    fn content_delta(&self) -> &str {
+        self.channels.as_ref().map_or(&self.text_delta, |c| c.content.as_str())
+    }
+    /// Reasoning token ids released by this step (a new list on every read).
+    #[getter]
+    fn reasoning_token_ids_delta(&self) -> Vec<u32> {
+        self.channels.as_ref().map_or_else(Vec::new, |c| c.reasoning_ids.clone())
+    }
+    /// Content token ids released by this step; `token_ids_delta` without reasoning
+    /// channels.
+    #[getter]
+    fn content_token_ids_delta(&self) -> Vec<u32> {
+        self.channels
+            .as_ref()
+            .map_or_else(|| self.token_ids_delta.clone(), |c| c.content_ids.clone())
+    }
+    /// The token id the engine must sample next (the thinking budget is spent; the end
+    /// marker's ids one per step, as vLLM's thinking_token_budget), else `None`.
+    #[getter]
+    fn forced_token_id(&self) -> Option<u32> {
+        self.channels.as_ref().and_then(|c| c.forced)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
             "StepResult(finished={}, finish_reason={}, stop_reason={}, matched={}, num_tokens={}, text_len={}, \
@@ -177,6 +321,11 @@ impl PyStepResult {
         ))
     }
 }
+}
+
+/// All of `t`'s kept output by channel; `None` without reasoning channels.
+fn all_channels(t: &FinishTracker) -> Option<Box<ChannelDeltas>> {
+    ChannelDeltas::of(t, 0..t.text().len(), 0..t.token_ids().len())
 }
 
 /// The finish state of one sequence. Not thread-safe: concurrent use raises
@@ -214,8 +363,22 @@ impl PyFinishTracker {
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
+        let starts_in = match (&vocab, &params.reasoning) {
+            (Some(v), Some(r)) => {
+                r.check_ids("vocabulary size", v.vocab_size() as u64)
+                    .map_err(to_py_err)?;
+                let prompt = detok::prompt_ids(prompt_token_ids)?;
+                let opened = r.prompt_opens(&prompt, |id| v.token_text(id));
+                match (r.spec().starts_in, opened) {
+                    (None, Some(true)) => Some(Channel::Reasoning),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         Ok(Self {
-            inner: FinishTracker::new(Arc::clone(&params)).map_err(to_py_err)?,
+            inner: FinishTracker::with_channel(Arc::clone(&params), starts_in)
+                .map_err(to_py_err)?,
             detok: vocab.zip(dec),
         })
     }
@@ -330,6 +493,43 @@ impl PyFinishTracker {
     #[getter]
     fn text(&self) -> &str {
         self.inner.text()
+    }
+    /// With reasoning channels, the channel output is in now (at finish, the one it
+    /// finished in); `None` without them.
+    #[getter]
+    fn channel(&self) -> Option<&'static str> {
+        self.inner.channel().map(Channel::as_str)
+    }
+    /// The reasoning kept (markers excluded unless kept); `""` without reasoning channels.
+    #[getter]
+    fn reasoning(&self) -> String {
+        all_channels(&self.inner).map_or_else(String::new, |c| c.reasoning)
+    }
+    /// The content kept; `text` without reasoning channels.
+    #[getter]
+    fn content(&self) -> String {
+        all_channels(&self.inner).map_or_else(|| self.inner.text().to_owned(), |c| c.content)
+    }
+    /// The reasoning token ids kept (a copy).
+    #[getter]
+    fn reasoning_token_ids(&self) -> Vec<u32> {
+        all_channels(&self.inner).map_or_else(Vec::new, |c| c.reasoning_ids)
+    }
+    /// The content token ids kept (a copy); `token_ids` without reasoning channels.
+    #[getter]
+    fn content_token_ids(&self) -> Vec<u32> {
+        all_channels(&self.inner).map_or_else(|| self.inner.token_ids().to_vec(), |c| c.content_ids)
+    }
+    /// Reasoning tokens kept while the reasoning block is open (the thinking budget's
+    /// count; 0 once closed).
+    #[getter]
+    fn reasoning_tokens(&self) -> usize {
+        self.inner.reasoning_tokens()
+    }
+    /// As `StepResult.forced_token_id`, for the state now.
+    #[getter]
+    fn forced_token_id(&self) -> Option<u32> {
+        self.inner.forced_token_id()
     }
     /// Code points released through `text_delta` so far.
     #[getter]
