@@ -626,6 +626,9 @@ impl Channels {
     /// `ThinkingTokenBudgetLogitsProcessor` forces them one per step).
     pub(crate) fn forced(&self, kept_tokens: usize) -> Option<u32> {
         let budget = self.spec.spec.max_reasoning_tokens?;
+        if self.phase != Phase::Inside {
+            return None;
+        }
         let count = self.reasoning_tokens(kept_tokens) as u64;
         let used = count.checked_sub(budget)?;
         let i = usize::try_from(used).ok()?;
