@@ -226,6 +226,8 @@ impl Reasoning {
             if m.text.as_deref() == Some("") {
                 return Err(Error::param(text_field, Problem::EmptyMarker));
             }
+            let bytes = m.text.as_ref().map_or(0, String::len);
+            crate::limits::check_bytes(text_field, bytes, crate::limits::MAX_MARKER_BYTES)?;
         }
         if spec.end.text.is_none() && spec.end.token_id.is_none() {
             return Err(Error::param(

@@ -292,3 +292,10 @@ def test_without_reasoning_everything_is_content() -> None:
     p = stopline.StopParams(stop=["z"])
     r = stopline.FinishTracker(p).update([1, 2], ["ab", "c"])
     assert (r.channel, r.reasoning_delta, r.content_delta, r.content_token_ids_delta) == (None, "", "abc", [1, 2])
+
+
+def test_marker_text_has_a_cap() -> None:
+    cap = stopline.LIMITS["max_marker_bytes"]
+    stopline.StopParams(reasoning_end="x" * cap)
+    with pytest.raises(ValueError, match=f"reasoning_end totals {cap + 1} UTF-8 bytes; at most {cap}"):
+        stopline.StopParams(reasoning_end="x" * (cap + 1))

@@ -621,6 +621,7 @@ pub(super) fn batch_step<'py>(
     let mut tokens = Vec::with_capacity(input.token_ids.len());
     let mut finished = Vec::new();
     let mut channels = Vec::new();
+    let n_rows = input.slots.len();
     let mut failed = None;
     inner
         .step_each(input, |k, t, s| {
@@ -638,6 +639,10 @@ pub(super) fn batch_step<'py>(
             }
             let (text, ids) = (s.step.text_delta.clone(), s.step.token_ids_delta.clone());
             if let Some(c) = RowChannels::of(t, text, ids) {
+                if channels.capacity() == 0 {
+                    // Rows with reasoning are usually most rows: one allocation.
+                    channels.reserve(n_rows);
+                }
                 channels.push((k, c));
             }
             rows.push(BatchRow {
