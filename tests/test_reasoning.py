@@ -207,6 +207,15 @@ def test_prompt_opened_thinking_with_a_vocabulary() -> None:
             break
         t.update(i)
     assert (t.reasoning, t.content, t.stop_reason) == ("Let me see.\n\nOK", "Hello", "\n\n")
+    b = stopline.FinishBatch(2, vocabulary=v)
+    b.add(0, p, prompt_token_ids=prompt, skip_special_tokens=False)
+    content = ""
+    for i in out:
+        r = b.step([0], [i])
+        content += r.content_deltas[0] or ""
+        if r.finished_flags[0]:
+            break
+    assert (content, r.channels[0]) == ("Hello", "content")
     # Without the prompt the output starts in content: the stop fires in the thinking.
     t = stopline.FinishTracker(p, vocabulary=v, skip_special_tokens=False)
     for i in out:
@@ -269,6 +278,33 @@ def test_batch_ids_only_with_marker_ids_equals_trackers() -> None:
         if one.finished:
             break
     assert (t.reasoning_token_ids, t.content_token_ids, t.stop_reason) == ([9, 3, 4], [8, 9], 9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(), st.lists(st.integers(0, 3), min_size=1, max_size=8))
+def test_batch_with_texts_equals_trackers(
+    case: tuple[dict[str, Any], list[tuple[int, str]], list[int]], runs: list[int],
+) -> None:
+    kw, toks, _ = case
+    p = stopline.StopParams(**kw)
+    b = stopline.FinishBatch(3)
+    b.add(2, p)
+    b.add(0, stopline.StopParams())
+    t = stopline.FinishTracker(p)
+    pos = 0
+    for n in runs:
+        run = toks[pos:pos + n]
+        pos += n
+        r = b.step([2, 0], [i for i, _ in run] + [1], [len(run), 1], [x for _, x in run] + ["z"])
+        one = t.update([i for i, _ in run], [x for _, x in run])
+        assert fields(r[0]) == fields(one)
+        assert (r.channels[0], r.reasoning_deltas[0], r.content_deltas[0]) == (
+            one.channel, one.reasoning_delta, one.content_delta)
+        assert (r.reasoning_token_ids_deltas[0], r.content_token_ids_deltas[0]) == (
+            one.reasoning_token_ids_delta, one.content_token_ids_delta)
+        assert (r.channels[1], r.content_deltas[1], r[1].content_delta) == (None, None, "z")
+        if one.finished:
+            break
 
 
 @pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])

@@ -316,8 +316,11 @@ impl PyFinishBatch {
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
+        let vocab = self.detok.as_ref().map(|d| d.vocab());
+        let starts_in =
+            super::tracker::prompt_channel(vocab.map(|v| &**v), &params, prompt_token_ids)?;
         self.inner
-            .add(slot, Arc::clone(&params))
+            .add_in(slot, Arc::clone(&params), starts_in)
             .map_err(to_py_err)?;
         if let Some(d) = self.detok.as_mut() {
             d.set(slot, dec);

@@ -13,7 +13,7 @@ use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::params::params_arg;
 use crate::error::Problem;
-use crate::finish::{Finish, FinishTracker, Matched, Step, StopReason};
+use crate::finish::{Finish, FinishTracker, Matched, Step, StopParams, StopReason};
 use crate::limits;
 use crate::reasoning::{Channel, ChannelRanges};
 
@@ -323,6 +323,28 @@ impl PyStepResult {
 }
 }
 
+/// With a vocabulary and reasoning channels: checks the marker ids against
+/// the vocabulary, and starts the output in reasoning when the prompt ends
+/// inside an open block (semantics.md 11, rule 1) and the params leave the
+/// start channel open.
+pub(super) fn prompt_channel(
+    vocab: Option<&crate::detokenize::Vocabulary>,
+    params: &StopParams,
+    prompt_token_ids: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Channel>> {
+    let (Some(v), Some(r)) = (vocab, &params.reasoning) else {
+        return Ok(None);
+    };
+    r.check_ids("vocabulary size", v.vocab_size() as u64)
+        .map_err(to_py_err)?;
+    if r.spec().starts_in.is_some() {
+        return Ok(None);
+    }
+    let prompt = detok::prompt_ids(prompt_token_ids)?;
+    let opened = r.prompt_opens(&prompt, |id| v.token_text(id));
+    Ok((opened == Some(true)).then_some(Channel::Reasoning))
+}
+
 /// All of `t`'s kept output by channel; `None` without reasoning channels.
 fn all_channels(t: &FinishTracker) -> Option<Box<ChannelDeltas>> {
     ChannelDeltas::of(t, 0..t.text().len(), 0..t.token_ids().len())
@@ -363,19 +385,7 @@ impl PyFinishTracker {
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
-        let starts_in = match (&vocab, &params.reasoning) {
-            (Some(v), Some(r)) => {
-                r.check_ids("vocabulary size", v.vocab_size() as u64)
-                    .map_err(to_py_err)?;
-                let prompt = detok::prompt_ids(prompt_token_ids)?;
-                let opened = r.prompt_opens(&prompt, |id| v.token_text(id));
-                match (r.spec().starts_in, opened) {
-                    (None, Some(true)) => Some(Channel::Reasoning),
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
+        let starts_in = prompt_channel(vocab.as_deref(), &params, prompt_token_ids)?;
         Ok(Self {
             inner: FinishTracker::with_channel(Arc::clone(&params), starts_in)
                 .map_err(to_py_err)?,
