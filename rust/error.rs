@@ -428,7 +428,7 @@ impl Problem {
                 }
                 write!(
                     f,
-                    "={shown} overlaps {other}; a stop may neither contain a reasoning marker nor lie inside one, and a marker id may not be a stop or EOS id"
+                    "={shown} overlaps {other}; a stop string may not contain a reasoning marker (it could never match), and a marker id may not be a stop or EOS id"
                 )
             }
             Problem::NotASequence { expected, got } => {

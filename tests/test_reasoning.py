@@ -319,7 +319,7 @@ def test_batch_with_texts_equals_trackers(
     (dict(reasoning_start="", reasoning_end="</think>"), "reasoning_start is an empty string"),
     (dict(reasoning_start="<think>"), "reasoning_end is required"),
     (dict(stop=["</think>"], **THINK), r"stop\[0\]=.</think>. overlaps reasoning_end"),
-    (dict(stop=["x", "nk>"], **THINK), r"stop\[1\]=.nk>. overlaps reasoning_start"),
+    (dict(stop=["x", "a<think>"], **THINK), r"stop\[1\]=.a<think>. overlaps reasoning_start"),
     (dict(reasoning_end_id=2, eos_token_ids=[2]), r"eos_token_ids\[0\]=2 overlaps reasoning_end_id"),
     (dict(reasoning_end_id=50, vocab_size=50), r"reasoning_end_id\[0\]=50 is outside"),
     (dict(stop=["a"], stop_scopes=["any", "any"], **THINK), "stop_scopes has 2 scopes for 1"),

@@ -502,8 +502,8 @@ class StopParams:
                 ``vocab_size``; an empty stop string; a stop regex refused as
                 by ``StopRegexes``; a missing, unknown or out-of-range
                 ``repetition`` key; a lone surrogate; an empty marker, a
-                missing end marker, a stop string that contains a marker or
-                lies inside one, a marker id that is a stop or EOS id or lies
+                missing end marker, a stop string that contains a marker, a
+                marker id that is a stop or EOS id or lies
                 outside ``vocab_size``, a scope list of the wrong length or an
                 unknown scope name.
         """

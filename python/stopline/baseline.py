@@ -473,7 +473,7 @@ class StopParams:
         for i, st in enumerate(self.stop):
             for name in ("reasoning_start", "reasoning_end"):
                 m = getattr(self, name)
-                if m is not None and (m in st or st in m):
+                if m is not None and m in st:
                     raise ValueError(f"stop[{i}]={st!r} overlaps {name}")
         for field_name in ("stop_token_ids", "eos_token_ids"):
             for i, t in enumerate(getattr(self, field_name)):
