@@ -28,27 +28,42 @@ pub(super) struct ChannelDeltas {
     forced: Option<u32>,
 }
 
-/// A row's channels as ranges into its own text delta (bytes) and token
-/// delta, so a batch step records them without allocating.
+/// How a row's deltas split into channels.
+#[derive(Clone)]
+enum Split {
+    /// All of the row's text and ids are in this channel (the usual step).
+    Whole(Channel),
+    /// Ranges into the row's own text delta (bytes) and token delta.
+    Ranges(Box<ChannelRanges>),
+}
+
+/// A row's channels, recorded by a batch step without allocating in the
+/// usual case (a delta wholly in one channel).
 #[derive(Clone)]
 pub(super) struct RowChannels {
     channel: Channel,
     forced: Option<u32>,
-    ranges: ChannelRanges,
+    split: Split,
 }
 
 impl RowChannels {
-    /// `t`'s channels within its deltas `text` (bytes) and `tokens`, shifted to
-    /// start at 0; `None` without reasoning channels.
+    /// `t`'s channels within its deltas `text` (bytes) and `tokens`; `None`
+    /// without reasoning channels.
     #[inline]
     pub(super) fn of(t: &FinishTracker, text: Range<usize>, tokens: Range<usize>) -> Option<Self> {
         let (a, b) = (text.start, tokens.start);
+        let (n_text, n_tokens) = (text.len(), tokens.len());
         let r = t.channel_ranges(text, tokens)?;
-        let shift = |x: &Range<usize>, by: usize| x.start - by..x.end - by;
-        Some(RowChannels {
-            channel: t.channel()?,
-            forced: t.forced_token_id(),
-            ranges: ChannelRanges {
+        // Disjoint, ordered parts of a delta that add up to all of it are it.
+        let content_text = r.content_text[0].len() + r.content_text[1].len();
+        let content_tokens = r.content_tokens[0].len() + r.content_tokens[1].len();
+        let split = if r.reasoning_text.len() == n_text && r.reasoning_tokens.len() == n_tokens {
+            Split::Whole(Channel::Reasoning)
+        } else if content_text == n_text && content_tokens == n_tokens {
+            Split::Whole(Channel::Content)
+        } else {
+            let shift = |x: &Range<usize>, by: usize| x.start - by..x.end - by;
+            Split::Ranges(Box::new(ChannelRanges {
                 reasoning_text: shift(&r.reasoning_text, a),
                 reasoning_tokens: shift(&r.reasoning_tokens, b),
                 content_text: [shift(&r.content_text[0], a), shift(&r.content_text[1], a)],
@@ -56,24 +71,45 @@ impl RowChannels {
                     shift(&r.content_tokens[0], b),
                     shift(&r.content_tokens[1], b),
                 ],
-            },
+            }))
+        };
+        Some(RowChannels {
+            channel: t.channel()?,
+            forced: t.forced_token_id(),
+            split,
         })
     }
 
     /// The deltas themselves, cut from the row's `text` and `ids` deltas.
     pub(super) fn deltas(&self, text: &str, ids: &[u32]) -> Box<ChannelDeltas> {
-        let r = &self.ranges;
-        let mut content = String::new();
-        let mut content_ids = Vec::new();
-        for (a, b) in r.content_text.iter().zip(&r.content_tokens) {
-            content.push_str(&text[a.clone()]);
-            content_ids.extend_from_slice(&ids[b.clone()]);
-        }
+        let (reasoning, content, reasoning_ids, content_ids) = match &self.split {
+            Split::Whole(Channel::Reasoning) => {
+                (text.to_owned(), String::new(), ids.to_vec(), Vec::new())
+            }
+            Split::Whole(Channel::Content) => {
+                (String::new(), text.to_owned(), Vec::new(), ids.to_vec())
+            }
+            Split::Ranges(r) => {
+                let mut content = String::new();
+                let mut content_ids = Vec::new();
+                for (a, b) in r.content_text.iter().zip(&r.content_tokens) {
+                    content.push_str(&text[a.clone()]);
+                    content_ids.extend_from_slice(&ids[b.clone()]);
+                }
+                let reasoning = text[r.reasoning_text.clone()].to_owned();
+                (
+                    reasoning,
+                    content,
+                    ids[r.reasoning_tokens.clone()].to_vec(),
+                    content_ids,
+                )
+            }
+        };
         Box::new(ChannelDeltas {
             channel: self.channel,
-            reasoning: text[r.reasoning_text.clone()].to_owned(),
+            reasoning,
             content,
-            reasoning_ids: ids[r.reasoning_tokens.clone()].to_vec(),
+            reasoning_ids,
             content_ids,
             forced: self.forced,
         })
