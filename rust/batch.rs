@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
-use crate::reasoning::Channel;
+use crate::reasoning::PromptState;
 
 /// The largest batch: far above any engine's concurrent sequences, and small
 /// enough that the slot table always fits in memory.
@@ -224,11 +224,11 @@ impl FinishBatch {
     /// [`Error::Slot`] if the slot is out of range or taken; [`Error::Param`]
     /// if `params` does not validate.
     pub fn add(&mut self, slot: i64, params: Arc<StopParams>) -> Result<(), Error> {
-        self.add_in(slot, params, None)
+        self.add_in(slot, params, PromptState::NoMarker)
     }
 
-    /// [`add`](Self::add), the output starting in channel `starts_in` when
-    /// reasoning is configured ([`FinishTracker::with_channel`]).
+    /// [`add`](Self::add) for a prompt in state `prompt`
+    /// ([`FinishTracker::with_prompt`]).
     ///
     /// # Errors
     /// As [`add`](Self::add).
@@ -236,13 +236,13 @@ impl FinishBatch {
         &mut self,
         slot: i64,
         params: Arc<StopParams>,
-        starts_in: Option<Channel>,
+        prompt: PromptState,
     ) -> Result<(), Error> {
         let i = self.index(slot)?;
         if self.slots.get(i).is_some_and(Option::is_some) {
             return Err(slot_err(slot, "is already in use; remove() it first"));
         }
-        let tracker = FinishTracker::with_channel(params, starts_in)?;
+        let tracker = FinishTracker::with_prompt(params, prompt)?;
         self.grow_to(i)?;
         self.slots[i] = Some(Box::new(tracker));
         self.occupied += 1;

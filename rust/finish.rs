@@ -47,7 +47,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, Problem};
-use crate::reasoning::{Channel, ChannelRanges, Channels, Reasoning};
+use crate::reasoning::{Channel, ChannelRanges, Channels, PromptState, Reasoning};
 use crate::stop_regex::{StopRegexMatcher, StopRegexes};
 use crate::stop_strings::{byte_offset_from_end, char_len, StopMatch, StopMatcher, StopStrings};
 
@@ -380,19 +380,17 @@ impl FinishTracker {
     /// # Errors
     /// [`Error::Param`] if `params` does not validate.
     pub fn new(params: Arc<StopParams>) -> Result<Self, Error> {
-        Self::with_channel(params, None)
+        Self::with_prompt(params, PromptState::NoMarker)
     }
 
-    /// [`new`](Self::new), starting the output in channel `starts_in` when
-    /// reasoning is configured (`None`: the params' start channel, else
-    /// content).
+    /// [`new`](Self::new) for a prompt in state `prompt`: with reasoning
+    /// configured and no start channel in the params, a prompt that ends
+    /// inside an open block starts the output in reasoning, its tokens after
+    /// the start marker counted against the budget.
     ///
     /// # Errors
     /// [`Error::Param`] if `params` does not validate.
-    pub fn with_channel(
-        params: Arc<StopParams>,
-        starts_in: Option<Channel>,
-    ) -> Result<Self, Error> {
+    pub fn with_prompt(params: Arc<StopParams>, prompt: PromptState) -> Result<Self, Error> {
         params.validate()?;
         let specials = params
             .stop_token_ids
@@ -405,11 +403,16 @@ impl FinishTracker {
             if let Some((lo, hi)) = r.id_range() {
                 special_ids = (special_ids.0.min(lo), special_ids.1.max(hi));
             }
-            let start = starts_in.or(r.spec().starts_in).unwrap_or(Channel::Content);
+            let (start, prior) = match (r.spec().starts_in, prompt) {
+                (Some(c), _) => (c, 0),
+                (None, PromptState::Open { tokens_after }) => (Channel::Reasoning, tokens_after),
+                (None, _) => (Channel::Content, 0),
+            };
             Box::new(Channels::new(
                 Arc::clone(r),
                 params.include_stop_str_in_output,
                 start,
+                prior,
             ))
         });
         let length_cap = params.max_tokens.unwrap_or(u64::MAX).min(

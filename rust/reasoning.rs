@@ -422,12 +422,12 @@ impl Reasoning {
     /// Whether a prompt ends inside an open reasoning block: the last start
     /// marker in its last [`PROMPT_TAIL_TOKENS`] tokens comes after the last
     /// end marker (ids as ids, texts in the tokens' decoded text, which
-    /// `token_text` gives). `None` when neither marker occurs there.
-    pub fn prompt_opens<'a>(
+    /// `token_text` gives).
+    pub fn prompt_state<'a>(
         &self,
         prompt: &[u32],
         token_text: impl Fn(u32) -> Option<&'a str>,
-    ) -> Option<bool> {
+    ) -> PromptState {
         let tail = &prompt[prompt.len().saturating_sub(PROMPT_TAIL_TOKENS)..];
         let mut text = String::new();
         let mut starts = Vec::with_capacity(tail.len());
@@ -435,20 +435,39 @@ impl Reasoning {
             starts.push(text.len());
             text.push_str(token_text(id).unwrap_or(""));
         }
-        // The byte offset where each marker's last occurrence starts.
-        let last = |m: &Marker| -> Option<usize> {
+        // Each marker's last occurrence: where it starts (bytes), and the
+        // prompt tokens after it.
+        let last = |m: &Marker| -> Option<(usize, usize)> {
             let by_id = m
                 .token_id
                 .and_then(|id| tail.iter().rposition(|&t| t == id))
-                .map(|k| starts[k]);
-            let by_text = m.text.as_deref().and_then(|t| text.rfind(t));
+                .map(|k| (starts[k], tail.len() - 1 - k));
+            let by_text = m.text.as_deref().and_then(|t| {
+                let x = text.rfind(t)?;
+                Some((x, starts.iter().filter(|&&s| s >= x + t.len()).count()))
+            });
             by_id.max(by_text)
         };
         match (last(&self.spec.start), last(&self.spec.end)) {
-            (None, None) => None,
-            (s, e) => Some(s.is_some_and(|s| e.map_or(true, |e| s > e))),
+            (None, None) => PromptState::NoMarker,
+            (Some((s, after)), e) if e.map_or(true, |(e, _)| s > e) => PromptState::Open {
+                tokens_after: after,
+            },
+            _ => PromptState::Closed,
         }
     }
+}
+
+/// What a prompt's tail says about the reasoning block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptState {
+    /// Neither marker occurs.
+    NoMarker,
+    /// The last marker is an end marker.
+    Closed,
+    /// The last marker is a start marker, `tokens_after` prompt tokens
+    /// before the end of the prompt (vLLM counts them against the budget).
+    Open { tokens_after: usize },
 }
 
 /// Where a sequence is in its one reasoning block.
@@ -497,6 +516,9 @@ pub(crate) struct Channels {
     /// `(token index, code point where its text starts)` of the tokens since
     /// the held partial marker was last empty: the tokens it may overlap.
     recent: Vec<(usize, usize)>,
+    /// Prompt tokens after a prompt's open start marker, counted against the
+    /// budget until the block closes (as vLLM does).
+    prompt_reasoning: usize,
     scratch: String,
 }
 
@@ -534,7 +556,12 @@ fn joined<'a>(
 }
 
 impl Channels {
-    pub(crate) fn new(spec: Arc<Reasoning>, include: bool, starts_in: Channel) -> Self {
+    pub(crate) fn new(
+        spec: Arc<Reasoning>,
+        include: bool,
+        starts_in: Channel,
+        prompt_reasoning: usize,
+    ) -> Self {
         let strings = [0, 1].map(|c| spec.stops[c].as_ref().map(|s| s.list.matcher(include)));
         let regexes = [0, 1].map(|c| spec.regexes[c].as_ref().map(|s| s.list.matcher(include)));
         let mut ch = Channels {
@@ -547,9 +574,11 @@ impl Channels {
             bytes: [UNSET; 4],
             tokens: [UNSET; 4],
             recent: Vec::new(),
+            prompt_reasoning: 0,
             scratch: String::new(),
         };
         if starts_in == Channel::Reasoning {
+            ch.prompt_reasoning = prompt_reasoning;
             ch.phase = Phase::Inside;
             ch.bytes[0] = 0;
             ch.bytes[1] = 0;
@@ -618,7 +647,7 @@ impl Channels {
     /// number of tokens kept.
     pub(crate) fn reasoning_tokens(&self, kept_tokens: usize) -> usize {
         if self.phase == Phase::Inside {
-            kept_tokens - self.tokens[1]
+            kept_tokens - self.tokens[1] + self.prompt_reasoning
         } else {
             0
         }
@@ -1072,10 +1101,12 @@ mod tests {
         .unwrap();
         let r = Arc::clone(p.reasoning.as_ref().unwrap());
         let text = |id: u32| Some(if id == 1 { "<think>\n" } else { "x" });
-        assert_eq!(r.prompt_opens(&[3, 1], text), Some(true));
-        assert_eq!(r.prompt_opens(&[1, 3, END], text), Some(false));
-        assert_eq!(r.prompt_opens(&[3, 4], text), None);
-        let mut t = FinishTracker::with_channel(p, Some(Channel::Reasoning)).unwrap();
+        let open = |tokens_after| PromptState::Open { tokens_after };
+        assert_eq!(r.prompt_state(&[3, 1], text), open(0));
+        assert_eq!(r.prompt_state(&[1, 3, 4], text), open(2));
+        assert_eq!(r.prompt_state(&[1, 3, END], text), PromptState::Closed);
+        assert_eq!(r.prompt_state(&[3, 4], text), PromptState::NoMarker);
+        let mut t = FinishTracker::with_prompt(p, open(0)).unwrap();
         let st = t.update(&[5, 6, 7], Some(&["a", "b", "c"]), None).unwrap();
         assert_eq!(t.finish().unwrap().reason, FinishReason::Length);
         assert_eq!(t.channel(), Some(Channel::Reasoning));

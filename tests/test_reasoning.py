@@ -226,6 +226,12 @@ def test_prompt_opened_thinking_with_a_vocabulary() -> None:
         if not t.finished:
             t.update(i)
     assert (t.reasoning, t.content) == ("", "Let me see.")
+    # The budget counts the prompt's tokens after `<think>` (the "\n"), as vLLM.
+    budgeted = stopline.StopParams(reasoning_start_id=think, reasoning_end_id=end, max_reasoning_tokens=3)
+    t = stopline.FinishTracker(budgeted, vocabulary=v, prompt_token_ids=prompt)
+    assert (t.reasoning_tokens, t.forced_token_id) == (1, None)
+    t.update(out[:2])
+    assert (t.reasoning_tokens, t.forced_token_id) == (3, end)
     with pytest.raises(ValueError, match=r"reasoning_end_id\[0\]=999999 is outside"):
         stopline.FinishTracker(stopline.StopParams(reasoning_end_id=999999), vocabulary=v)
 

@@ -317,10 +317,9 @@ impl PyFinishBatch {
             spaces_between_special_tokens,
         )?;
         let vocab = self.detok.as_ref().map(|d| d.vocab());
-        let starts_in =
-            super::tracker::prompt_channel(vocab.map(|v| &**v), &params, prompt_token_ids)?;
+        let prompt = super::tracker::prompt_state(vocab.map(|v| &**v), &params, prompt_token_ids)?;
         self.inner
-            .add_in(slot, Arc::clone(&params), starts_in)
+            .add_in(slot, Arc::clone(&params), prompt)
             .map_err(to_py_err)?;
         if let Some(d) = self.detok.as_mut() {
             d.set(slot, dec);

@@ -15,7 +15,7 @@ use super::params::params_arg;
 use crate::error::Problem;
 use crate::finish::{Finish, FinishTracker, Matched, Step, StopParams, StopReason};
 use crate::limits;
-use crate::reasoning::{Channel, ChannelRanges};
+use crate::reasoning::{Channel, ChannelRanges, PromptState};
 
 /// A step's per-channel deltas (only with reasoning channels).
 #[derive(Clone)]
@@ -360,25 +360,20 @@ impl PyStepResult {
 }
 
 /// With a vocabulary and reasoning channels: checks the marker ids against
-/// the vocabulary, and starts the output in reasoning when the prompt ends
-/// inside an open block (semantics.md 11, rule 1) and the params leave the
-/// start channel open.
-pub(super) fn prompt_channel(
+/// the vocabulary and reads the prompt's tail for an open reasoning block
+/// (semantics.md 11, rule 1).
+pub(super) fn prompt_state(
     vocab: Option<&crate::detokenize::Vocabulary>,
     params: &StopParams,
     prompt_token_ids: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Channel>> {
+) -> PyResult<PromptState> {
     let (Some(v), Some(r)) = (vocab, &params.reasoning) else {
-        return Ok(None);
+        return Ok(PromptState::NoMarker);
     };
     r.check_ids("vocabulary size", v.vocab_size() as u64)
         .map_err(to_py_err)?;
-    if r.spec().starts_in.is_some() {
-        return Ok(None);
-    }
     let prompt = detok::prompt_ids(prompt_token_ids)?;
-    let opened = r.prompt_opens(&prompt, |id| v.token_text(id));
-    Ok((opened == Some(true)).then_some(Channel::Reasoning))
+    Ok(r.prompt_state(&prompt, |id| v.token_text(id)))
 }
 
 /// All of `t`'s kept output by channel; `None` without reasoning channels.
@@ -421,10 +416,9 @@ impl PyFinishTracker {
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
-        let starts_in = prompt_channel(vocab.as_deref(), &params, prompt_token_ids)?;
+        let prompt = prompt_state(vocab.as_deref(), &params, prompt_token_ids)?;
         Ok(Self {
-            inner: FinishTracker::with_channel(Arc::clone(&params), starts_in)
-                .map_err(to_py_err)?,
+            inner: FinishTracker::with_prompt(Arc::clone(&params), prompt).map_err(to_py_err)?,
             detok: vocab.zip(dec),
         })
     }
