@@ -884,8 +884,23 @@ impl FinishTracker {
         }
     }
 
+    /// Whether reasoning channels are configured.
+    #[inline(always)]
+    pub fn has_channels(&self) -> bool {
+        self.channels.is_some()
+    }
+
+    /// The channel that holds all of `text` (a byte range of
+    /// [`text`](Self::text)) and `tokens`, if one does (a delta wholly in one
+    /// channel, the usual step); `None` without reasoning.
+    #[inline]
+    pub fn whole_channel(&self, text: &Range<usize>, tokens: &Range<usize>) -> Option<Channel> {
+        self.channels.as_deref().and_then(|c| c.whole(text, tokens))
+    }
+
     /// The channel output is in now (at finish: the one it finished in);
     /// `None` without reasoning configured.
+    #[inline]
     pub fn channel(&self) -> Option<Channel> {
         self.channels.as_deref().map(Channels::channel)
     }

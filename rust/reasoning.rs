@@ -858,6 +858,27 @@ impl Channels {
         self.feed(kept, piece, confirmed, upto, allow)
     }
 
+    /// The channel that holds all of `text` and `tokens` (ranges into the
+    /// kept text and ids), if one does; the cheap test before
+    /// [`split`](Self::split).
+    #[inline]
+    pub(crate) fn whole(&self, text: &Range<usize>, tokens: &Range<usize>) -> Option<Channel> {
+        let (b, t) = (&self.bytes, &self.tokens);
+        let (r0, r1) = if self.spec.spec.keep_markers {
+            (0, 3)
+        } else {
+            (1, 2)
+        };
+        let within =
+            |r: &Range<usize>, lo: usize, hi: usize| r.is_empty() || (lo <= r.start && r.end <= hi);
+        if within(text, b[r0], b[r1]) && within(tokens, t[r0], t[r1]) {
+            return Some(Channel::Reasoning);
+        }
+        let content =
+            |r: &Range<usize>, lo: usize, hi: usize| within(r, 0, lo) || within(r, hi, UNSET);
+        (content(text, b[0], b[3]) && content(tokens, t[0], t[3])).then_some(Channel::Content)
+    }
+
     /// The channels' byte and token ranges within `text` and `tokens`
     /// (ranges into the kept text and ids, e.g. one step's deltas).
     pub(crate) fn split(&self, text: Range<usize>, tokens: Range<usize>) -> ChannelRanges {

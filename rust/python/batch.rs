@@ -15,7 +15,7 @@ use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
-use super::tracker::{Outcome, PyStepResult, RowChannels};
+use super::tracker::{Outcome, PyStepResult, RowChannels, RowTable};
 use crate::batch::{FinishBatch, SlotStep, StepInput};
 use crate::error::Problem;
 use crate::finish::{FinishTracker, Step};
@@ -56,8 +56,8 @@ pub struct PyBatchStepResult {
     /// Private: the getter hands out copies of the list.
     text_deltas: Py<PyList>,
     tokens: Vec<u32>,
-    /// `(row, channels)` of the rows whose sequence has reasoning channels.
-    channels: Vec<(usize, RowChannels)>,
+    /// The rows' reasoning channels.
+    channels: RowTable,
 }
 
 impl PyBatchStepResult {
@@ -77,12 +77,8 @@ impl PyBatchStepResult {
         &self.tokens[start..self.rows[i].tokens_end]
     }
 
-    fn channels_of(&self, i: usize) -> Option<&RowChannels> {
-        let at = self
-            .channels
-            .binary_search_by_key(&i, |(row, _)| *row)
-            .ok()?;
-        Some(&self.channels[at].1)
+    fn channels_of(&self, i: usize) -> Option<RowChannels> {
+        self.channels.get(i)
     }
 
     /// One value per row from its channels (`None` for rows without).
@@ -97,7 +93,7 @@ impl PyBatchStepResult {
                 None => Ok(None),
                 Some(c) => {
                     let text = list.get_item(i)?.extract::<String>()?;
-                    Ok(Some(of(c, &text, self.tokens_of(i))))
+                    Ok(Some(of(&c, &text, self.tokens_of(i))))
                 }
             })
             .collect()
@@ -145,7 +141,7 @@ impl PyBatchStepResult {
     #[getter]
     fn channels(&self) -> Vec<Option<&'static str>> {
         (0..self.rows.len())
-            .map(|i| self.channels_of(i).map(RowChannels::channel))
+            .map(|i| self.channels_of(i).map(|c| c.channel()))
             .collect()
     }
     /// Per row: the token id the engine must sample next (thinking budget spent), else
@@ -153,7 +149,7 @@ impl PyBatchStepResult {
     #[getter]
     fn forced_token_ids(&self) -> Vec<Option<u32>> {
         (0..self.rows.len())
-            .map(|i| self.channels_of(i).and_then(RowChannels::forced))
+            .map(|i| self.channels_of(i).and_then(|c| c.forced()))
             .collect()
     }
     /// Per row: the reasoning text released (`None` for rows without reasoning channels).
@@ -596,7 +592,7 @@ pub(super) struct StepRows {
     rows: Vec<BatchRow>,
     finished: Vec<(usize, Outcome)>,
     tokens: Vec<u32>,
-    channels: Vec<(usize, RowChannels)>,
+    channels: RowTable,
 }
 
 impl StepRows {
@@ -622,7 +618,7 @@ pub(super) fn batch_step<'py>(
     let mut rows = Vec::with_capacity(input.slots.len());
     let mut tokens = Vec::with_capacity(input.token_ids.len());
     let mut finished = Vec::new();
-    let mut channels = Vec::new();
+    let mut channels = RowTable::default();
     let n_rows = input.slots.len();
     let mut failed = None;
     inner
@@ -639,14 +635,7 @@ pub(super) fn batch_step<'py>(
             if t.is_finished() {
                 finished.push((k, Outcome::of(t)));
             }
-            let (text, ids) = (s.step.text_delta.clone(), s.step.token_ids_delta.clone());
-            if let Some(c) = RowChannels::of(t, text, ids) {
-                if channels.capacity() == 0 {
-                    // Rows with reasoning are usually most rows: one allocation.
-                    channels.reserve(n_rows);
-                }
-                channels.push((k, c));
-            }
+            channels.record(k, n_rows, t, &s.step.text_delta, &s.step.token_ids_delta);
             rows.push(BatchRow {
                 slot: s.slot,
                 num_tokens: t.token_ids().len(),

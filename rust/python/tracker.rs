@@ -37,8 +37,7 @@ enum Split {
     Ranges(Box<ChannelRanges>),
 }
 
-/// A row's channels, recorded by a batch step without allocating in the
-/// usual case (a delta wholly in one channel).
+/// A row's channels, as a batch result hands them out.
 #[derive(Clone)]
 pub(super) struct RowChannels {
     channel: Channel,
@@ -46,40 +45,121 @@ pub(super) struct RowChannels {
     split: Split,
 }
 
-impl RowChannels {
-    /// `t`'s channels within its deltas `text` (bytes) and `tokens`; `None`
-    /// without reasoning channels.
-    #[inline]
-    pub(super) fn of(t: &FinishTracker, text: Range<usize>, tokens: Range<usize>) -> Option<Self> {
-        let (a, b) = (text.start, tokens.start);
-        let (n_text, n_tokens) = (text.len(), tokens.len());
-        let r = t.channel_ranges(text, tokens)?;
-        // Disjoint, ordered parts of a delta that add up to all of it are it.
-        let content_text = r.content_text[0].len() + r.content_text[1].len();
-        let content_tokens = r.content_tokens[0].len() + r.content_tokens[1].len();
-        let split = if r.reasoning_text.len() == n_text && r.reasoning_tokens.len() == n_tokens {
-            Split::Whole(Channel::Reasoning)
-        } else if content_text == n_text && content_tokens == n_tokens {
-            Split::Whole(Channel::Content)
-        } else {
-            let shift = |x: &Range<usize>, by: usize| x.start - by..x.end - by;
-            Split::Ranges(Box::new(ChannelRanges {
-                reasoning_text: shift(&r.reasoning_text, a),
-                reasoning_tokens: shift(&r.reasoning_tokens, b),
-                content_text: [shift(&r.content_text[0], a), shift(&r.content_text[1], a)],
-                content_tokens: [
-                    shift(&r.content_tokens[0], b),
-                    shift(&r.content_tokens[1], b),
-                ],
-            }))
+/// Row codes of [`RowTable`]: none, or the split kind plus the channel bit.
+const ROW_NONE: u8 = 0;
+const ROW_CONTENT: u8 = 1;
+const ROW_REASONING: u8 = 2;
+const ROW_RANGES: u8 = 3;
+const ROW_IN_REASONING: u8 = 4;
+
+/// A batch step's per-row channels, recorded with one byte per row (and only
+/// once some row has reasoning channels): rows whose delta is wholly in one
+/// channel, the usual step, need nothing more; split rows and forced ids are
+/// kept aside.
+#[derive(Default)]
+pub(super) struct RowTable {
+    codes: Vec<u8>,
+    ranges: Vec<(usize, Box<ChannelRanges>)>,
+    forced: Vec<(usize, u32)>,
+}
+
+fn channel_code(c: Channel) -> u8 {
+    match c {
+        Channel::Reasoning => ROW_IN_REASONING,
+        Channel::Content => 0,
+    }
+}
+
+impl RowTable {
+    /// Records row `k` (of `n_rows`): tracker `t` after a step that released
+    /// `text` (bytes) and `tokens`.
+    #[inline(always)]
+    pub(super) fn record(
+        &mut self,
+        k: usize,
+        n_rows: usize,
+        t: &FinishTracker,
+        text: &Range<usize>,
+        tokens: &Range<usize>,
+    ) {
+        if t.has_channels() {
+            self.record_channels(k, n_rows, t, text, tokens);
+        }
+    }
+
+    #[inline(never)]
+    fn record_channels(
+        &mut self,
+        k: usize,
+        n_rows: usize,
+        t: &FinishTracker,
+        text: &Range<usize>,
+        tokens: &Range<usize>,
+    ) {
+        if self.codes.capacity() == 0 {
+            self.codes.reserve(n_rows);
+        }
+        self.codes.resize(k, ROW_NONE);
+        let now = t.channel().map_or(0, channel_code);
+        let kind = match t.whole_channel(text, tokens) {
+            Some(Channel::Reasoning) => ROW_REASONING,
+            Some(Channel::Content) => ROW_CONTENT,
+            None => {
+                let r = t
+                    .channel_ranges(text.clone(), tokens.clone())
+                    .unwrap_or_default();
+                let (a, b) = (text.start, tokens.start);
+                let shift = |x: &Range<usize>, by: usize| x.start - by..x.end - by;
+                let shifted = ChannelRanges {
+                    reasoning_text: shift(&r.reasoning_text, a),
+                    reasoning_tokens: shift(&r.reasoning_tokens, b),
+                    content_text: [shift(&r.content_text[0], a), shift(&r.content_text[1], a)],
+                    content_tokens: [
+                        shift(&r.content_tokens[0], b),
+                        shift(&r.content_tokens[1], b),
+                    ],
+                };
+                self.ranges.push((k, Box::new(shifted)));
+                ROW_RANGES
+            }
         };
+        self.codes.push(kind | now);
+        if let Some(id) = t.forced_token_id() {
+            self.forced.push((k, id));
+        }
+    }
+
+    /// Row `i`'s channels; `None` for a row without reasoning channels.
+    pub(super) fn get(&self, i: usize) -> Option<RowChannels> {
+        let code = self.codes.get(i).copied().unwrap_or(ROW_NONE);
+        let channel = if code & ROW_IN_REASONING != 0 {
+            Channel::Reasoning
+        } else {
+            Channel::Content
+        };
+        let split = match code & 3 {
+            ROW_NONE => return None,
+            ROW_CONTENT => Split::Whole(Channel::Content),
+            ROW_REASONING => Split::Whole(Channel::Reasoning),
+            _ => {
+                let at = self.ranges.binary_search_by_key(&i, |(row, _)| *row).ok()?;
+                Split::Ranges(self.ranges[at].1.clone())
+            }
+        };
+        let forced = self
+            .forced
+            .binary_search_by_key(&i, |(row, _)| *row)
+            .ok()
+            .map(|at| self.forced[at].1);
         Some(RowChannels {
-            channel: t.channel()?,
-            forced: t.forced_token_id(),
+            channel,
+            forced,
             split,
         })
     }
+}
 
+impl RowChannels {
     /// The deltas themselves, cut from the row's `text` and `ids` deltas.
     pub(super) fn deltas(&self, text: &str, ids: &[u32]) -> Box<ChannelDeltas> {
         let (reasoning, content, reasoning_ids, content_ids) = match &self.split {
