@@ -929,6 +929,7 @@ impl FinishTracker {
     /// has `max_reasoning_tokens` reasoning tokens with the block still open,
     /// the end marker's ids, one per step (vLLM's `thinking_token_budget`
     /// counting); `None` otherwise.
+    #[inline]
     pub fn forced_token_id(&self) -> Option<u32> {
         let c = self.channels.as_deref().filter(|_| self.finish.is_none())?;
         c.forced(self.kept.tokens.len())

@@ -519,6 +519,11 @@ pub(crate) struct Channels {
     /// Prompt tokens after a prompt's open start marker, counted against the
     /// budget until the block closes (as vLLM does).
     prompt_reasoning: usize,
+    /// Some channel has stop strings or regexes.
+    text_stops: bool,
+    /// `keep_markers` and `max_reasoning_tokens`, read on every batch row.
+    keep_markers: bool,
+    budget: Option<u64>,
     scratch: String,
 }
 
@@ -564,8 +569,14 @@ impl Channels {
     ) -> Self {
         let strings = [0, 1].map(|c| spec.stops[c].as_ref().map(|s| s.list.matcher(include)));
         let regexes = [0, 1].map(|c| spec.regexes[c].as_ref().map(|s| s.list.matcher(include)));
+        let text_stops =
+            spec.stops.iter().any(Option::is_some) || spec.regexes.iter().any(Option::is_some);
+        let (keep_markers, budget) = (spec.spec.keep_markers, spec.spec.max_reasoning_tokens);
         let mut ch = Channels {
             spec,
+            text_stops,
+            keep_markers,
+            budget,
             phase: Phase::Before,
             partial: 0,
             strings,
@@ -621,11 +632,15 @@ impl Channels {
 
     /// Whether nothing is held back (no partial marker, no partial stop in
     /// the current channel).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn holds_nothing(&self) -> bool {
+        // Without text stops nothing but a partial marker is ever held.
+        self.partial == 0 && (!self.text_stops || self.no_partial_stop())
+    }
+
+    fn no_partial_stop(&self) -> bool {
         let c = self.channel().index();
-        self.partial == 0
-            && self.strings[c].as_ref().map_or(0, StopMatcher::holdback) == 0
+        self.strings[c].as_ref().map_or(0, StopMatcher::holdback) == 0
             && self.regexes[c]
                 .as_ref()
                 .map_or(0, StopRegexMatcher::holdback)
@@ -656,8 +671,9 @@ impl Channels {
     /// The id a budget forces now: with the block open and `used` tokens
     /// past the budget, the `used`-th id of the end marker (vLLM's
     /// `ThinkingTokenBudgetLogitsProcessor` forces them one per step).
+    #[inline]
     pub(crate) fn forced(&self, kept_tokens: usize) -> Option<u32> {
-        let budget = self.spec.spec.max_reasoning_tokens?;
+        let budget = self.budget?;
         if self.phase != Phase::Inside {
             return None;
         }
@@ -864,11 +880,7 @@ impl Channels {
     #[inline]
     pub(crate) fn whole(&self, text: &Range<usize>, tokens: &Range<usize>) -> Option<Channel> {
         let (b, t) = (&self.bytes, &self.tokens);
-        let (r0, r1) = if self.spec.spec.keep_markers {
-            (0, 3)
-        } else {
-            (1, 2)
-        };
+        let (r0, r1) = if self.keep_markers { (0, 3) } else { (1, 2) };
         let within =
             |r: &Range<usize>, lo: usize, hi: usize| r.is_empty() || (lo <= r.start && r.end <= hi);
         if within(text, b[r0], b[r1]) && within(tokens, t[r0], t[r1]) {

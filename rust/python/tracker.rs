@@ -96,10 +96,10 @@ impl RowTable {
         text: &Range<usize>,
         tokens: &Range<usize>,
     ) {
-        if self.codes.capacity() == 0 {
+        if self.codes.len() < k || self.codes.capacity() == 0 {
             self.codes.reserve(n_rows);
+            self.codes.resize(k, ROW_NONE);
         }
-        self.codes.resize(k, ROW_NONE);
         let now = t.channel().map_or(0, channel_code);
         let kind = match t.whole_channel(text, tokens) {
             Some(Channel::Reasoning) => ROW_REASONING,
