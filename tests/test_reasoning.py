@@ -144,6 +144,27 @@ def test_step_invariance_and_joined_deltas_equal_the_channels(
             start += n
 
 
+@settings(max_examples=100, deadline=None)
+@given(cases(), st.lists(st.sampled_from([r"a+b", r"[xy]{2}", r"\n\n+a", r"é."]), min_size=1, max_size=2,
+                         unique=True), st.lists(SCOPES, min_size=2, max_size=2))
+def test_stop_regexes_in_channels_rust_equals_baseline(
+    case: tuple[dict[str, Any], list[tuple[int, str]], list[int]], regexes: list[str], scopes: list[str],
+) -> None:
+    # The baseline's regex hold-back is a safe bound, not exact: compare what
+    # the sequences keep and how they finish, not the step deltas.
+    kw, toks, cuts = case
+    kw = dict(kw, stop_regex=regexes)
+    if "reasoning_end" in kw or "reasoning_end_id" in kw:
+        kw["stop_regex_scopes"] = scopes[:len(regexes)]
+    rp, bp = both(**kw)
+    b = bounds_of(cuts, len(toks))
+    _, rt = drive(stopline, rp, toks, b)
+    _, bt = drive(baseline, bp, toks, b)
+    for name in ("finish_reason", "stop_reason", "matched", "text", "token_ids", "reasoning", "content",
+                 "reasoning_token_ids", "content_token_ids", "channel"):
+        assert getattr(rt, name) == getattr(bt, name), name
+
+
 def stream(params: stopline.StopParams, pieces: Sequence[str], **kw: Any) -> tuple[list[Any], Any]:
     t = stopline.FinishTracker(params, **kw)
     steps = []
