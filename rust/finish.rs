@@ -898,6 +898,24 @@ impl FinishTracker {
         self.channels.as_deref().and_then(|c| c.whole(text, tokens))
     }
 
+    /// For a sequence with reasoning and no thinking budget whose step
+    /// released `text` and `tokens` wholly in one channel (the usual step):
+    /// that channel and the channel output is in now; `None` otherwise (the
+    /// caller then asks [`channel_ranges`](Self::channel_ranges) and
+    /// [`forced_token_id`](Self::forced_token_id)).
+    #[inline(always)]
+    pub fn plain_row(
+        &self,
+        text: &Range<usize>,
+        tokens: &Range<usize>,
+    ) -> Option<(Channel, Channel)> {
+        let c = self.channels.as_deref()?;
+        if c.has_budget() {
+            return None;
+        }
+        Some((c.whole(text, tokens)?, c.channel()))
+    }
+
     /// The channel output is in now (at finish: the one it finished in);
     /// `None` without reasoning configured.
     #[inline]

@@ -874,10 +874,15 @@ impl Channels {
         self.feed(kept, piece, confirmed, upto, allow)
     }
 
+    #[inline(always)]
+    pub(crate) fn has_budget(&self) -> bool {
+        self.budget.is_some()
+    }
+
     /// The channel that holds all of `text` and `tokens` (ranges into the
     /// kept text and ids), if one does; the cheap test before
     /// [`split`](Self::split).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn whole(&self, text: &Range<usize>, tokens: &Range<usize>) -> Option<Channel> {
         let (b, t) = (&self.bytes, &self.tokens);
         let (r0, r1) = if self.keep_markers { (0, 3) } else { (1, 2) };

@@ -63,6 +63,7 @@ pub(super) struct RowTable {
     forced: Vec<(usize, u32)>,
 }
 
+#[inline(always)]
 fn channel_code(c: Channel) -> u8 {
     match c {
         Channel::Reasoning => ROW_IN_REASONING,
@@ -82,8 +83,19 @@ impl RowTable {
         text: &Range<usize>,
         tokens: &Range<usize>,
     ) {
-        if t.has_channels() {
-            self.record_channels(k, n_rows, t, text, tokens);
+        if !t.has_channels() {
+            return;
+        }
+        match t.plain_row(text, tokens) {
+            // The usual row: one byte into room already there.
+            Some((whole, now)) if self.codes.len() == k && k < self.codes.capacity() => {
+                let kind = match whole {
+                    Channel::Reasoning => ROW_REASONING,
+                    Channel::Content => ROW_CONTENT,
+                };
+                self.codes.push(kind | channel_code(now));
+            }
+            _ => self.record_channels(k, n_rows, t, text, tokens),
         }
     }
 
