@@ -709,11 +709,10 @@ impl FinishTracker {
         {
             return None;
         }
-        if let Some(c) = self.channels.as_deref() {
-            // Text may move a marker; a hold-back needs the general release.
-            if !piece.is_empty() || !c.holds_nothing() {
-                return None;
-            }
+        // Text may move a marker: the general loop. (A held partial marker or
+        // stop keeps `whole` false below, so the release is channel-aware.)
+        if !piece.is_empty() && self.channels.is_some() {
+            return None;
         }
         let piece_chars = char_len(piece);
         if let Some(m) = self.matcher.as_mut() {

@@ -519,8 +519,6 @@ pub(crate) struct Channels {
     /// Prompt tokens after a prompt's open start marker, counted against the
     /// budget until the block closes (as vLLM does).
     prompt_reasoning: usize,
-    /// Some channel has stop strings or regexes.
-    text_stops: bool,
     /// `keep_markers` and `max_reasoning_tokens`, read on every batch row.
     keep_markers: bool,
     budget: Option<u64>,
@@ -569,12 +567,9 @@ impl Channels {
     ) -> Self {
         let strings = [0, 1].map(|c| spec.stops[c].as_ref().map(|s| s.list.matcher(include)));
         let regexes = [0, 1].map(|c| spec.regexes[c].as_ref().map(|s| s.list.matcher(include)));
-        let text_stops =
-            spec.stops.iter().any(Option::is_some) || spec.regexes.iter().any(Option::is_some);
         let (keep_markers, budget) = (spec.spec.keep_markers, spec.spec.max_reasoning_tokens);
         let mut ch = Channels {
             spec,
-            text_stops,
             keep_markers,
             budget,
             phase: Phase::Before,
@@ -628,23 +623,6 @@ impl Channels {
         } else {
             &self.spec.spec.end
         }
-    }
-
-    /// Whether nothing is held back (no partial marker, no partial stop in
-    /// the current channel).
-    #[inline(always)]
-    pub(crate) fn holds_nothing(&self) -> bool {
-        // Without text stops nothing but a partial marker is ever held.
-        self.partial == 0 && (!self.text_stops || self.no_partial_stop())
-    }
-
-    fn no_partial_stop(&self) -> bool {
-        let c = self.channel().index();
-        self.strings[c].as_ref().map_or(0, StopMatcher::holdback) == 0
-            && self.regexes[c]
-                .as_ref()
-                .map_or(0, StopRegexMatcher::holdback)
-                == 0
     }
 
     /// Code points at the end of `kept` to hold back.

@@ -620,6 +620,8 @@ pub(super) fn batch_step<'py>(
     let mut finished = Vec::new();
     let mut channels = RowTable::default();
     let n_rows = input.slots.len();
+    // Loop-invariant: a batch without reasoning never looks at a row's channels.
+    let track = inner.has_channels();
     let mut failed = None;
     inner
         .step_each(input, |k, t, s| {
@@ -635,7 +637,9 @@ pub(super) fn batch_step<'py>(
             if t.is_finished() {
                 finished.push((k, Outcome::of(t)));
             }
-            channels.record(k, n_rows, t, &s.step.text_delta, &s.step.token_ids_delta);
+            if track {
+                channels.record(k, n_rows, t, &s.step.text_delta, &s.step.token_ids_delta);
+            }
             rows.push(BatchRow {
                 slot: s.slot,
                 num_tokens: t.token_ids().len(),
