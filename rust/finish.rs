@@ -374,6 +374,8 @@ pub struct FinishTracker {
     channels: Option<Box<Channels>>,
     /// Steps must carry text pieces.
     text_required: bool,
+    /// `params.token_aligned`, read on every release.
+    token_aligned: bool,
 }
 
 impl FinishTracker {
@@ -434,6 +436,7 @@ impl FinishTracker {
             || channels
                 .as_ref()
                 .is_some_and(|c| c.reasoning().needs_text());
+        let token_aligned = params.token_aligned;
         let vocab_limit = params.vocab_size.map_or(u64::MAX, u64::from);
         let plain = regex.is_none() && params.repetition.is_none();
         Ok(FinishTracker {
@@ -453,6 +456,7 @@ impl FinishTracker {
             finish: None,
             channels,
             text_required,
+            token_aligned,
         })
     }
 
@@ -791,7 +795,7 @@ impl FinishTracker {
         self.emitted_chars = self.kept.text_chars - hold;
         let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
-        if self.params.token_aligned {
+        if self.token_aligned {
             // Back to the end of the last whole token released; with none,
             // where the text released before ended (a token end too).
             let (bytes, chars) = match released {

@@ -358,7 +358,11 @@ impl PyStepResult {
             outcome: Outcome::of(t),
             text_delta: t.text()[step.text_delta.clone()].to_owned(),
             token_ids_delta: t.token_ids()[step.token_ids_delta.clone()].to_vec(),
-            channels: ChannelDeltas::of(t, step.text_delta.clone(), step.token_ids_delta.clone()),
+            channels: if t.has_channels() {
+                ChannelDeltas::of(t, step.text_delta.clone(), step.token_ids_delta.clone())
+            } else {
+                None
+            },
         }
     }
 }
