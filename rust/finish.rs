@@ -310,7 +310,7 @@ impl Kept {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, id: u32, piece: &str, piece_chars: usize) {
         self.tokens.push(id);
         self.text.push_str(piece);
@@ -332,7 +332,7 @@ impl Kept {
 }
 
 /// Keeps a token and its piece, queued for release.
-#[inline]
+#[inline(always)]
 fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_chars: usize) {
     kept.push(id, piece, piece_chars);
     pending.ends.push(kept.text_chars);
