@@ -338,6 +338,30 @@ fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_char
     pending.ends.push(kept.text_chars);
 }
 
+/// Token `id` with its output text through the reasoning channels: the stop
+/// it completes there, if `allow`ed. Out of line, as the other reasoning
+/// hooks, so the loops without reasoning stay as small as before.
+#[inline(never)]
+fn channel_token(
+    c: &mut Channels,
+    kept: &Kept,
+    pending: &Pending,
+    id: u32,
+    text: &str,
+    allow: bool,
+) -> Option<crate::reasoning::Hit> {
+    let unreleased = &pending.ends[pending.head..];
+    c.token(
+        &kept.text,
+        kept.text_chars,
+        unreleased,
+        kept.tokens.len(),
+        id,
+        text,
+        allow,
+    )
+}
+
 #[cfg(test)]
 thread_local! {
     /// Steps `plain_token` took on this thread: the tests check that their
@@ -608,12 +632,8 @@ impl FinishTracker {
             }
             if let Some(c) = self.channels.as_deref_mut() {
                 let text = if matched_text { piece } else { "" };
-                let unreleased = &self.pending.ends[self.pending.head..];
-                let (kept, k) = (&self.kept, self.kept.tokens.len());
                 let allow = n > p.min_tokens;
-                if let Some(h) =
-                    c.token(&kept.text, kept.text_chars, unreleased, k, id, text, allow)
-                {
+                if let Some(h) = channel_token(c, &self.kept, &self.pending, id, text, allow) {
                     (hit, by_regex) = (Some(h.m), h.by_regex);
                 }
             }
@@ -796,17 +816,7 @@ impl FinishTracker {
         let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
         if self.token_aligned {
-            // Back to the end of the last whole token released; with none,
-            // where the text released before ended (a token end too).
-            let (bytes, chars) = match released {
-                0 => before,
-                r => {
-                    let end = pending[r - 1];
-                    let tail = self.kept.text_chars - end;
-                    (byte_offset_from_end(&self.kept.text, tail), end)
-                }
-            };
-            (self.emitted_bytes, self.emitted_chars) = (bytes, chars);
+            self.align_release(released, before);
         }
         self.pending.head += released;
         self.emitted_tokens += released;
@@ -877,14 +887,33 @@ impl FinishTracker {
     /// (its scope, when reasoning is configured).
     #[inline]
     fn stop_id_fires(&self, id: u32) -> bool {
-        let ids = &self.params.stop_token_ids;
         match self.channels.as_deref() {
-            None => ids.contains(&id),
-            Some(c) => {
-                let (r, ch) = (c.reasoning(), c.channel());
-                (0..ids.len()).any(|i| ids[i] == id && r.stop_id_applies(i, ch))
-            }
+            None => self.params.stop_token_ids.contains(&id),
+            Some(c) => self.scoped_stop_id_fires(c, id),
         }
+    }
+
+    #[inline(never)]
+    fn scoped_stop_id_fires(&self, c: &Channels, id: u32) -> bool {
+        let ids = &self.params.stop_token_ids;
+        let (r, ch) = (c.reasoning(), c.channel());
+        (0..ids.len()).any(|i| ids[i] == id && r.stop_id_applies(i, ch))
+    }
+
+    /// Moves the release back to the end of the last whole token released
+    /// (`released` of the queue); with none, to `before`, where the text
+    /// released before ended (a token end too).
+    #[inline(never)]
+    fn align_release(&mut self, released: usize, before: (usize, usize)) {
+        let pending = &self.pending.ends[self.pending.head..];
+        (self.emitted_bytes, self.emitted_chars) = match released {
+            0 => before,
+            r => {
+                let end = pending[r - 1];
+                let tail = self.kept.text_chars - end;
+                (byte_offset_from_end(&self.kept.text, tail), end)
+            }
+        };
     }
 
     /// Whether reasoning channels are configured.
