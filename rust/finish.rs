@@ -733,15 +733,21 @@ impl FinishTracker {
         {
             return None;
         }
-        // Text may move a marker: the general loop. (A held partial marker or
-        // stop keeps `whole` false below, so the release is channel-aware.)
-        if !piece.is_empty() && self.channels.is_some() {
-            return None;
-        }
         let piece_chars = char_len(piece);
-        if let Some(m) = self.matcher.as_mut() {
-            if !piece.is_empty() && !m.feed_unless_match(piece, piece_chars) {
-                return None;
+        match self.matcher.as_mut() {
+            Some(m) => {
+                if !piece.is_empty() && !m.feed_unless_match(piece, piece_chars) {
+                    return None;
+                }
+            }
+            // With reasoning (its matchers are the channels'), text may move
+            // a marker: the general loop. A held partial marker or stop keeps
+            // `whole` false below, so an empty piece's release is
+            // channel-aware.
+            None => {
+                if !piece.is_empty() && self.channels.is_some() {
+                    return None;
+                }
             }
         }
         let tokens_before = self.emitted_tokens;

@@ -615,13 +615,27 @@ pub(super) fn batch_step<'py>(
     input: StepInput<'_>,
     deltas: &mut impl Deltas<'py>,
 ) -> PyResult<StepRows> {
+    // A batch without reasoning runs a loop that never looks at channels.
+    if inner.has_channels() {
+        batch_rows::<true>(py, inner, input, deltas)
+    } else {
+        batch_rows::<false>(py, inner, input, deltas)
+    }
+}
+
+/// [`batch_step`], recording each row's channels when `CHANNELS`.
+#[inline(always)]
+fn batch_rows<'py, const CHANNELS: bool>(
+    py: Python<'py>,
+    inner: &mut FinishBatch,
+    input: StepInput<'_>,
+    deltas: &mut impl Deltas<'py>,
+) -> PyResult<StepRows> {
     let mut rows = Vec::with_capacity(input.slots.len());
     let mut tokens = Vec::with_capacity(input.token_ids.len());
     let mut finished = Vec::new();
     let mut channels = RowTable::default();
     let n_rows = input.slots.len();
-    // Loop-invariant: a batch without reasoning never looks at a row's channels.
-    let track = inner.has_channels();
     let mut failed = None;
     inner
         .step_each(input, |k, t, s| {
@@ -637,7 +651,7 @@ pub(super) fn batch_step<'py>(
             if t.is_finished() {
                 finished.push((k, Outcome::of(t)));
             }
-            if track {
+            if CHANNELS {
                 channels.record(k, n_rows, t, &s.step.text_delta, &s.step.token_ids_delta);
             }
             rows.push(BatchRow {
