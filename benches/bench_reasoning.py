@@ -10,7 +10,10 @@ engine with a thinking budget does).
     python benches/bench_reasoning.py [--batch 256] [--steps 400] [--repeats 7]
 
 Use a release build (``maturin develop --release``); dev-build numbers mean
-nothing.
+nothing. On the 2-core development machine (other jobs running): 29-30 ns
+without reasoning, 1.12-1.18x with it, 1.44-1.52x also reading
+``forced_token_ids``; instruction counts (``callgrind_step.py ids`` /
+``ids-reasoning``) 1.11x.
 """
 
 from __future__ import annotations
