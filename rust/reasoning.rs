@@ -34,7 +34,7 @@ use crate::error::{Error, Problem};
 use crate::stop_regex::{StopRegexMatcher, StopRegexes};
 use crate::stop_strings::{char_len, StopMatch, StopMatcher, StopStrings};
 
-/// Bytes of prompt tail text searched for an unclosed start marker.
+/// Prompt tokens (from the end) searched for an unclosed start marker.
 pub const PROMPT_TAIL_TOKENS: usize = 64;
 
 /// The two output channels.
