@@ -13,7 +13,10 @@ reading ``finished_slots`` and ``text_deltas`` each step, or 5 000
 
 ``lists``: ``slots`` and ``token_ids`` plain lists; ``range``: ``slots`` a
 ``range`` and the ids a NumPy int64 array; ``tracker`` (collect with
-``--toggle-collect='*PyFinishTracker*__pymethod_update__*'``).
+``--toggle-collect='*PyFinishTracker*__pymethod_update__*'``); ``ids``: the
+ids-only step (no texts, no stop strings) and ``ids-reasoning`` the same with
+reasoning marker ids, every sequence inside the block (issue 21's 1.15x
+target; benches/bench_reasoning.py times the two).
 """
 
 from __future__ import annotations
@@ -31,6 +34,19 @@ def main(mode: str) -> int:
     pieces = list(data.text_pieces(200_000)[0])
     params = stopline.StopParams(**finish_params(pieces))
     done = 0
+    if mode in ("ids", "ids-reasoning"):
+        kw: dict[str, object] = {"eos_token_ids": [2], "stop_token_ids": [3, 4], "max_tokens": 1 << 30}
+        if mode == "ids-reasoning":
+            kw.update(reasoning_start_id=5, reasoning_end_id=6, reasoning_starts_in="reasoning")
+        ids_params = stopline.StopParams(**kw)  # type: ignore[arg-type]
+        b = stopline.FinishBatch(BATCH)
+        for s in range(BATCH):
+            b.add(s, ids_params)
+        slots = list(range(BATCH))
+        for k in range(STEPS):
+            r = b.step(slots, [100 + (s * 31 + k) % 30_000 for s in slots])
+            done += len(r.finished_slots)
+        return done
     if mode == "tracker":
         trackers = [stopline.FinishTracker(params) for _ in range(50)]
         for k in range(100):

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
+use crate::reasoning::PromptState;
 
 pub use crate::limits::MAX_SLOTS;
 
@@ -30,6 +31,8 @@ pub struct FinishBatch {
     max_slots: usize,
     /// Occupied slots (`len` in O(1)).
     occupied: usize,
+    /// Occupied slots whose sequence has reasoning channels.
+    with_channels: usize,
 }
 
 /// One batch step's arguments.
@@ -185,6 +188,7 @@ impl FinishBatch {
             epoch: 0,
             max_slots,
             occupied: 0,
+            with_channels: 0,
         })
     }
 
@@ -236,14 +240,29 @@ impl FinishBatch {
     /// [`Error::Slot`] if the slot is out of range or taken; [`Error::Param`]
     /// if `params` does not validate.
     pub fn add(&mut self, slot: i64, params: Arc<StopParams>) -> Result<(), Error> {
+        self.add_in(slot, params, PromptState::NoMarker)
+    }
+
+    /// [`add`](Self::add) for a prompt in state `prompt`
+    /// ([`FinishTracker::with_prompt`]).
+    ///
+    /// # Errors
+    /// As [`add`](Self::add).
+    pub fn add_in(
+        &mut self,
+        slot: i64,
+        params: Arc<StopParams>,
+        prompt: PromptState,
+    ) -> Result<(), Error> {
         let i = self.index(slot)?;
         if self.slots.get(i).is_some_and(Option::is_some) {
             return Err(slot_err(slot, "is already in use; remove() it first"));
         }
-        let tracker = FinishTracker::new(params)?;
+        let tracker = FinishTracker::with_prompt(params, prompt)?;
         self.grow_to(i)?;
         self.slots[i] = Some(Box::new(tracker));
         self.occupied += 1;
+        self.with_channels += usize::from(self.slots[i].as_ref().is_some_and(|t| t.has_channels()));
         Ok(())
     }
 
@@ -257,6 +276,7 @@ impl FinishBatch {
             .map(|boxed| *boxed)
             .ok_or_else(|| slot_err(slot, "is empty"))?;
         self.occupied -= 1;
+        self.with_channels -= usize::from(tracker.has_channels());
         if i + 1 == self.slots.len() {
             self.shrink();
         }
@@ -277,6 +297,12 @@ impl FinishBatch {
             .get_mut(i)
             .and_then(Option::as_deref_mut)
             .ok_or_else(|| slot_err(slot, "is empty"))
+    }
+
+    /// Whether some occupied slot's sequence has reasoning channels.
+    #[inline]
+    pub fn has_channels(&self) -> bool {
+        self.with_channels > 0
     }
 
     /// Number of occupied slots.
@@ -569,6 +595,32 @@ mod tests {
         assert!(out.is_empty());
         assert!(b.get(0).unwrap().token_ids().is_empty());
         assert!(b.get(1).unwrap().token_ids().is_empty());
+    }
+
+    #[test]
+    fn the_batch_knows_whether_any_slot_has_channels() {
+        use crate::reasoning::{Marker, Reasoning, ReasoningSpec};
+        let spec = ReasoningSpec {
+            end: Marker {
+                text: None,
+                token_id: Some(9),
+            },
+            ..ReasoningSpec::default()
+        };
+        let r = Reasoning::new(spec, None, None, &[], &[]).unwrap();
+        let with = Arc::new(StopParams {
+            reasoning: Some(Arc::new(r)),
+            ..StopParams::default()
+        });
+        let mut b = FinishBatch::new(4).unwrap();
+        b.add(0, params()).unwrap();
+        assert!(!b.has_channels());
+        b.add(2, Arc::clone(&with)).unwrap();
+        b.add(3, with).unwrap();
+        b.remove(2).unwrap();
+        assert!(b.has_channels());
+        b.remove(3).unwrap();
+        assert!(!b.has_channels());
     }
 
     #[test]

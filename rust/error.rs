@@ -346,6 +346,15 @@ pub enum Problem {
     IdNotInVocab { shown: String, vocab_size: u64 },
     /// `{field}: an empty word bans nothing; remove it`.
     EmptyWord,
+    /// `{field} is an empty string; a reasoning marker must be non-empty`.
+    EmptyMarker,
+    /// `{field}={shown}` (or `{field}[{index}]={shown}`) `overlaps {other}`:
+    /// a stop or marker definition that would fire inside a marker.
+    Overlaps {
+        index: Option<usize>,
+        shown: String,
+        other: &'static str,
+    },
     /// `{field}: expected {expected}, got {got}` (a repr; a TypeError).
     NotASequence { expected: &'static str, got: String },
 }
@@ -496,6 +505,24 @@ impl Problem {
                 "{field}: token id {shown} is outside [0, vocab_size={vocab_size})"
             ),
             Problem::EmptyWord => write!(f, "{field}: an empty word bans nothing; remove it"),
+            Problem::EmptyMarker => write!(
+                f,
+                "{field} is an empty string; a reasoning marker must be non-empty"
+            ),
+            Problem::Overlaps {
+                index,
+                shown,
+                other,
+            } => {
+                write!(f, "{field}")?;
+                if let Some(i) = index {
+                    write!(f, "[{i}]")?;
+                }
+                write!(
+                    f,
+                    "={shown} overlaps {other}; a stop string may not contain a reasoning marker (it could never match), and a marker id may not be a stop or EOS id"
+                )
+            }
             Problem::NotASequence { expected, got } => {
                 write!(f, "{field}: expected {expected}, got {got}")
             }
@@ -533,6 +560,8 @@ impl Problem {
             Problem::IdNotInt { .. } => "id_not_int",
             Problem::IdNotInVocab { .. } => "id_not_in_vocab",
             Problem::EmptyWord => "empty_word",
+            Problem::EmptyMarker => "empty_marker",
+            Problem::Overlaps { .. } => "overlaps",
             Problem::NotASequence { .. } => "not_a_sequence",
         }
     }

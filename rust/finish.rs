@@ -47,6 +47,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, Problem};
+use crate::reasoning::{Channel, ChannelRanges, Channels, PromptState, Reasoning};
 use crate::stop_regex::{StopRegexMatcher, StopRegexes};
 use crate::stop_strings::{byte_offset_from_end, char_len, StopMatch, StopMatcher, StopStrings};
 
@@ -78,6 +79,12 @@ pub struct StopParams {
     pub include_stop_str_in_output: bool,
     pub vocab_size: Option<u32>,
     pub repetition: Option<Repetition>,
+    /// Reasoning channels and stop scopes (`reasoning` module); `None`: one
+    /// channel, as before.
+    pub reasoning: Option<Arc<Reasoning>>,
+    /// Release text only in whole tokens (`text_delta` is exactly the text
+    /// of `token_ids_delta` while running).
+    pub token_aligned: bool,
 }
 
 fn param(field: &'static str, problem: Problem) -> Error {
@@ -168,6 +175,9 @@ impl StopParams {
                 ));
             }
             at_least(COUNT, 2, count)?;
+        }
+        if let (Some(r), Some(v)) = (&self.reasoning, self.vocab_size) {
+            r.check_ids("vocab_size", v.into())?;
         }
         Ok(())
     }
@@ -300,7 +310,7 @@ impl Kept {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, id: u32, piece: &str, piece_chars: usize) {
         self.tokens.push(id);
         self.text.push_str(piece);
@@ -322,7 +332,7 @@ impl Kept {
 }
 
 /// Keeps a token and its piece, queued for release.
-#[inline]
+#[inline(always)]
 fn keep(kept: &mut Kept, pending: &mut Pending, id: u32, piece: &str, piece_chars: usize) {
     kept.push(id, piece, piece_chars);
     pending.ends.push(kept.text_chars);
@@ -343,6 +353,30 @@ fn released_bytes(text: &str, from: usize, forward: usize, back: usize) -> usize
     } else {
         byte_offset_from_end(text, back)
     }
+}
+
+/// Token `id` with its output text through the reasoning channels: the stop
+/// it completes there, if `allow`ed. Out of line, as the other reasoning
+/// hooks, so the loops without reasoning stay as small as before.
+#[inline(never)]
+fn channel_token(
+    c: &mut Channels,
+    kept: &Kept,
+    pending: &Pending,
+    id: u32,
+    text: &str,
+    allow: bool,
+) -> Option<crate::reasoning::Hit> {
+    let unreleased = &pending.ends[pending.head..];
+    c.token(
+        &kept.text,
+        kept.text_chars,
+        unreleased,
+        kept.tokens.len(),
+        id,
+        text,
+        allow,
+    )
 }
 
 #[cfg(test)]
@@ -376,29 +410,74 @@ pub struct FinishTracker {
     emitted_chars: usize,
     emitted_tokens: usize,
     finish: Option<Finish>,
+    /// Reasoning channels, when configured (the stop matchers then live
+    /// there, one pair per channel, and `matcher` / `regex` are `None`).
+    channels: Option<Box<Channels>>,
+    /// Steps must carry text pieces.
+    text_required: bool,
+    /// `params.token_aligned`, read on every release.
+    token_aligned: bool,
 }
 
 impl FinishTracker {
     /// # Errors
     /// [`Error::Param`] if `params` does not validate.
     pub fn new(params: Arc<StopParams>) -> Result<Self, Error> {
+        Self::with_prompt(params, PromptState::NoMarker)
+    }
+
+    /// [`new`](Self::new) for a prompt in state `prompt`: with reasoning
+    /// configured and no start channel in the params, a prompt that ends
+    /// inside an open block starts the output in reasoning, its tokens after
+    /// the start marker counted against the budget.
+    ///
+    /// # Errors
+    /// [`Error::Param`] if `params` does not validate.
+    pub fn with_prompt(params: Arc<StopParams>, prompt: PromptState) -> Result<Self, Error> {
         params.validate()?;
         let specials = params
             .stop_token_ids
             .iter()
             .chain(params.eos_token_ids.iter().filter(|_| !params.ignore_eos));
-        let special_ids = specials.fold((u32::MAX, 0), |(lo, hi), &id| (lo.min(id), hi.max(id)));
+        let mut special_ids =
+            specials.fold((u32::MAX, 0), |(lo, hi), &id| (lo.min(id), hi.max(id)));
+        let channels = params.reasoning.as_ref().map(|r| {
+            // Marker ids take the general loop, as stop ids do.
+            if let Some((lo, hi)) = r.id_range() {
+                special_ids = (special_ids.0.min(lo), special_ids.1.max(hi));
+            }
+            let (start, prior) = match (r.spec().starts_in, prompt) {
+                (Some(c), _) => (c, 0),
+                (None, PromptState::Open { tokens_after }) => (Channel::Reasoning, tokens_after),
+                (None, _) => (Channel::Content, 0),
+            };
+            Box::new(Channels::new(
+                Arc::clone(r),
+                params.include_stop_str_in_output,
+                start,
+                prior,
+            ))
+        });
         let length_cap = params.max_tokens.unwrap_or(u64::MAX).min(
             params
                 .max_model_len
                 .map_or(u64::MAX, |m| m - params.prompt_len),
         );
+        let plain_stops = channels.is_none();
         let matcher = params
             .stop_strings()
+            .filter(|_| plain_stops)
             .map(|s| s.matcher(params.include_stop_str_in_output));
         let regex = params
             .stop_regexes()
+            .filter(|_| plain_stops)
             .map(|s| s.matcher(params.include_stop_str_in_output));
+        let text_required = matcher.is_some()
+            || regex.is_some()
+            || channels
+                .as_ref()
+                .is_some_and(|c| c.reasoning().needs_text());
+        let token_aligned = params.token_aligned;
         let vocab_limit = params.vocab_size.map_or(u64::MAX, u64::from);
         let plain = regex.is_none() && params.repetition.is_none();
         Ok(FinishTracker {
@@ -416,6 +495,9 @@ impl FinishTracker {
             emitted_chars: 0,
             emitted_tokens: 0,
             finish: None,
+            channels,
+            text_required,
+            token_aligned,
         })
     }
 
@@ -447,11 +529,13 @@ impl FinishTracker {
                     slot: None,
                 })
             }
-            None if self.matcher.is_some() || self.regex.is_some() => {
-                let why = if self.matcher.is_some() {
+            None if self.text_required => {
+                let why = if self.params.stop_strings().is_some() {
                     "this sequence has stop strings, which are matched on text"
-                } else {
+                } else if self.params.stop_regexes().is_some() {
                     "this sequence has stop regexes, which are matched on text"
+                } else {
+                    "this sequence has reasoning markers given as text"
                 };
                 return Err(Error::Step {
                     field: "texts",
@@ -482,7 +566,7 @@ impl FinishTracker {
     /// common case, answered without building an error.
     #[inline(always)]
     pub fn accepts_one_token(&self, with_text: bool) -> bool {
-        self.finish.is_none() && (with_text || (self.matcher.is_none() && self.regex.is_none()))
+        self.finish.is_none() && (with_text || !self.text_required)
     }
 
     /// Appends one step (a token or an accept run); `texts`, when given, holds
@@ -593,7 +677,7 @@ impl FinishTracker {
             let (lo, hi) = self.special_ids;
             let is_special = lo <= id && id <= hi;
             let is_eos = is_special && !p.ignore_eos && p.eos_token_ids.contains(&id);
-            let ends = is_eos || (is_special && p.stop_token_ids.contains(&id));
+            let ends = is_eos || (is_special && self.stop_id_fires(id));
             // A stop token's text that will not be kept is not output text, so
             // it can neither complete nor cut a stop string (as vLLM's
             // detokenizer, which leaves it out before matching).
@@ -611,6 +695,13 @@ impl FinishTracker {
                         hit = Some(rh);
                         by_regex = true;
                     }
+                }
+            }
+            if let Some(c) = self.channels.as_deref_mut() {
+                let text = if matched_text { head } else { "" };
+                let allow = n > p.min_tokens;
+                if let Some(h) = channel_token(c, &self.kept, &self.pending, id, text, allow) {
+                    (hit, by_regex) = (Some(h.m), h.by_regex);
                 }
             }
             if let Some(hit) = hit.filter(|_| n > p.min_tokens) {
@@ -711,9 +802,20 @@ impl FinishTracker {
             return None;
         }
         let piece_chars = char_len(piece);
-        if let Some(m) = self.matcher.as_mut() {
-            if !piece.is_empty() && !m.feed_unless_match(piece, piece_chars) {
-                return None;
+        match self.matcher.as_mut() {
+            Some(m) => {
+                if !piece.is_empty() && !m.feed_unless_match(piece, piece_chars) {
+                    return None;
+                }
+            }
+            // With reasoning (its matchers are the channels'), text may move
+            // a marker: the general loop. A held partial marker or stop keeps
+            // `whole` false below, so an empty piece's release is
+            // channel-aware.
+            None => {
+                if !piece.is_empty() && self.channels.is_some() {
+                    return None;
+                }
             }
         }
         let tokens_before = self.emitted_tokens;
@@ -771,6 +873,10 @@ impl FinishTracker {
                 // Never more than what is still unreleased.
                 hold = hold.max(r.holdback().min(self.kept.text_chars - self.emitted_chars));
             }
+            if let Some(c) = &self.channels {
+                let unreleased = self.kept.text_chars - self.emitted_chars;
+                hold = c.holdback(&self.kept.text).min(unreleased);
+            }
         }
         if hold == 0 {
             self.emit_all();
@@ -778,6 +884,7 @@ impl FinishTracker {
             self.pending.head = 0;
             return;
         }
+        let before = (self.emitted_bytes, self.emitted_chars);
         // Released text never shrinks.
         let to = (self.kept.text_chars - hold).max(self.emitted_chars);
         self.emitted_bytes = released_bytes(
@@ -789,6 +896,9 @@ impl FinishTracker {
         self.emitted_chars = to;
         let pending = &self.pending.ends[self.pending.head..];
         let released = pending.partition_point(|&e| e <= self.emitted_chars);
+        if self.token_aligned {
+            self.align_release(released, before);
+        }
         self.pending.head += released;
         self.emitted_tokens += released;
     }
@@ -852,6 +962,108 @@ impl FinishTracker {
     /// otherwise).
     pub fn regex_matched(&self) -> &str {
         &self.regex_matched
+    }
+
+    /// Whether stop token id `id` ends the sequence in the current channel
+    /// (its scope, when reasoning is configured).
+    #[inline]
+    fn stop_id_fires(&self, id: u32) -> bool {
+        match self.channels.as_deref() {
+            None => self.params.stop_token_ids.contains(&id),
+            Some(c) => self.scoped_stop_id_fires(c, id),
+        }
+    }
+
+    #[inline(never)]
+    fn scoped_stop_id_fires(&self, c: &Channels, id: u32) -> bool {
+        let ids = &self.params.stop_token_ids;
+        let (r, ch) = (c.reasoning(), c.channel());
+        (0..ids.len()).any(|i| ids[i] == id && r.stop_id_applies(i, ch))
+    }
+
+    /// Moves the release back to the end of the last whole token released
+    /// (`released` of the queue); with none, to `before`, where the text
+    /// released before ended (a token end too).
+    #[inline(never)]
+    fn align_release(&mut self, released: usize, before: (usize, usize)) {
+        let pending = &self.pending.ends[self.pending.head..];
+        (self.emitted_bytes, self.emitted_chars) = match released {
+            0 => before,
+            r => {
+                let end = pending[r - 1];
+                let tail = self.kept.text_chars - end;
+                (byte_offset_from_end(&self.kept.text, tail), end)
+            }
+        };
+    }
+
+    /// Whether reasoning channels are configured.
+    #[inline(always)]
+    pub fn has_channels(&self) -> bool {
+        self.channels.is_some()
+    }
+
+    /// The channel that holds all of `text` (a byte range of
+    /// [`text`](Self::text)) and `tokens`, if one does (a delta wholly in one
+    /// channel, the usual step); `None` without reasoning.
+    #[inline]
+    pub fn whole_channel(&self, text: &Range<usize>, tokens: &Range<usize>) -> Option<Channel> {
+        self.channels.as_deref().and_then(|c| c.whole(text, tokens))
+    }
+
+    /// For a sequence with reasoning and no thinking budget whose step
+    /// released `text` and `tokens` wholly in one channel (the usual step):
+    /// that channel and the channel output is in now; `None` otherwise (the
+    /// caller then asks [`channel_ranges`](Self::channel_ranges) and
+    /// [`forced_token_id`](Self::forced_token_id)).
+    #[inline(always)]
+    pub fn plain_row(
+        &self,
+        text: &Range<usize>,
+        tokens: &Range<usize>,
+    ) -> Option<(Channel, Channel)> {
+        let c = self.channels.as_deref()?;
+        if c.has_budget() {
+            return None;
+        }
+        Some((c.whole(text, tokens)?, c.channel()))
+    }
+
+    /// The channel output is in now (at finish: the one it finished in);
+    /// `None` without reasoning configured.
+    #[inline]
+    pub fn channel(&self) -> Option<Channel> {
+        self.channels.as_deref().map(Channels::channel)
+    }
+
+    /// The reasoning and content parts of `text` (byte range of
+    /// [`text`](Self::text)) and `tokens` (range of
+    /// [`token_ids`](Self::token_ids)): e.g. a [`Step`]'s deltas, or
+    /// everything for the final channels. `None` without reasoning.
+    pub fn channel_ranges(
+        &self,
+        text: Range<usize>,
+        tokens: Range<usize>,
+    ) -> Option<ChannelRanges> {
+        self.channels.as_deref().map(|c| c.split(text, tokens))
+    }
+
+    /// Reasoning tokens kept while the reasoning block is open (0 once it
+    /// closed or without reasoning).
+    pub fn reasoning_tokens(&self) -> usize {
+        self.channels
+            .as_deref()
+            .map_or(0, |c| c.reasoning_tokens(self.kept.tokens.len()))
+    }
+
+    /// The token id the engine must sample next: once a running sequence
+    /// has `max_reasoning_tokens` reasoning tokens with the block still open,
+    /// the end marker's ids, one per step (vLLM's `thinking_token_budget`
+    /// counting); `None` otherwise.
+    #[inline]
+    pub fn forced_token_id(&self) -> Option<u32> {
+        let c = self.channels.as_deref().filter(|_| self.finish.is_none())?;
+        c.forced(self.kept.tokens.len())
     }
 }
 

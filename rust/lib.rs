@@ -26,6 +26,7 @@ pub mod detokenize;
 pub mod error;
 pub mod finish;
 pub mod limits;
+pub mod reasoning;
 mod stop_dfa;
 pub mod stop_regex;
 pub mod stop_strings;

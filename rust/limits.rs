@@ -18,6 +18,9 @@ pub const MAX_STOP_REGEXES: usize = 64;
 pub const MAX_STOP_REGEX_BYTES: usize = 16 * 1024;
 /// Token ids in `eos_token_ids` or `stop_token_ids`.
 pub const MAX_STOP_TOKEN_IDS: usize = 1 << 16;
+/// UTF-8 bytes of one reasoning marker text (`reasoning_start`,
+/// `reasoning_end`).
+pub const MAX_MARKER_BYTES: usize = 1024;
 /// Token ids (and text pieces) in one `FinishTracker.update` or one
 /// `FinishBatch.step`.
 pub const MAX_STEP_TOKENS: usize = 1 << 22;
@@ -58,6 +61,7 @@ pub const ALL: &[(&str, usize)] = &[
     ("max_stop_regexes", MAX_STOP_REGEXES),
     ("max_stop_regex_bytes", MAX_STOP_REGEX_BYTES),
     ("max_stop_token_ids", MAX_STOP_TOKEN_IDS),
+    ("max_marker_bytes", MAX_MARKER_BYTES),
     ("max_step_tokens", MAX_STEP_TOKENS),
     ("max_decode_bytes", MAX_DECODE_BYTES),
     ("max_slots", MAX_SLOTS),

@@ -1,7 +1,8 @@
 """stopline: when an LLM sequence stops and what it reports.
 
 The Rust core (``stopline._core``) holds the stop-string and stop-regex
-matchers, the finish-state machine and the incremental detokenizer
+matchers, the finish-state machine (with reasoning channels and scoped stops,
+docs/semantics.md 11) and the incremental detokenizer
 (``Vocabulary``); :mod:`stopline.baseline` is the plain-Python reference
 used by the differential tests and benchmarks; :mod:`stopline.logits` (needs
 the ``torch`` extra) masks logits on the GPU.

@@ -38,7 +38,7 @@ and shared freely.
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal, TypeAlias, final
+from typing import Any, Literal, TypeAlias, final
 
 __all__ = [
     "StopStrings",
@@ -129,6 +129,9 @@ FINISH_REASONS: tuple[_FinishReason, ...]
 
 _OpenAIFinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "abort", "error", "repetition"]
 """What ``to_openai_finish_reason`` returns for a finished sequence."""
+
+_Scope: TypeAlias = Literal["content", "reasoning", "any"]
+"""Where a stop fires once reasoning channels are on (semantics.md 11)."""
 
 __version__: str
 """The package version (``Cargo.toml``'s, the same as the wheel's)."""
@@ -458,6 +461,18 @@ class StopParams:
         vocab_size: int | None = None,
         repetition: Mapping[str, int] | None = None,
         stop_regex: Iterable[str] | None = None,
+        reasoning_start: str | None = None,
+        reasoning_start_id: int | None = None,
+        reasoning_end: str | None = None,
+        reasoning_end_id: int | None = None,
+        reasoning_end_ids: Iterable[int] | None = None,
+        reasoning_starts_in: Literal["reasoning", "content"] | None = None,
+        keep_reasoning_markers: bool = False,
+        max_reasoning_tokens: int | None = None,
+        stop_scopes: _Scope | Iterable[_Scope] | None = None,
+        stop_regex_scopes: _Scope | Iterable[_Scope] | None = None,
+        stop_token_id_scopes: _Scope | Iterable[_Scope] | None = None,
+        token_aligned: bool = False,
     ) -> StopParams:
         """Builds and validates the parameters; all arguments are
         keyword-only, ``None`` meaning "not set".
@@ -498,6 +513,29 @@ class StopParams:
             stop_regex: stop regexes in Rust syntax (any iterable of ``str``,
                 not a bare ``str``), compiled as ``StopRegexes``
                 (semantics.md 2.1).
+            reasoning_start, reasoning_end: the reasoning block's markers as
+                text (``"<think>"``, ``"</think>"``), matched on the output
+                text across tokens (semantics.md 11). Giving any reasoning
+                argument turns the channels on; an end marker is required.
+            reasoning_start_id, reasoning_end_id: the markers as single token
+                ids (Qwen3's 151667 / 151668), recognised by id even when
+                ``skip_special_tokens`` hides their text.
+            reasoning_end_ids: the end marker as the ids ``max_reasoning_tokens``
+                forces, one per step (default ``[reasoning_end_id]``).
+            reasoning_starts_in: where output starts; ``None``: content, or
+                reasoning when a tracker's prompt ends inside an open block.
+            keep_reasoning_markers: marker text and ids go to the reasoning
+                channel instead of to neither.
+            max_reasoning_tokens: the thinking budget in tokens after the start
+                marker, counted as vLLM's ``thinking_token_budget``; once spent,
+                ``StepResult.forced_token_id`` names the id to force.
+            stop_scopes, stop_regex_scopes, stop_token_id_scopes: per entry of
+                ``stop`` / ``stop_regex`` / ``stop_token_ids``, the channel it
+                fires in: ``"content"`` (the default), ``"reasoning"`` or
+                ``"any"``; one name for all, or one per entry. EOS and the
+                length caps finish in either channel.
+            token_aligned: release text only in whole tokens: while running,
+                ``text_delta`` is exactly the text of ``token_ids_delta``.
 
         Raises:
             TypeError: a positional argument or unknown keyword; a count or id
@@ -513,8 +551,19 @@ class StopParams:
                 ``prompt_len >= max_model_len``; an id >= 2**32 or outside
                 ``vocab_size``; an empty stop string; a stop regex refused as
                 by ``StopRegexes``; a missing, unknown or out-of-range
-                ``repetition`` key; a lone surrogate.
+                ``repetition`` key; a lone surrogate; an empty marker, a
+                missing end marker, a stop string that contains a marker, a
+                marker id that is a stop or EOS id or lies
+                outside ``vocab_size``, a scope list of the wrong length or an
+                unknown scope name.
         """
+    @property
+    def reasoning(self) -> dict[str, Any] | None:
+        """The reasoning arguments as accepted (scopes one per entry), a new
+        dict on every read; ``None`` without reasoning channels."""
+    @property
+    def token_aligned(self) -> bool:
+        """Whether text is released only in whole tokens."""
     @property
     def max_tokens(self) -> int | None:
         """Output-token budget; ``None`` for no cap."""
@@ -595,6 +644,31 @@ class StepResult:
         """Output token ids released by this update, a new list on every
         read; a token is released only once all of its text is
         (semantics.md 5). Joined, the deltas are the kept ids."""
+    @property
+    def channel(self) -> Literal["reasoning", "content"] | None:
+        """With reasoning channels, the channel after this update (at finish,
+        the one the sequence finished in); ``None`` without them
+        (semantics.md 11)."""
+    @property
+    def reasoning_delta(self) -> str:
+        """The reasoning part of ``text_delta`` (markers excluded unless
+        kept); ``""`` without reasoning channels."""
+    @property
+    def content_delta(self) -> str:
+        """The content part of ``text_delta``; ``text_delta`` itself without
+        reasoning channels."""
+    @property
+    def reasoning_token_ids_delta(self) -> list[int]:
+        """The reasoning ids of ``token_ids_delta``, a new list on every
+        read."""
+    @property
+    def content_token_ids_delta(self) -> list[int]:
+        """The content ids of ``token_ids_delta`` (all of them without
+        reasoning channels), a new list on every read."""
+    @property
+    def forced_token_id(self) -> int | None:
+        """The token id the engine must sample next because the thinking
+        budget is spent (the end marker's ids, one per step); else ``None``."""
 
 @final
 class FinishTracker:
@@ -704,6 +778,29 @@ class FinishTracker:
     def emitted_len(self) -> int:
         """Code points released through ``text_delta`` so far; ``text_len -
         emitted_len`` is the hold-back."""
+    @property
+    def channel(self) -> Literal["reasoning", "content"] | None:
+        """The channel output is in now (at finish, the one it finished in);
+        ``None`` without reasoning channels."""
+    @property
+    def reasoning(self) -> str:
+        """The reasoning kept (markers excluded unless kept)."""
+    @property
+    def content(self) -> str:
+        """The content kept; ``text`` without reasoning channels."""
+    @property
+    def reasoning_token_ids(self) -> list[int]:
+        """The reasoning ids kept, a new list on every read."""
+    @property
+    def content_token_ids(self) -> list[int]:
+        """The content ids kept, a new list on every read."""
+    @property
+    def reasoning_tokens(self) -> int:
+        """Tokens after the start marker while the block is open (the
+        thinking budget's count); 0 otherwise."""
+    @property
+    def forced_token_id(self) -> int | None:
+        """As ``StepResult.forced_token_id``, for the state now."""
 
 @final
 class BatchStepResult:
@@ -763,6 +860,28 @@ class BatchStepResult:
     def released_counts(self) -> list[int]:
         """Per row: ``len(token_ids_deltas[i])``, without building the
         lists."""
+    @property
+    def channels(self) -> list[Literal["reasoning", "content"] | None]:
+        """Per row: ``StepResult.channel``."""
+    @property
+    def forced_token_ids(self) -> list[int | None]:
+        """Per row: ``StepResult.forced_token_id``."""
+    @property
+    def reasoning_deltas(self) -> list[str | None]:
+        """Per row: ``StepResult.reasoning_delta``; ``None`` for rows without
+        reasoning channels."""
+    @property
+    def content_deltas(self) -> list[str | None]:
+        """Per row: ``StepResult.content_delta``; ``None`` for rows without
+        reasoning channels."""
+    @property
+    def reasoning_token_ids_deltas(self) -> list[list[int] | None]:
+        """Per row: ``StepResult.reasoning_token_ids_delta``; ``None`` for rows
+        without reasoning channels."""
+    @property
+    def content_token_ids_deltas(self) -> list[list[int] | None]:
+        """Per row: ``StepResult.content_token_ids_delta``; ``None`` for rows
+        without reasoning channels."""
 
 @final
 class FinishBatch:

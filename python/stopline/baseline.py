@@ -402,6 +402,20 @@ class StopRegexMatcher:
 
 
 _REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
+_SCOPES = ("content", "reasoning", "any")
+_UNSET = 1 << 62
+
+
+def _scope_list(name: str, v: Any, n: int) -> tuple[str, ...]:
+    if v is None:
+        return ("content",) * n
+    items = (v,) * n if isinstance(v, str) else tuple(v)
+    for i, x in enumerate(items):
+        if x not in _SCOPES:
+            raise _err(StoplineValueError, f"{name}[{i}]={x!r} is not one of 'content', 'reasoning' or 'any'", f"{name}[{i}]", "not_one_of")
+    if len(items) != n:
+        raise _err(StoplineValueError, f"{name} has {len(items)} scopes for {n} entries of the list it scopes", name, "count")
+    return items
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -420,6 +434,71 @@ class StopParams:
     include_stop_str_in_output: bool = False
     vocab_size: int | None = None
     repetition: Mapping[str, int] | None = field(default=None)
+    reasoning_start: str | None = None
+    reasoning_start_id: int | None = None
+    reasoning_end: str | None = None
+    reasoning_end_id: int | None = None
+    reasoning_end_ids: Sequence[int] = ()
+    reasoning_starts_in: str | None = None
+    keep_reasoning_markers: bool = False
+    max_reasoning_tokens: int | None = None
+    stop_scopes: str | Sequence[str] | None = None
+    stop_regex_scopes: str | Sequence[str] | None = None
+    stop_token_id_scopes: str | Sequence[str] | None = None
+    token_aligned: bool = False
+
+    @property
+    def has_reasoning(self) -> bool:
+        return any(
+            getattr(self, f) not in (None, (), False)
+            for f in (
+                "reasoning_start", "reasoning_start_id", "reasoning_end", "reasoning_end_id",
+                "reasoning_end_ids", "reasoning_starts_in", "keep_reasoning_markers",
+                "max_reasoning_tokens", "stop_scopes", "stop_regex_scopes", "stop_token_id_scopes",
+            )
+        )
+
+    def _check_reasoning(self, put: Callable[[str, Any], None]) -> None:
+        """Reasoning markers and scopes (semantics.md 11)."""
+        if not self.has_reasoning:
+            return
+        for name in ("reasoning_start", "reasoning_end"):
+            if getattr(self, name) == "":
+                raise _err(StoplineValueError, f"{name} is an empty string; a reasoning marker must be non-empty", name, "empty_marker")
+        if self.reasoning_end is None and self.reasoning_end_id is None:
+            raise _err(StoplineValueError, "reasoning_end is required: a reasoning channel needs an end marker", "reasoning_end", "required")
+        if self.reasoning_start is not None and self.reasoning_start == self.reasoning_end:
+            raise _err(StoplineValueError, f"reasoning_end={self.reasoning_end!r} overlaps reasoning_start", "reasoning_end", "overlaps")
+        if self.reasoning_start_id is not None and self.reasoning_start_id == self.reasoning_end_id:
+            raise _err(StoplineValueError, f"reasoning_end_id={self.reasoning_end_id} overlaps reasoning_start_id", "reasoning_end_id", "overlaps")
+        if self.reasoning_starts_in not in (None, "reasoning", "content"):
+            raise _err(StoplineValueError, f"reasoning_starts_in={self.reasoning_starts_in!r} is not one of 'reasoning' or 'content'", "reasoning_starts_in", "not_one_of")
+        end_ids = _id_list("reasoning_end_ids", self.reasoning_end_ids, self.vocab_size)
+        if not end_ids and self.reasoning_end_id is not None:
+            end_ids = (self.reasoning_end_id,)
+        if self.max_reasoning_tokens is not None and not end_ids:
+            raise _err(StoplineValueError, "reasoning_end_ids is required: max_reasoning_tokens forces the end marker by id", "reasoning_end_ids", "required")
+        put("reasoning_end_ids", end_ids)
+        for name in ("reasoning_start_id", "reasoning_end_id"):
+            v = getattr(self, name)
+            if v is not None and self.vocab_size is not None and v >= self.vocab_size:
+                raise _err(StoplineValueError, f"{name}[0]={v} is outside [0, vocab_size={self.vocab_size})", name, "id_outside")
+        for i, st in enumerate(self.stop):
+            for name in ("reasoning_start", "reasoning_end"):
+                m = getattr(self, name)
+                if m is not None and m in st:
+                    raise _err(StoplineValueError, f"stop[{i}]={st!r} overlaps {name}", f"stop[{i}]", "overlaps")
+        for field_name in ("stop_token_ids", "eos_token_ids"):
+            for i, t in enumerate(getattr(self, field_name)):
+                for name in ("reasoning_start_id", "reasoning_end_id"):
+                    if getattr(self, name) == t:
+                        raise _err(StoplineValueError, f"{field_name}[{i}]={t} overlaps {name}", f"{field_name}[{i}]", "overlaps")
+        put("stop_scopes", _scope_list("stop_scopes", self.stop_scopes, len(self.stop)))
+        put("stop_regex_scopes", _scope_list("stop_regex_scopes", self.stop_regex_scopes, len(self.stop_regex)))
+        put(
+            "stop_token_id_scopes",
+            _scope_list("stop_token_id_scopes", self.stop_token_id_scopes, len(self.stop_token_ids)),
+        )
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -500,6 +579,7 @@ class StopParams:
                 raise _err(StoplineValueError, f"repetition.min_count must be >= 2, got {cnt}", "repetition.min_count", "below")
             rep = {"max_pattern_size": mx, "min_pattern_size": mnp, "min_count": cnt}
         put("repetition", rep)
+        self._check_reasoning(put)
 
 
 @dataclass(slots=True)
@@ -512,6 +592,150 @@ class StepResult:
     text_len: int
     text_delta: str
     token_ids_delta: list[int]
+    channel: str | None = None
+    reasoning_delta: str = ""
+    content_delta: str = ""
+    reasoning_token_ids_delta: list[int] = field(default_factory=list)
+    content_token_ids_delta: list[int] = field(default_factory=list)
+    forced_token_id: int | None = None
+
+
+def _clip(a: int, b: int, lo: int, hi: int) -> tuple[int, int]:
+    return (max(a, lo), min(b, hi)) if max(a, lo) < min(b, hi) else (a, a)
+
+
+class _Channels:
+    """Reasoning channels of one sequence (semantics.md 11), written plainly:
+    markers found with ``str.find`` from the first undecided character, the
+    held partial marker as the longest suffix that is a proper prefix of the
+    awaited marker, one stop matcher pair per channel. Positions in code
+    points."""
+
+    def __init__(self, p: StopParams, include: bool) -> None:
+        self.markers = ((p.reasoning_start, p.reasoning_start_id), (p.reasoning_end, p.reasoning_end_id))
+        self.keep = p.keep_reasoning_markers
+        self.budget = p.max_reasoning_tokens
+        self.end_ids = tuple(p.reasoning_end_ids)
+        self.id_scopes = tuple(p.stop_token_id_scopes or ())
+        self.phase = 0  # 0 before the block, 1 inside, 2 after
+        self.partial = 0
+        self.base = [0, 0]  # per channel: 0 content, 1 reasoning
+        self.chars = [_UNSET] * 4
+        self.bounds = [_UNSET] * 4
+        self.strings: list[tuple[StopMatcher | None, list[int]]] = []
+        self.regexes: list[tuple[StopRegexMatcher | None, list[int]]] = []
+        for c in ("content", "reasoning"):
+            idx = [i for i, sc in enumerate(p.stop_scopes or ()) if sc in (c, "any")]
+            self.strings.append((StopMatcher([p.stop[i] for i in idx], include) if idx else None, idx))
+            idx = [i for i, sc in enumerate(p.stop_regex_scopes or ()) if sc in (c, "any")]
+            self.regexes.append((StopRegexMatcher([p.stop_regex[i] for i in idx], include) if idx else None, idx))
+        if p.reasoning_starts_in == "reasoning":
+            self.start_inside()
+
+    def start_inside(self) -> None:
+        self.phase = 1
+        self.chars[0] = self.chars[1] = self.bounds[0] = self.bounds[1] = 0
+
+    @property
+    def channel(self) -> str:
+        return "reasoning" if self.phase == 1 else "content"
+
+    def stop_id_applies(self, i: int) -> bool:
+        return i >= len(self.id_scopes) or self.id_scopes[i] in (self.channel, "any")
+
+    def holdback(self) -> int:
+        c = 1 if self.phase == 1 else 0
+        s, r = self.strings[c][0], self.regexes[c][0]
+        return self.partial + max(s.holdback if s else 0, r.holdback if r else 0)
+
+    def reasoning_tokens(self, n: int) -> int:
+        return n - self.bounds[1] if self.phase == 1 else 0
+
+    def forced(self, n: int) -> int | None:
+        if self.budget is None or self.phase != 1:
+            return None
+        used = self.reasoning_tokens(n) - self.budget
+        return self.end_ids[used] if 0 <= used < len(self.end_ids) else None
+
+    def _feed(self, text: str, a: int, b: int, allow: bool) -> tuple[StopMatch, bool] | None:
+        if a >= b:
+            return None
+        c = 1 if self.phase == 1 else 0
+        (sm, si), (rm, ri) = self.strings[c], self.regexes[c]
+        chunk = text[a:b]
+        m = sm.feed(chunk) if sm else None
+        mr = rm.feed(chunk) if rm else None
+        hit, idx = m, si
+        if mr is not None and (m is None or mr.end < m.end):
+            hit, idx = mr, ri
+        if hit is None or not allow:
+            return None
+        base = self.base[c]
+        found = StopMatch(idx[hit.index], hit.stop, hit.start + base, hit.end + base, hit.truncate_to + base)
+        return found, idx is ri
+
+    def _enter(self, k: int, start: int, end: int, total: int, ends: list[int]) -> None:
+        inside = sum(1 for e in ends[:k] if e > start)
+        first = k - inside
+        # Where the first token the marker overlaps starts (tokens are kept whole).
+        first_start = ends[first - 1] if first > 0 else 0
+        hi = k + (1 if end == total else 0)
+        lo = min(first + (1 if first_start < start else 0), hi)
+        slot = 0 if self.phase == 0 else 2
+        self.chars[slot], self.chars[slot + 1] = start, end
+        self.bounds[slot], self.bounds[slot + 1] = lo, hi
+        self.phase += 1
+        self.partial = 0
+        c = 1 if self.phase == 1 else 0
+        self.base[c] = end
+        for m in (self.strings[c][0], self.regexes[c][0]):
+            if m is not None:
+                m.reset()
+
+    def token(
+        self, kept: str, ends: list[int], t: int, piece: str, allow: bool
+    ) -> tuple[StopMatch, bool] | None:
+        """Token ``len(ends)`` (not yet kept) with its output text ``piece``."""
+        k, n = len(ends), len(kept)
+        text = kept + piece
+        if self.phase < 2 and self.markers[self.phase][1] == t:
+            held, self.partial = n - self.partial, 0
+            hit = self._feed(text, held, n, allow)
+            if hit is None:
+                self._enter(k, n, len(text), len(text), ends)
+            return hit
+        confirmed = n - self.partial
+        while self.phase < 2 and self.markers[self.phase][0] is not None:
+            m = self.markers[self.phase][0]
+            assert m is not None
+            j = text.find(m, confirmed)
+            if j < 0:
+                break
+            hit = self._feed(text, confirmed, j, allow)
+            if hit is not None:
+                return hit
+            self._enter(k, j, j + len(m), len(text), ends)
+            confirmed = j + len(m)
+        self.partial = 0
+        m = self.markers[self.phase][0] if self.phase < 2 else None
+        if m is not None:
+            for q in range(min(len(m) - 1, len(text) - confirmed), 0, -1):
+                if text.endswith(m[:q]):
+                    self.partial = q
+                    break
+        return self._feed(text, confirmed, len(text) - self.partial, allow)
+
+    def split(self, a: int, b: int, ta: int, tb: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """(reasoning text, content texts, reasoning tokens, content tokens)
+        ranges within text ``[a, b)`` and tokens ``[ta, tb)``."""
+        c, t = self.chars, self.bounds
+        r0, r1 = (0, 3) if self.keep else (1, 2)
+        return (
+            (_clip(a, b, c[r0], c[r1]),),
+            (_clip(a, b, 0, c[0]), _clip(a, b, c[3], _UNSET)),
+            (_clip(ta, tb, t[r0], t[r1]),),
+            (_clip(ta, tb, 0, t[0]), _clip(ta, tb, t[3], _UNSET)),
+        )
 
 
 def _repeats(tokens: list[int], lo: int, hi: int, count: int) -> bool:
@@ -536,10 +760,12 @@ class FinishTracker:
         "_params", "_vocab", "_min_tokens", "_limit", "_eos", "_stop_ids", "_include",
         "_matcher", "_rx_matcher", "_rep", "_tokens", "_ends", "_emitted_parts", "_pending",
         "_emitted_len", "_emitted_tokens", "_text_len", "_finished", "_reason",
-        "_stop_reason", "_matched",
+        "_stop_reason", "_matched", "_channels", "_aligned",
     )
 
-    def __init__(self, params: StopParams) -> None:
+    def __init__(self, params: StopParams, starts_in: str | None = None) -> None:
+        """``starts_in="reasoning"``: output starts inside the reasoning block
+        (a prompt that opened it), unless the params say where it starts."""
         if not isinstance(params, StopParams):
             raise _err(StoplineTypeError, f"params must be StopParams, got {type(params).__name__}", "params", "wrong_type")
         p = params
@@ -573,6 +799,12 @@ class FinishTracker:
         self._reason: str | None = None
         self._stop_reason: str | int | None = None
         self._matched: str | int | None = None
+        self._aligned = p.token_aligned
+        self._channels = _Channels(p, self._include) if p.has_reasoning else None
+        if self._channels is not None:
+            self._matcher = self._rx_matcher = None
+            if p.reasoning_starts_in is None and starts_in == "reasoning":
+                self._channels.start_inside()
 
     # -- read-only state
     @property
@@ -607,6 +839,50 @@ class FinishTracker:
     def text(self) -> str:
         return "".join(self._emitted_parts) + self._pending
 
+    @property
+    def channel(self) -> str | None:
+        return None if self._channels is None else self._channels.channel
+
+    def _parts(self, a: int, b: int, ta: int, tb: int) -> tuple[str, str, list[int], list[int]]:
+        ch = self._channels
+        assert ch is not None
+        rt, ct, rk, ck = ch.split(a, b, ta, tb)
+        text, toks = self.text, self._tokens
+        return (
+            "".join(text[x:y] for x, y in rt),
+            "".join(text[x:y] for x, y in ct),
+            [i for x, y in rk for i in toks[x:y]],
+            [i for x, y in ck for i in toks[x:y]],
+        )
+
+    @property
+    def reasoning(self) -> str:
+        return "" if self._channels is None else self._parts(0, self._text_len, 0, len(self._tokens))[0]
+
+    @property
+    def content(self) -> str:
+        return self.text if self._channels is None else self._parts(0, self._text_len, 0, len(self._tokens))[1]
+
+    @property
+    def reasoning_token_ids(self) -> list[int]:
+        return [] if self._channels is None else self._parts(0, self._text_len, 0, len(self._tokens))[2]
+
+    @property
+    def content_token_ids(self) -> list[int]:
+        if self._channels is None:
+            return list(self._tokens)
+        return self._parts(0, self._text_len, 0, len(self._tokens))[3]
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return 0 if self._channels is None else self._channels.reasoning_tokens(len(self._tokens))
+
+    @property
+    def forced_token_id(self) -> int | None:
+        if self._channels is None or self._finished:
+            return None
+        return self._channels.forced(len(self._tokens))
+
     # -- stepping
     def _prepare(
         self, token_ids: Any, texts: Any, grammar_terminated_at: Any, where: str = ""
@@ -632,7 +908,9 @@ class FinishTracker:
             if t < 0:
                 raise _err(StoplineValueError, f"{where}token_ids[{i}] = {t} is negative", f"token_ids[{i}]", "not_a_token_id")
         if texts is None:
-            if self._matcher is not None or self._rx_matcher is not None:
+            ch = self._params
+            needs = ch.stop or ch.stop_regex or ch.reasoning_start is not None or ch.reasoning_end is not None
+            if self._matcher is not None or self._rx_matcher is not None or (self._channels and needs):
                 raise _err(StoplineValueError,
                     f"{where}texts is required: stop strings and stop regexes need the token text",
                     "texts", "required")
@@ -675,7 +953,25 @@ class FinishTracker:
             if vocab is not None and t >= vocab:
                 self._finish("error", None, None)
                 break
-            ending = t in self._eos or t in self._stop_ids
+            ch = self._channels
+            if ch is None:
+                ending = t in self._eos or t in self._stop_ids
+            else:
+                ending = t in self._eos or any(
+                    s == t and ch.stop_id_applies(j) for j, s in enumerate(self._params.stop_token_ids)
+                )
+            if ch is not None:
+                fed = piece if not ending or self._include else ""
+                found = ch.token(self.text, ends, t, fed, n > self._min_tokens)
+                if found is not None:
+                    hit, by_regex = found
+                    tokens.append(t)
+                    matched = (self.text + piece)[hit.start:hit.end] if by_regex else hit.stop
+                    cut = hit.truncate_to - self._emitted_len
+                    self._pending = (self._pending + piece)[:cut]
+                    self._text_len = hit.truncate_to
+                    self._finish("stop", hit.stop, matched)
+                    break
             # 2. stop string or regex completing in this piece; earliest end,
             # a string before a regex. An ending token's text that is not kept
             # is not fed (semantics.md 3, check 4; vLLM's detokenizer agrees).
@@ -739,7 +1035,16 @@ class FinishTracker:
             hb = self._matcher.holdback if self._matcher is not None else 0
             if self._rx_matcher is not None:
                 hb = max(hb, self._rx_matcher.holdback)
+            if self._channels is not None:
+                hb = min(self._channels.holdback(), len(self._pending))
             cut = max(0, len(self._pending) - hb)
+            if self._aligned:
+                # Whole tokens only: back to the end of the last one released.
+                ends = self._ends
+                k = self._emitted_tokens
+                while k < len(ends) and ends[k] <= self._emitted_len + cut:
+                    k += 1
+                cut = (ends[k - 1] if k > self._emitted_tokens else self._emitted_len) - self._emitted_len
             text_delta = self._pending[:cut]
             self._pending = self._pending[cut:]
             emitted = self._emitted_len + cut
@@ -748,14 +1053,23 @@ class FinishTracker:
             while k < len(ends) and ends[k] <= emitted:
                 k += 1
             tok_delta = self._tokens[self._emitted_tokens:k]
+        a, ta = self._emitted_len, self._emitted_tokens
         if text_delta:
             self._emitted_parts.append(text_delta)
             self._emitted_len += len(text_delta)
         self._emitted_tokens += len(tok_delta)
-        return StepResult(
+        r = StepResult(
             self._finished, self._reason, self._stop_reason, self._matched,
             len(self._tokens), self._text_len, text_delta, tok_delta,
         )
+        if self._channels is None:
+            r.content_delta, r.content_token_ids_delta = text_delta, list(tok_delta)
+        else:
+            parts = self._parts(a, self._emitted_len, ta, self._emitted_tokens)
+            r.reasoning_delta, r.content_delta, r.reasoning_token_ids_delta, r.content_token_ids_delta = parts
+            r.channel = self._channels.channel
+            r.forced_token_id = self.forced_token_id
+        return r
 
     def update(
         self,

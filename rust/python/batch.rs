@@ -16,7 +16,7 @@ use super::detok;
 use super::errors::{arg_err, at_slot, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
-use super::tracker::{Outcome, PyStepResult};
+use super::tracker::{Outcome, PyStepResult, RowChannels, RowTable};
 use crate::batch::{FinishBatch, SlotStep, StepInput};
 use crate::error::Problem;
 use crate::finish::{FinishTracker, Step};
@@ -57,6 +57,8 @@ pub struct PyBatchStepResult {
     /// Private: the getter hands out copies of the list.
     text_deltas: Py<PyList>,
     tokens: Vec<u32>,
+    /// The rows' reasoning channels.
+    channels: RowTable,
 }
 
 impl PyBatchStepResult {
@@ -74,6 +76,28 @@ impl PyBatchStepResult {
             self.rows[i - 1].tokens_end
         };
         &self.tokens[start..self.rows[i].tokens_end]
+    }
+
+    fn channels_of(&self, i: usize) -> Option<RowChannels> {
+        self.channels.get(i)
+    }
+
+    /// One value per row from its channels (`None` for rows without).
+    fn per_channel_row<T>(
+        &self,
+        py: Python<'_>,
+        of: impl Fn(&RowChannels, &str, &[u32]) -> T,
+    ) -> PyResult<Vec<Option<T>>> {
+        let list = self.text_deltas.bind(py);
+        (0..self.rows.len())
+            .map(|i| match self.channels_of(i) {
+                None => Ok(None),
+                Some(c) => {
+                    let text = list.get_item(i)?.extract::<String>()?;
+                    Ok(Some(of(&c, &text, self.tokens_of(i))))
+                }
+            })
+            .collect()
     }
 
     /// One value per row: `default` but for the finished rows.
@@ -101,11 +125,55 @@ impl PyBatchStepResult {
             )));
         }
         let i = i as usize;
+        let text_delta = self.text_deltas.bind(py).get_item(i)?.extract::<String>()?;
+        let token_ids_delta = self.tokens_of(i).to_vec();
         Ok(PyStepResult {
             outcome: self.outcome(i),
-            text_delta: self.text_deltas.bind(py).get_item(i)?.extract::<String>()?,
-            token_ids_delta: self.tokens_of(i).to_vec(),
+            channels: self
+                .channels_of(i)
+                .map(|c| c.deltas(&text_delta, &token_ids_delta)),
+            text_delta,
+            token_ids_delta,
         })
+    }
+
+    /// Per row: the channel after the step (`"reasoning"` / `"content"`), `None` for rows
+    /// without reasoning channels (see `StepResult.channel`).
+    #[getter]
+    fn channels(&self) -> Vec<Option<&'static str>> {
+        (0..self.rows.len())
+            .map(|i| self.channels_of(i).map(|c| c.channel()))
+            .collect()
+    }
+    /// Per row: the token id the engine must sample next (thinking budget spent), else
+    /// `None` (see `StepResult.forced_token_id`).
+    #[getter]
+    fn forced_token_ids(&self) -> Vec<Option<u32>> {
+        (0..self.rows.len())
+            .map(|i| self.channels_of(i).and_then(|c| c.forced()))
+            .collect()
+    }
+    /// Per row: the reasoning text released (`None` for rows without reasoning channels).
+    #[getter]
+    fn reasoning_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<String>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).reasoning)
+    }
+    /// Per row: the content text released (`None` for rows without reasoning channels).
+    #[getter]
+    fn content_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<String>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).content)
+    }
+    /// Per row: the reasoning token ids released (`None` for rows without reasoning
+    /// channels).
+    #[getter]
+    fn reasoning_token_ids_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<Vec<u32>>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).reasoning_ids)
+    }
+    /// Per row: the content token ids released (`None` for rows without reasoning
+    /// channels).
+    #[getter]
+    fn content_token_ids_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<Vec<u32>>>> {
+        self.per_channel_row(py, |c, t, ids| c.deltas(t, ids).content_ids)
     }
 
     /// The slot of each row, as passed to `step`.
@@ -245,11 +313,13 @@ impl PyFinishBatch {
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
+        let vocab = self.detok.as_ref().map(|d| d.vocab());
+        let prompt = super::tracker::prompt_state(vocab.map(|v| &**v), &params, prompt_token_ids)?;
         if let Some(d) = self.detok.as_mut() {
             d.reserve_slot(slot).map_err(to_py_err)?;
         }
         self.inner
-            .add(slot, Arc::clone(&params))
+            .add_in(slot, Arc::clone(&params), prompt)
             .map_err(to_py_err)?;
         if let Some(d) = self.detok.as_mut() {
             d.set(slot, dec);
@@ -542,6 +612,7 @@ pub(super) struct StepRows {
     rows: Vec<BatchRow>,
     finished: Vec<(usize, Outcome)>,
     tokens: Vec<u32>,
+    channels: RowTable,
 }
 
 impl StepRows {
@@ -552,6 +623,7 @@ impl StepRows {
             finished: self.finished,
             text_deltas: text_deltas.unbind(),
             tokens: self.tokens,
+            channels: self.channels,
         }
     }
 }
@@ -563,9 +635,27 @@ pub(super) fn batch_step<'py>(
     input: StepInput<'_>,
     deltas: &mut impl Deltas<'py>,
 ) -> PyResult<StepRows> {
+    // A batch without reasoning runs a loop that never looks at channels.
+    if inner.has_channels() {
+        batch_rows::<true>(py, inner, input, deltas)
+    } else {
+        batch_rows::<false>(py, inner, input, deltas)
+    }
+}
+
+/// [`batch_step`], recording each row's channels when `CHANNELS`.
+#[inline(always)]
+fn batch_rows<'py, const CHANNELS: bool>(
+    py: Python<'py>,
+    inner: &mut FinishBatch,
+    input: StepInput<'_>,
+    deltas: &mut impl Deltas<'py>,
+) -> PyResult<StepRows> {
     let mut rows = Vec::with_capacity(input.slots.len());
     let mut tokens = Vec::with_capacity(input.token_ids.len());
     let mut finished = Vec::new();
+    let mut channels = RowTable::default();
+    let n_rows = input.slots.len();
     let mut failed = None;
     inner
         .step_each(input, |k, t, s| {
@@ -580,6 +670,9 @@ pub(super) fn batch_step<'py>(
             }
             if t.is_finished() {
                 finished.push((k, Outcome::of(t)));
+            }
+            if CHANNELS {
+                channels.record(k, n_rows, t, &s.step.text_delta, &s.step.token_ids_delta);
             }
             rows.push(BatchRow {
                 slot: s.slot,
@@ -596,5 +689,6 @@ pub(super) fn batch_step<'py>(
         rows,
         finished,
         tokens,
+        channels,
     })
 }

@@ -196,7 +196,7 @@ fn py_decode<T: Send>(
     r.map_err(to_py_err)
 }
 
-fn prompt_ids(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {
+pub(super) fn prompt_ids(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {
     match obj.filter(|o| !o.is_none()) {
         None => Ok(Vec::new()),
         Some(o) => extract_ids(o, "prompt_token_ids", crate::limits::MAX_STEP_TOKENS),

@@ -15,6 +15,137 @@ use super::matchers::{compile_regexes, compile_stops};
 use crate::error::Problem;
 use crate::finish::{Repetition, StopParams};
 use crate::limits;
+use crate::reasoning::{Channel, Marker, Reasoning, ReasoningSpec, Scope};
+
+/// One scope name, or `None` for a wrong type or an unknown name.
+fn scope_of(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Scope> {
+    let name: String = obj
+        .extract()
+        .map_err(|_| arg_err(field, wrong_type("a str", obj)))?;
+    Scope::from_name(&name).ok_or_else(|| {
+        arg_err(
+            field,
+            Problem::NotOneOf {
+                shown: crate::error::shown(&name),
+                allowed: Scope::NAMES.into(),
+            },
+        )
+    })
+}
+
+/// A `*_scopes=` argument: one scope name for every entry of a list of `n`,
+/// or a sequence of names, one per entry (its length is checked by the core).
+fn extract_scopes(obj: Option<&Bound<'_, PyAny>>, field: &str, n: usize) -> PyResult<Vec<Scope>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(Vec::new());
+    };
+    if obj.is_instance_of::<pyo3::types::PyString>() {
+        return Ok(vec![scope_of(obj, field)?; n]);
+    }
+    let items = take_capped(
+        obj,
+        field,
+        "a str or a sequence of str",
+        limits::MAX_STOP_TOKEN_IDS.max(n),
+    )?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, o)| scope_of(o, &format!("{field}[{i}]")))
+        .collect()
+}
+
+/// The reasoning arguments of `StopParams(...)`, `None` when no marker and
+/// no reasoning option is given.
+#[allow(clippy::too_many_arguments)]
+fn extract_reasoning(
+    p: &StopParams,
+    start: Option<String>,
+    start_id: Option<&Bound<'_, PyAny>>,
+    end: Option<String>,
+    end_id: Option<&Bound<'_, PyAny>>,
+    end_ids: Option<&Bound<'_, PyAny>>,
+    starts_in: Option<String>,
+    keep_markers: bool,
+    max_reasoning_tokens: Option<&Bound<'_, PyAny>>,
+    scopes: [Option<&Bound<'_, PyAny>>; 3],
+) -> PyResult<Option<Arc<Reasoning>>> {
+    let id = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Option<u32>> {
+        extract_opt_nonneg(o, field)?
+            .map(|v| {
+                u32::try_from(v).map_err(|_| {
+                    arg_err(
+                        field,
+                        Problem::NotATokenId {
+                            value: i64::try_from(v).unwrap_or(i64::MAX),
+                        },
+                    )
+                })
+            })
+            .transpose()
+    };
+    let given = |o: Option<&Bound<'_, PyAny>>| o.is_some_and(|o| !o.is_none());
+    let any = start.is_some()
+        || end.is_some()
+        || given(start_id)
+        || given(end_id)
+        || given(end_ids)
+        || starts_in.is_some()
+        || keep_markers
+        || given(max_reasoning_tokens)
+        || scopes.iter().any(|s| given(*s));
+    if !any {
+        return Ok(None);
+    }
+    let starts_in = starts_in
+        .map(|name| {
+            Channel::from_name(&name).ok_or_else(|| {
+                arg_err(
+                    "reasoning_starts_in",
+                    Problem::NotOneOf {
+                        shown: crate::error::shown(&name),
+                        allowed: "'reasoning' or 'content'".into(),
+                    },
+                )
+            })
+        })
+        .transpose()?;
+    let n_regex = p.stop_regex.as_ref().map_or(0, |r| r.len());
+    let n_stop = p.stop.as_ref().map_or(0, |s| s.len());
+    let spec = ReasoningSpec {
+        start: Marker {
+            text: start,
+            token_id: id(start_id, "reasoning_start_id")?,
+        },
+        end: Marker {
+            text: end,
+            token_id: id(end_id, "reasoning_end_id")?,
+        },
+        starts_in,
+        keep_markers,
+        max_reasoning_tokens: extract_opt_nonneg(max_reasoning_tokens, "max_reasoning_tokens")?,
+        end_ids: match end_ids.filter(|o| !o.is_none()) {
+            Some(o) => extract_ids(o, "reasoning_end_ids", limits::MAX_STOP_TOKEN_IDS)?,
+            None => Vec::new(),
+        },
+        stop_scopes: extract_scopes(scopes[0], "stop_scopes", n_stop)?,
+        stop_regex_scopes: extract_scopes(scopes[1], "stop_regex_scopes", n_regex)?,
+        stop_token_id_scopes: extract_scopes(
+            scopes[2],
+            "stop_token_id_scopes",
+            p.stop_token_ids.len(),
+        )?,
+    };
+    let r = Reasoning::new(
+        spec,
+        p.stop.as_ref(),
+        p.stop_regex.as_ref(),
+        &p.stop_token_ids,
+        &p.eos_token_ids,
+    )
+    .map_err(to_py_err)?;
+    Ok(Some(Arc::new(r)))
+}
 
 fn extract_repetition(obj: &Bound<'_, PyAny>) -> PyResult<Repetition> {
     let get = |key: &str, default: Option<u64>| -> PyResult<usize> {
@@ -136,7 +267,11 @@ impl PyStopParams {
         *, max_tokens = None, min_tokens = None, prompt_len = None, max_model_len = None,
         eos_token_ids = None, ignore_eos = false, stop_token_ids = None, stop = None,
         include_stop_str_in_output = false, vocab_size = None, repetition = None,
-        stop_regex = None,
+        stop_regex = None, reasoning_start = None, reasoning_start_id = None,
+        reasoning_end = None, reasoning_end_id = None, reasoning_end_ids = None,
+        reasoning_starts_in = None, keep_reasoning_markers = false,
+        max_reasoning_tokens = None, stop_scopes = None, stop_regex_scopes = None,
+        stop_token_id_scopes = None, token_aligned = false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -152,6 +287,18 @@ impl PyStopParams {
         vocab_size: Option<&Bound<'_, PyAny>>,
         repetition: Option<&Bound<'_, PyAny>>,
         stop_regex: Option<&Bound<'_, PyAny>>,
+        reasoning_start: Option<String>,
+        reasoning_start_id: Option<&Bound<'_, PyAny>>,
+        reasoning_end: Option<String>,
+        reasoning_end_id: Option<&Bound<'_, PyAny>>,
+        reasoning_end_ids: Option<&Bound<'_, PyAny>>,
+        reasoning_starts_in: Option<String>,
+        keep_reasoning_markers: bool,
+        max_reasoning_tokens: Option<&Bound<'_, PyAny>>,
+        stop_scopes: Option<&Bound<'_, PyAny>>,
+        stop_regex_scopes: Option<&Bound<'_, PyAny>>,
+        stop_token_id_scopes: Option<&Bound<'_, PyAny>>,
+        token_aligned: bool,
     ) -> PyResult<Self> {
         let ids = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Vec<u32>> {
             match o {
@@ -160,7 +307,7 @@ impl PyStopParams {
             }
         };
         let vocab = extract_opt_nonneg(vocab_size, "vocab_size")?;
-        let params = StopParams {
+        let mut params = StopParams {
             max_tokens: extract_opt_nonneg(max_tokens, "max_tokens")?,
             min_tokens: extract_opt_nonneg(min_tokens, "min_tokens")?.unwrap_or(0),
             prompt_len: extract_opt_nonneg(prompt_len, "prompt_len")?.unwrap_or(0),
@@ -189,11 +336,57 @@ impl PyStopParams {
                 Some(r) if !r.is_none() => Some(extract_repetition(r)?),
                 _ => None,
             },
+            reasoning: None,
+            token_aligned,
         };
+        params.reasoning = extract_reasoning(
+            &params,
+            reasoning_start,
+            reasoning_start_id,
+            reasoning_end,
+            reasoning_end_id,
+            reasoning_end_ids,
+            reasoning_starts_in,
+            keep_reasoning_markers,
+            max_reasoning_tokens,
+            [stop_scopes, stop_regex_scopes, stop_token_id_scopes],
+        )?;
         params.validate().map_err(to_py_err)?;
         Ok(Self {
             inner: Arc::new(params),
         })
+    }
+
+    /// `{"reasoning_start", "reasoning_start_id", "reasoning_end", "reasoning_end_id",
+    /// "reasoning_end_ids", "reasoning_starts_in", "keep_reasoning_markers",
+    /// "max_reasoning_tokens", "stop_scopes", "stop_regex_scopes", "stop_token_id_scopes"}` as
+    /// accepted (scopes one per entry); `None` without reasoning channels.
+    #[getter]
+    fn reasoning<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(r) = self.inner.reasoning.as_ref() else {
+            return Ok(None);
+        };
+        let s = r.spec();
+        let names = |v: &[Scope]| v.iter().map(|x| x.as_str()).collect::<Vec<_>>();
+        let d = PyDict::new(py);
+        d.set_item("reasoning_start", s.start.text.as_deref())?;
+        d.set_item("reasoning_start_id", s.start.token_id)?;
+        d.set_item("reasoning_end", s.end.text.as_deref())?;
+        d.set_item("reasoning_end_id", s.end.token_id)?;
+        d.set_item("reasoning_end_ids", &s.end_ids)?;
+        d.set_item("reasoning_starts_in", s.starts_in.map(Channel::as_str))?;
+        d.set_item("keep_reasoning_markers", s.keep_markers)?;
+        d.set_item("max_reasoning_tokens", s.max_reasoning_tokens)?;
+        d.set_item("stop_scopes", names(&s.stop_scopes))?;
+        d.set_item("stop_regex_scopes", names(&s.stop_regex_scopes))?;
+        d.set_item("stop_token_id_scopes", names(&s.stop_token_id_scopes))?;
+        Ok(Some(d))
+    }
+
+    /// Whether text is released only in whole tokens.
+    #[getter]
+    fn token_aligned(&self) -> bool {
+        self.inner.token_aligned
     }
 
     /// `{"max_pattern_size", "min_pattern_size", "min_count"}`, as accepted.
@@ -216,7 +409,7 @@ impl PyStopParams {
         Ok(format!(
             "StopParams(max_tokens={}, min_tokens={}, prompt_len={}, max_model_len={}, eos_token_ids={}, \
              ignore_eos={}, stop_token_ids={}, stop={}, stop_regex={}, include_stop_str_in_output={}, vocab_size={}, \
-             repetition={})",
+             repetition={}, reasoning={}, token_aligned={})",
             py_repr(py, p.max_tokens)?,
             p.min_tokens,
             p.prompt_len,
@@ -229,6 +422,8 @@ impl PyStopParams {
             py_repr(py, p.include_stop_str_in_output)?,
             py_repr(py, p.vocab_size)?,
             py_repr(py, self.repetition(py)?)?,
+            py_repr(py, self.reasoning(py)?)?,
+            py_repr(py, p.token_aligned)?,
         ))
     }
 }

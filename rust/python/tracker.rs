@@ -1,6 +1,7 @@
 //! `FinishTracker` (one sequence) and the `StepResult` it and the batch
 //! report.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -12,8 +13,239 @@ use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::params::params_arg;
 use crate::error::Problem;
-use crate::finish::{Finish, FinishTracker, Matched, Step, StopReason};
+use crate::finish::{Finish, FinishTracker, Matched, Step, StopParams, StopReason};
 use crate::limits;
+use crate::reasoning::{Channel, ChannelRanges, PromptState};
+
+/// A step's per-channel deltas (only with reasoning channels).
+#[derive(Clone)]
+pub(super) struct ChannelDeltas {
+    channel: Channel,
+    pub(super) reasoning: String,
+    pub(super) content: String,
+    pub(super) reasoning_ids: Vec<u32>,
+    pub(super) content_ids: Vec<u32>,
+    forced: Option<u32>,
+}
+
+/// How a row's deltas split into channels.
+#[derive(Clone)]
+enum Split {
+    /// All of the row's text and ids are in this channel (the usual step).
+    Whole(Channel),
+    /// Ranges into the row's own text delta (bytes) and token delta.
+    Ranges(Box<ChannelRanges>),
+}
+
+/// A row's channels, as a batch result hands them out.
+#[derive(Clone)]
+pub(super) struct RowChannels {
+    channel: Channel,
+    forced: Option<u32>,
+    split: Split,
+}
+
+/// Row codes of [`RowTable`]: none, or the split kind plus the channel bit.
+const ROW_NONE: u8 = 0;
+const ROW_CONTENT: u8 = 1;
+const ROW_REASONING: u8 = 2;
+const ROW_RANGES: u8 = 3;
+const ROW_IN_REASONING: u8 = 4;
+
+/// A batch step's per-row channels, recorded with one byte per row (and only
+/// once some row has reasoning channels): rows whose delta is wholly in one
+/// channel, the usual step, need nothing more; split rows and forced ids are
+/// kept aside.
+#[derive(Default)]
+pub(super) struct RowTable {
+    codes: Vec<u8>,
+    ranges: Vec<(usize, Box<ChannelRanges>)>,
+    forced: Vec<(usize, u32)>,
+}
+
+#[inline(always)]
+fn channel_code(c: Channel) -> u8 {
+    match c {
+        Channel::Reasoning => ROW_IN_REASONING,
+        Channel::Content => 0,
+    }
+}
+
+impl RowTable {
+    /// Records row `k` (of `n_rows`): tracker `t` after a step that released
+    /// `text` (bytes) and `tokens`.
+    #[inline(always)]
+    pub(super) fn record(
+        &mut self,
+        k: usize,
+        n_rows: usize,
+        t: &FinishTracker,
+        text: &Range<usize>,
+        tokens: &Range<usize>,
+    ) {
+        if !t.has_channels() {
+            return;
+        }
+        match t.plain_row(text, tokens) {
+            // The usual row: one byte into room already there.
+            Some((whole, now)) if self.codes.len() == k && k < self.codes.capacity() => {
+                let kind = match whole {
+                    Channel::Reasoning => ROW_REASONING,
+                    Channel::Content => ROW_CONTENT,
+                };
+                self.codes.push(kind | channel_code(now));
+            }
+            _ => self.record_channels(k, n_rows, t, text, tokens),
+        }
+    }
+
+    #[inline(never)]
+    fn record_channels(
+        &mut self,
+        k: usize,
+        n_rows: usize,
+        t: &FinishTracker,
+        text: &Range<usize>,
+        tokens: &Range<usize>,
+    ) {
+        if self.codes.len() < k || self.codes.capacity() == 0 {
+            self.codes.reserve(n_rows);
+            self.codes.resize(k, ROW_NONE);
+        }
+        let now = t.channel().map_or(0, channel_code);
+        let kind = match t.whole_channel(text, tokens) {
+            Some(Channel::Reasoning) => ROW_REASONING,
+            Some(Channel::Content) => ROW_CONTENT,
+            None => {
+                let r = t
+                    .channel_ranges(text.clone(), tokens.clone())
+                    .unwrap_or_default();
+                let (a, b) = (text.start, tokens.start);
+                let shift = |x: &Range<usize>, by: usize| x.start - by..x.end - by;
+                let shifted = ChannelRanges {
+                    reasoning_text: shift(&r.reasoning_text, a),
+                    reasoning_tokens: shift(&r.reasoning_tokens, b),
+                    content_text: [shift(&r.content_text[0], a), shift(&r.content_text[1], a)],
+                    content_tokens: [
+                        shift(&r.content_tokens[0], b),
+                        shift(&r.content_tokens[1], b),
+                    ],
+                };
+                self.ranges.push((k, Box::new(shifted)));
+                ROW_RANGES
+            }
+        };
+        self.codes.push(kind | now);
+        if let Some(id) = t.forced_token_id() {
+            self.forced.push((k, id));
+        }
+    }
+
+    /// Row `i`'s channels; `None` for a row without reasoning channels.
+    pub(super) fn get(&self, i: usize) -> Option<RowChannels> {
+        let code = self.codes.get(i).copied().unwrap_or(ROW_NONE);
+        let channel = if code & ROW_IN_REASONING != 0 {
+            Channel::Reasoning
+        } else {
+            Channel::Content
+        };
+        let split = match code & 3 {
+            ROW_NONE => return None,
+            ROW_CONTENT => Split::Whole(Channel::Content),
+            ROW_REASONING => Split::Whole(Channel::Reasoning),
+            _ => {
+                let at = self.ranges.binary_search_by_key(&i, |(row, _)| *row).ok()?;
+                Split::Ranges(self.ranges[at].1.clone())
+            }
+        };
+        let forced = self
+            .forced
+            .binary_search_by_key(&i, |(row, _)| *row)
+            .ok()
+            .map(|at| self.forced[at].1);
+        Some(RowChannels {
+            channel,
+            forced,
+            split,
+        })
+    }
+}
+
+impl RowChannels {
+    /// The deltas themselves, cut from the row's `text` and `ids` deltas.
+    pub(super) fn deltas(&self, text: &str, ids: &[u32]) -> Box<ChannelDeltas> {
+        let (reasoning, content, reasoning_ids, content_ids) = match &self.split {
+            Split::Whole(Channel::Reasoning) => {
+                (text.to_owned(), String::new(), ids.to_vec(), Vec::new())
+            }
+            Split::Whole(Channel::Content) => {
+                (String::new(), text.to_owned(), Vec::new(), ids.to_vec())
+            }
+            Split::Ranges(r) => {
+                let mut content = String::new();
+                let mut content_ids = Vec::new();
+                for (a, b) in r.content_text.iter().zip(&r.content_tokens) {
+                    content.push_str(&text[a.clone()]);
+                    content_ids.extend_from_slice(&ids[b.clone()]);
+                }
+                let reasoning = text[r.reasoning_text.clone()].to_owned();
+                (
+                    reasoning,
+                    content,
+                    ids[r.reasoning_tokens.clone()].to_vec(),
+                    content_ids,
+                )
+            }
+        };
+        Box::new(ChannelDeltas {
+            channel: self.channel,
+            reasoning,
+            content,
+            reasoning_ids,
+            content_ids,
+            forced: self.forced,
+        })
+    }
+
+    pub(super) fn channel(&self) -> &'static str {
+        self.channel.as_str()
+    }
+
+    pub(super) fn forced(&self) -> Option<u32> {
+        self.forced
+    }
+}
+
+impl ChannelDeltas {
+    /// `t`'s channels within the byte range `text` and token range `tokens`.
+    pub(super) fn of(
+        t: &FinishTracker,
+        text: Range<usize>,
+        tokens: Range<usize>,
+    ) -> Option<Box<Self>> {
+        let ChannelRanges {
+            reasoning_text,
+            reasoning_tokens,
+            content_text,
+            content_tokens,
+        } = t.channel_ranges(text, tokens)?;
+        let (txt, ids) = (t.text(), t.token_ids());
+        let mut content = String::new();
+        let mut content_ids = Vec::new();
+        for (a, b) in content_text.into_iter().zip(content_tokens) {
+            content.push_str(&txt[a]);
+            content_ids.extend_from_slice(&ids[b]);
+        }
+        Some(Box::new(ChannelDeltas {
+            channel: t.channel()?,
+            reasoning: txt[reasoning_text].to_owned(),
+            content,
+            reasoning_ids: ids[reasoning_tokens].to_vec(),
+            content_ids,
+            forced: t.forced_token_id(),
+        }))
+    }
+}
 
 /// The state a `StepResult` reports, taken from a tracker.
 #[derive(Clone)]
@@ -117,6 +349,7 @@ pub struct PyStepResult {
     /// kept ids.
     #[pyo3(get)]
     pub(super) token_ids_delta: Vec<u32>,
+    pub(super) channels: Option<Box<ChannelDeltas>>,
 }
 
 impl PyStepResult {
@@ -125,6 +358,11 @@ impl PyStepResult {
             outcome: Outcome::of(t),
             text_delta: t.text()[step.text_delta.clone()].to_owned(),
             token_ids_delta: t.token_ids()[step.token_ids_delta.clone()].to_vec(),
+            channels: if t.has_channels() {
+                ChannelDeltas::of(t, step.text_delta.clone(), step.token_ids_delta.clone())
+            } else {
+                None
+            },
         }
     }
 }
@@ -162,6 +400,44 @@ impl PyStepResult {
         self.outcome.matched(py)
     }
 
+    /// With reasoning channels: `"reasoning"` or `"content"`, the channel the sequence is
+    /// in after this step (at finish, the one it finished in); `None` without them
+    /// (semantics.md 11).
+    #[getter]
+    fn channel(&self) -> Option<&'static str> {
+        self.channels.as_ref().map(|c| c.channel.as_str())
+    }
+    /// Reasoning text released by this step (a part of `text_delta`; markers excluded
+    /// unless kept); `""` without reasoning channels.
+    #[getter]
+    fn reasoning_delta(&self) -> &str {
+        self.channels.as_ref().map_or("", |c| c.reasoning.as_str())
+    }
+    /// Content text released by this step; `text_delta` without reasoning channels.
+    #[getter]
+    fn content_delta(&self) -> &str {
+        self.channels.as_ref().map_or(&self.text_delta, |c| c.content.as_str())
+    }
+    /// Reasoning token ids released by this step (a new list on every read).
+    #[getter]
+    fn reasoning_token_ids_delta(&self) -> Vec<u32> {
+        self.channels.as_ref().map_or_else(Vec::new, |c| c.reasoning_ids.clone())
+    }
+    /// Content token ids released by this step; `token_ids_delta` without reasoning
+    /// channels.
+    #[getter]
+    fn content_token_ids_delta(&self) -> Vec<u32> {
+        self.channels
+            .as_ref()
+            .map_or_else(|| self.token_ids_delta.clone(), |c| c.content_ids.clone())
+    }
+    /// The token id the engine must sample next (the thinking budget is spent; the end
+    /// marker's ids one per step, as vLLM's thinking_token_budget), else `None`.
+    #[getter]
+    fn forced_token_id(&self) -> Option<u32> {
+        self.channels.as_ref().and_then(|c| c.forced)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
             "StepResult(finished={}, finish_reason={}, stop_reason={}, matched={}, num_tokens={}, text_len={}, \
@@ -177,6 +453,28 @@ impl PyStepResult {
         ))
     }
 }
+}
+
+/// With a vocabulary and reasoning channels: checks the marker ids against
+/// the vocabulary and reads the prompt's tail for an open reasoning block
+/// (semantics.md 11, rule 1).
+pub(super) fn prompt_state(
+    vocab: Option<&crate::detokenize::Vocabulary>,
+    params: &StopParams,
+    prompt_token_ids: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PromptState> {
+    let (Some(v), Some(r)) = (vocab, &params.reasoning) else {
+        return Ok(PromptState::NoMarker);
+    };
+    r.check_ids("vocabulary size", v.vocab_size() as u64)
+        .map_err(to_py_err)?;
+    let prompt = detok::prompt_ids(prompt_token_ids)?;
+    Ok(r.prompt_state(&prompt, |id| v.token_text(id)))
+}
+
+/// All of `t`'s kept output by channel; `None` without reasoning channels.
+fn all_channels(t: &FinishTracker) -> Option<Box<ChannelDeltas>> {
+    ChannelDeltas::of(t, 0..t.text().len(), 0..t.token_ids().len())
 }
 
 /// The finish state of one sequence. Not thread-safe: concurrent use raises
@@ -214,8 +512,9 @@ impl PyFinishTracker {
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
+        let prompt = prompt_state(vocab.as_deref(), &params, prompt_token_ids)?;
         Ok(Self {
-            inner: FinishTracker::new(Arc::clone(&params)).map_err(to_py_err)?,
+            inner: FinishTracker::with_prompt(Arc::clone(&params), prompt).map_err(to_py_err)?,
             detok: vocab.zip(dec),
         })
     }
@@ -330,6 +629,43 @@ impl PyFinishTracker {
     #[getter]
     fn text(&self) -> &str {
         self.inner.text()
+    }
+    /// With reasoning channels, the channel output is in now (at finish, the one it
+    /// finished in); `None` without them.
+    #[getter]
+    fn channel(&self) -> Option<&'static str> {
+        self.inner.channel().map(Channel::as_str)
+    }
+    /// The reasoning kept (markers excluded unless kept); `""` without reasoning channels.
+    #[getter]
+    fn reasoning(&self) -> String {
+        all_channels(&self.inner).map_or_else(String::new, |c| c.reasoning)
+    }
+    /// The content kept; `text` without reasoning channels.
+    #[getter]
+    fn content(&self) -> String {
+        all_channels(&self.inner).map_or_else(|| self.inner.text().to_owned(), |c| c.content)
+    }
+    /// The reasoning token ids kept (a copy).
+    #[getter]
+    fn reasoning_token_ids(&self) -> Vec<u32> {
+        all_channels(&self.inner).map_or_else(Vec::new, |c| c.reasoning_ids)
+    }
+    /// The content token ids kept (a copy); `token_ids` without reasoning channels.
+    #[getter]
+    fn content_token_ids(&self) -> Vec<u32> {
+        all_channels(&self.inner).map_or_else(|| self.inner.token_ids().to_vec(), |c| c.content_ids)
+    }
+    /// Reasoning tokens kept while the reasoning block is open (the thinking budget's
+    /// count; 0 once closed).
+    #[getter]
+    fn reasoning_tokens(&self) -> usize {
+        self.inner.reasoning_tokens()
+    }
+    /// As `StepResult.forced_token_id`, for the state now.
+    #[getter]
+    fn forced_token_id(&self) -> Option<u32> {
+        self.inner.forced_token_id()
     }
     /// Code points released through `text_delta` so far.
     #[getter]

@@ -1,0 +1,1329 @@
+//! Reasoning channels: a sequence's output split into a reasoning channel and
+//! a content channel by start/end markers, with stops scoped to a channel.
+//!
+//! # Semantics (docs/semantics.md section 11 is the contract)
+//!
+//! * A marker is text (`<think>`), a single token id (Qwen3's 151667, whose
+//!   text `skip_special_tokens` may hide), or both. A marker id is recognised
+//!   by id alone and its piece never reaches the text automaton; a text
+//!   marker is matched on the output text, across token boundaries.
+//! * One reasoning block per sequence: in content before the block the start
+//!   marker opens it, inside it the end marker closes it, and after it the
+//!   output is content for good (markers there are plain content text). A
+//!   sequence that never opens the block is all content.
+//! * Text that may still be part of a marker (the longest suffix that is a
+//!   proper prefix of the awaited marker) is held back and reaches no stop
+//!   matcher until it is decided, so a marker is never streamed cut and a
+//!   stop never matches marker text.
+//! * Each channel has its own stop-string and stop-regex matchers, fed only
+//!   that channel's text and reset when the channel is entered: a stop never
+//!   matches across a marker. A stop with scope `any` is in both.
+//! * A token belongs to the channel of the last character of its text that
+//!   is not marker text; a token whose text lies wholly inside a marker, and
+//!   a marker token id, is a marker token (an empty piece: the channel it
+//!   came in). So token classes run content, start marker, reasoning, end
+//!   marker, content, in output order, and four token indices describe them.
+//!
+//! Every rule is decided per token, in the order of the text, so a run of k
+//! tokens gives what k one-token steps give.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::error::{Error, Problem};
+use crate::stop_regex::{StopRegexMatcher, StopRegexes};
+use crate::stop_strings::{char_len, StopMatch, StopMatcher, StopStrings};
+
+/// Prompt tokens (from the end) searched for an unclosed start marker.
+pub const PROMPT_TAIL_TOKENS: usize = 64;
+
+/// The two output channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    Content,
+    Reasoning,
+}
+
+impl Channel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Content => "content",
+            Channel::Reasoning => "reasoning",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Channel::Content, Channel::Reasoning]
+            .into_iter()
+            .find(|c| c.as_str() == name)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Which channels a stop applies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Content,
+    Reasoning,
+    Any,
+}
+
+impl Scope {
+    pub const NAMES: &'static str = "'content', 'reasoning' or 'any'";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Content => "content",
+            Scope::Reasoning => "reasoning",
+            Scope::Any => "any",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Scope::Content, Scope::Reasoning, Scope::Any]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+
+    #[inline]
+    pub fn allows(self, c: Channel) -> bool {
+        match self {
+            Scope::Any => true,
+            Scope::Content => c == Channel::Content,
+            Scope::Reasoning => c == Channel::Reasoning,
+        }
+    }
+}
+
+/// A marker: its text, its token id, or both.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Marker {
+    pub text: Option<String>,
+    pub token_id: Option<u32>,
+}
+
+/// What a caller configures (the plain data of [`Reasoning`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReasoningSpec {
+    pub start: Marker,
+    pub end: Marker,
+    /// The channel output starts in; `None`: content, or what the prompt
+    /// says when a tracker is given one.
+    pub starts_in: Option<Channel>,
+    /// Marker text and ids go to the reasoning channel instead of neither.
+    pub keep_markers: bool,
+    /// Reasoning tokens after which the end marker is forced.
+    pub max_reasoning_tokens: Option<u64>,
+    /// The end marker as the token ids a budget forces, one per step (vLLM's
+    /// `think_end_token_ids`); empty: `[end.token_id]`.
+    pub end_ids: Vec<u32>,
+    /// One scope per stop string / stop regex / stop token id; empty means
+    /// all `content`.
+    pub stop_scopes: Vec<Scope>,
+    pub stop_regex_scopes: Vec<Scope>,
+    pub stop_token_id_scopes: Vec<Scope>,
+}
+
+/// One channel's share of a stop list: the compiled sub-list and each
+/// entry's index in the full list.
+struct Share<T> {
+    list: Arc<T>,
+    index: Vec<usize>,
+}
+
+/// A validated [`ReasoningSpec`] with the per-channel stop lists compiled
+/// (once per request, shared by its trackers).
+pub struct Reasoning {
+    spec: ReasoningSpec,
+    /// KMP failure tables of the start and end marker texts.
+    fail: [Vec<usize>; 2],
+    /// Per channel (`Channel::index`).
+    stops: [Option<Share<StopStrings>>; 2],
+    regexes: [Option<Share<StopRegexes>>; 2],
+}
+
+fn kmp_table(m: &[u8]) -> Vec<usize> {
+    let mut fail = vec![0; m.len()];
+    let mut k = 0;
+    for i in 1..m.len() {
+        while k > 0 && m[i] != m[k] {
+            k = fail[k - 1];
+        }
+        if m[i] == m[k] {
+            k += 1;
+        }
+        fail[i] = k;
+    }
+    fail
+}
+
+const FIELDS: [[&str; 2]; 2] = [
+    ["reasoning_start", "reasoning_start_id"],
+    ["reasoning_end", "reasoning_end_id"],
+];
+
+/// Scopes given for a list of `n`: exactly `n`, or none (all content).
+fn scopes(field: &'static str, given: &[Scope], n: usize) -> Result<Vec<Scope>, Error> {
+    if given.is_empty() {
+        return Ok(vec![Scope::Content; n]);
+    }
+    if given.len() != n {
+        return Err(Error::param(
+            field,
+            Problem::Count {
+                n: given.len(),
+                unit: "scopes",
+                expected: n,
+                per: "entries of the list it scopes",
+                hint: "; give one scope per entry",
+            },
+        ));
+    }
+    Ok(given.to_vec())
+}
+
+fn share<T>(
+    scopes: &[Scope],
+    c: Channel,
+    full: &Arc<T>,
+    compile: impl FnOnce(Vec<usize>) -> Result<Arc<T>, Error>,
+) -> Result<Option<Share<T>>, Error> {
+    let index: Vec<usize> = (0..scopes.len()).filter(|&i| scopes[i].allows(c)).collect();
+    Ok(match index.len() {
+        0 => None,
+        n if n == scopes.len() => Some(Share {
+            list: Arc::clone(full),
+            index,
+        }),
+        _ => Some(Share {
+            list: compile(index.clone())?,
+            index,
+        }),
+    })
+}
+
+impl Reasoning {
+    /// Validates `spec` against the request's stops and compiles each
+    /// channel's share of them.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming the field: an empty marker, no end marker, the
+    /// same marker twice, a scope list of the wrong length, a stop string
+    /// that contains a marker text (it could never match: stop matchers
+    /// never see marker text), a stop or EOS id that
+    /// is a marker id.
+    pub fn new(
+        spec: ReasoningSpec,
+        stop: Option<&Arc<StopStrings>>,
+        stop_regex: Option<&Arc<StopRegexes>>,
+        stop_token_ids: &[u32],
+        eos_token_ids: &[u32],
+    ) -> Result<Self, Error> {
+        let markers = [&spec.start, &spec.end];
+        for (m, [text_field, _]) in markers.iter().zip(FIELDS) {
+            if m.text.as_deref() == Some("") {
+                return Err(Error::param(text_field, Problem::EmptyMarker));
+            }
+            let bytes = m.text.as_ref().map_or(0, String::len);
+            crate::limits::check_bytes(text_field, bytes, crate::limits::MAX_MARKER_BYTES)?;
+        }
+        if spec.end.text.is_none() && spec.end.token_id.is_none() {
+            return Err(Error::param(
+                "reasoning_end",
+                Problem::Required {
+                    why: "a reasoning channel needs an end marker (reasoning_end text or reasoning_end_id)",
+                },
+            ));
+        }
+        let same_text = spec.start.text.is_some() && spec.start.text == spec.end.text;
+        let same_id = spec.start.token_id.is_some() && spec.start.token_id == spec.end.token_id;
+        if same_text || same_id {
+            let (field, shown) = if same_text {
+                (
+                    "reasoning_end",
+                    format!("{:?}", spec.end.text.as_deref().unwrap_or("")),
+                )
+            } else {
+                (
+                    "reasoning_end_id",
+                    format!("{}", spec.end.token_id.unwrap_or(0)),
+                )
+            };
+            return Err(Error::param(
+                field,
+                Problem::Overlaps {
+                    index: None,
+                    shown,
+                    other: if same_text {
+                        "reasoning_start"
+                    } else {
+                        "reasoning_start_id"
+                    },
+                },
+            ));
+        }
+        if spec.max_reasoning_tokens.is_some()
+            && spec.end_ids.is_empty()
+            && spec.end.token_id.is_none()
+        {
+            return Err(Error::param(
+                "reasoning_end_ids",
+                Problem::Required {
+                    why: "max_reasoning_tokens forces the end marker by id (give reasoning_end_id or reasoning_end_ids)",
+                },
+            ));
+        }
+        let stop_list: &[String] = stop.map_or(&[], |s| s.stops());
+        for (i, s) in stop_list.iter().enumerate() {
+            for (m, [text_field, _]) in markers.iter().zip(FIELDS) {
+                if let Some(t) = m.text.as_deref() {
+                    if s.contains(t) {
+                        return Err(Error::param(
+                            "stop",
+                            Problem::Overlaps {
+                                index: Some(i),
+                                shown: crate::error::shown(s),
+                                other: text_field,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        for (field, ids) in [
+            ("stop_token_ids", stop_token_ids),
+            ("eos_token_ids", eos_token_ids),
+        ] {
+            for (i, id) in ids.iter().enumerate() {
+                for (m, [_, id_field]) in markers.iter().zip(FIELDS) {
+                    if m.token_id == Some(*id) {
+                        return Err(Error::param(
+                            field,
+                            Problem::Overlaps {
+                                index: Some(i),
+                                shown: id.to_string(),
+                                other: id_field,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        let stop_scopes = scopes("stop_scopes", &spec.stop_scopes, stop_list.len())?;
+        let n_regex = stop_regex.map_or(0, |r| r.len());
+        let regex_scopes = scopes("stop_regex_scopes", &spec.stop_regex_scopes, n_regex)?;
+        let id_scopes = scopes(
+            "stop_token_id_scopes",
+            &spec.stop_token_id_scopes,
+            stop_token_ids.len(),
+        )?;
+        let mut stops = [None, None];
+        let mut regexes = [None, None];
+        for c in [Channel::Content, Channel::Reasoning] {
+            if let Some(s) = stop.filter(|s| !s.is_empty()) {
+                stops[c.index()] = share(&stop_scopes, c, s, |idx| {
+                    StopStrings::compile(idx.iter().map(|&i| s.stops()[i].clone()).collect())
+                })?;
+            }
+            if let Some(r) = stop_regex.filter(|r| !r.is_empty()) {
+                regexes[c.index()] = share(&regex_scopes, c, r, |idx| {
+                    StopRegexes::compile(idx.iter().map(|&i| r.patterns()[i].clone()).collect())
+                })?;
+            }
+        }
+        let fail = [&spec.start, &spec.end].map(|m| {
+            m.text
+                .as_deref()
+                .map_or_else(Vec::new, |t| kmp_table(t.as_bytes()))
+        });
+        let end_ids = if spec.end_ids.is_empty() {
+            spec.end.token_id.into_iter().collect()
+        } else {
+            spec.end_ids.clone()
+        };
+        let spec = ReasoningSpec {
+            end_ids,
+            stop_scopes,
+            stop_regex_scopes: regex_scopes,
+            stop_token_id_scopes: id_scopes,
+            ..spec
+        };
+        Ok(Reasoning {
+            spec,
+            fail,
+            stops,
+            regexes,
+        })
+    }
+
+    pub fn spec(&self) -> &ReasoningSpec {
+        &self.spec
+    }
+
+    /// Checks marker ids against a vocabulary of `vocab_size` ids.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming the marker id field.
+    pub fn check_ids(&self, bound_name: &'static str, vocab_size: u64) -> Result<(), Error> {
+        let ids = [
+            ("reasoning_start_id", self.spec.start.token_id.as_slice()),
+            ("reasoning_end_id", self.spec.end.token_id.as_slice()),
+            ("reasoning_end_ids", &self.spec.end_ids[..]),
+        ];
+        for (field, ids) in ids {
+            let outside = ids
+                .iter()
+                .enumerate()
+                .find(|(_, &id)| u64::from(id) >= vocab_size);
+            if let Some((index, &id)) = outside {
+                return Err(Error::param(
+                    field,
+                    Problem::IdOutside {
+                        index,
+                        id: id.into(),
+                        bound_name,
+                        bound: vocab_size,
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a stop token id at list index `i` applies in channel `c`.
+    #[inline]
+    pub fn stop_id_applies(&self, i: usize, c: Channel) -> bool {
+        self.spec
+            .stop_token_id_scopes
+            .get(i)
+            .map_or(true, |s| s.allows(c))
+    }
+
+    /// Whether steps must carry text: a text marker or a stop on text.
+    pub fn needs_text(&self) -> bool {
+        self.spec.start.text.is_some()
+            || self.spec.end.text.is_some()
+            || self.stops.iter().any(Option::is_some)
+            || self.regexes.iter().any(Option::is_some)
+    }
+
+    /// The lowest and highest marker id (to fold into a tracker's special-id
+    /// screen), if any.
+    pub fn id_range(&self) -> Option<(u32, u32)> {
+        let ids = [self.spec.start.token_id, self.spec.end.token_id];
+        let lo = ids.iter().flatten().min()?;
+        let hi = ids.iter().flatten().max()?;
+        Some((*lo, *hi))
+    }
+
+    /// Whether a prompt ends inside an open reasoning block: the last start
+    /// marker in its last [`PROMPT_TAIL_TOKENS`] tokens comes after the last
+    /// end marker (ids as ids, texts in the tokens' decoded text, which
+    /// `token_text` gives).
+    pub fn prompt_state<'a>(
+        &self,
+        prompt: &[u32],
+        token_text: impl Fn(u32) -> Option<&'a str>,
+    ) -> PromptState {
+        let tail = &prompt[prompt.len().saturating_sub(PROMPT_TAIL_TOKENS)..];
+        let mut text = String::new();
+        let mut starts = Vec::with_capacity(tail.len());
+        for &id in tail {
+            starts.push(text.len());
+            text.push_str(token_text(id).unwrap_or(""));
+        }
+        // Each marker's last occurrence: where it starts (bytes), and the
+        // prompt tokens after it.
+        let last = |m: &Marker| -> Option<(usize, usize)> {
+            let by_id = m
+                .token_id
+                .and_then(|id| tail.iter().rposition(|&t| t == id))
+                .map(|k| (starts[k], tail.len() - 1 - k));
+            let by_text = m.text.as_deref().and_then(|t| {
+                let x = text.rfind(t)?;
+                Some((x, starts.iter().filter(|&&s| s >= x + t.len()).count()))
+            });
+            by_id.max(by_text)
+        };
+        match (last(&self.spec.start), last(&self.spec.end)) {
+            (None, None) => PromptState::NoMarker,
+            (Some((s, after)), e) if e.map_or(true, |(e, _)| s > e) => PromptState::Open {
+                tokens_after: after,
+            },
+            _ => PromptState::Closed,
+        }
+    }
+}
+
+/// What a prompt's tail says about the reasoning block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptState {
+    /// Neither marker occurs.
+    NoMarker,
+    /// The last marker is an end marker.
+    Closed,
+    /// The last marker is a start marker, `tokens_after` prompt tokens
+    /// before the end of the prompt (vLLM counts them against the budget).
+    Open { tokens_after: usize },
+}
+
+/// Where a sequence is in its one reasoning block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Before,
+    Inside,
+    After,
+}
+
+/// A stop found in a channel, in the kept text's code points, with its
+/// index in the full list.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hit {
+    pub m: StopMatch,
+    pub by_regex: bool,
+}
+
+/// Byte ranges (into the kept text) and token ranges of one channel.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChannelRanges {
+    pub reasoning_text: Range<usize>,
+    pub reasoning_tokens: Range<usize>,
+    /// Content before the reasoning block and after it.
+    pub content_text: [Range<usize>; 2],
+    pub content_tokens: [Range<usize>; 2],
+}
+
+/// Per-sequence channel state, owned by a `FinishTracker`.
+#[derive(Clone)]
+pub(crate) struct Channels {
+    spec: Arc<Reasoning>,
+    phase: Phase,
+    /// Bytes of the awaited text marker matched at the end of the kept text
+    /// (held back, fed to no stop matcher yet).
+    partial: usize,
+    strings: [Option<StopMatcher>; 2],
+    regexes: [Option<StopRegexMatcher>; 2],
+    /// Code point of the kept text where each channel's matchers start.
+    base: [usize; 2],
+    /// Byte offsets of start-marker start/end and end-marker start/end
+    /// (`usize::MAX` until known).
+    bytes: [usize; 4],
+    /// The same four boundaries as token indices.
+    tokens: [usize; 4],
+    /// `(token index, code point where its text starts)` of the tokens since
+    /// the held partial marker was last empty: the tokens it may overlap.
+    recent: Vec<(usize, usize)>,
+    /// Prompt tokens after a prompt's open start marker, counted against the
+    /// budget until the block closes (as vLLM does).
+    prompt_reasoning: usize,
+    /// `keep_markers` and `max_reasoning_tokens`, read on every batch row.
+    keep_markers: bool,
+    budget: Option<u64>,
+    scratch: String,
+}
+
+const UNSET: usize = usize::MAX;
+
+fn clip(r: Range<usize>, lo: usize, hi: usize) -> Range<usize> {
+    let a = r.start.max(lo);
+    let b = r.end.min(hi);
+    if a < b {
+        a..b
+    } else {
+        r.start..r.start
+    }
+}
+
+/// `kept[a..] + piece[..]` seen as one text: its slice `[a, b)`.
+fn joined<'a>(
+    scratch: &'a mut String,
+    kept: &'a str,
+    piece: &'a str,
+    a: usize,
+    b: usize,
+) -> &'a str {
+    let n = kept.len();
+    if a >= n {
+        return &piece[a - n..b - n];
+    }
+    if b <= n {
+        return &kept[a..b];
+    }
+    scratch.clear();
+    scratch.push_str(&kept[a..]);
+    scratch.push_str(&piece[..b - n]);
+    scratch
+}
+
+impl Channels {
+    pub(crate) fn new(
+        spec: Arc<Reasoning>,
+        include: bool,
+        starts_in: Channel,
+        prompt_reasoning: usize,
+    ) -> Self {
+        let strings = [0, 1].map(|c| spec.stops[c].as_ref().map(|s| s.list.matcher(include)));
+        let regexes = [0, 1].map(|c| spec.regexes[c].as_ref().map(|s| s.list.matcher(include)));
+        let (keep_markers, budget) = (spec.spec.keep_markers, spec.spec.max_reasoning_tokens);
+        let mut ch = Channels {
+            spec,
+            keep_markers,
+            budget,
+            phase: Phase::Before,
+            partial: 0,
+            strings,
+            regexes,
+            base: [0, 0],
+            bytes: [UNSET; 4],
+            tokens: [UNSET; 4],
+            recent: Vec::new(),
+            prompt_reasoning: 0,
+            scratch: String::new(),
+        };
+        if starts_in == Channel::Reasoning {
+            ch.prompt_reasoning = prompt_reasoning;
+            ch.phase = Phase::Inside;
+            ch.bytes[0] = 0;
+            ch.bytes[1] = 0;
+            ch.tokens[0] = 0;
+            ch.tokens[1] = 0;
+        }
+        ch
+    }
+
+    pub(crate) fn reasoning(&self) -> &Arc<Reasoning> {
+        &self.spec
+    }
+
+    /// The channel output is in now.
+    #[inline]
+    pub(crate) fn channel(&self) -> Channel {
+        if self.phase == Phase::Inside {
+            Channel::Reasoning
+        } else {
+            Channel::Content
+        }
+    }
+
+    /// The marker awaited now: 0 start, 1 end.
+    fn awaited(&self) -> Option<usize> {
+        match self.phase {
+            Phase::Before => Some(0),
+            Phase::Inside => Some(1),
+            Phase::After => None,
+        }
+    }
+
+    fn marker(&self, which: usize) -> &Marker {
+        if which == 0 {
+            &self.spec.spec.start
+        } else {
+            &self.spec.spec.end
+        }
+    }
+
+    /// Code points at the end of `kept` to hold back.
+    pub(crate) fn holdback(&self, kept: &str) -> usize {
+        let c = self.channel().index();
+        let partial = char_len(&kept[kept.len() - self.partial..]);
+        let s = self.strings[c].as_ref().map_or(0, StopMatcher::holdback);
+        let r = self.regexes[c]
+            .as_ref()
+            .map_or(0, StopRegexMatcher::holdback);
+        partial + s.max(r)
+    }
+
+    /// Reasoning tokens kept so far (the thinking budget's count), with the
+    /// number of tokens kept.
+    pub(crate) fn reasoning_tokens(&self, kept_tokens: usize) -> usize {
+        if self.phase == Phase::Inside {
+            kept_tokens - self.tokens[1] + self.prompt_reasoning
+        } else {
+            0
+        }
+    }
+
+    /// The id a budget forces now: with the block open and `used` tokens
+    /// past the budget, the `used`-th id of the end marker (vLLM's
+    /// `ThinkingTokenBudgetLogitsProcessor` forces them one per step).
+    #[inline]
+    pub(crate) fn forced(&self, kept_tokens: usize) -> Option<u32> {
+        let budget = self.budget?;
+        if self.phase != Phase::Inside {
+            return None;
+        }
+        let count = self.reasoning_tokens(kept_tokens) as u64;
+        let used = count.checked_sub(budget)?;
+        let i = usize::try_from(used).ok()?;
+        self.spec.spec.end_ids.get(i).copied()
+    }
+
+    /// Feeds `[a, b)` of `kept + piece` to the current channel's matchers;
+    /// the earliest stop ending there (a string at a tie), in the kept
+    /// text's code points, if `allow`.
+    fn feed(&mut self, kept: &str, piece: &str, a: usize, b: usize, allow: bool) -> Option<Hit> {
+        if a >= b {
+            return None;
+        }
+        let c = self.channel().index();
+        if self.strings[c].is_none() && self.regexes[c].is_none() {
+            return None;
+        }
+        let text = joined(&mut self.scratch, kept, piece, a, b);
+        let chars = char_len(text);
+        let mut hit: Option<(StopMatch, bool)> = None;
+        if let Some(m) = self.strings[c].as_mut() {
+            hit = m.feed_counted(text, chars).map(|h| (h, false));
+        }
+        if let Some(r) = self.regexes[c].as_mut() {
+            if let Some(rh) = r.feed_counted(text, chars) {
+                if hit.map_or(true, |(h, _)| rh.end < h.end) {
+                    hit = Some((rh, true));
+                }
+            }
+        }
+        let (m, by_regex) = hit.filter(|_| allow)?;
+        let base = self.base[c];
+        let index = if by_regex {
+            self.spec.regexes[c]
+                .as_ref()
+                .map_or(m.index, |s| s.index[m.index])
+        } else {
+            self.spec.stops[c]
+                .as_ref()
+                .map_or(m.index, |s| s.index[m.index])
+        };
+        Some(Hit {
+            m: StopMatch {
+                index,
+                start: base + m.start,
+                end: base + m.end,
+                truncate_to: base + m.truncate_to,
+            },
+            by_regex,
+        })
+    }
+
+    /// Records the awaited marker at bytes `[start, end)` of `kept + piece`,
+    /// found in token `k`, and enters the next phase.
+    #[allow(clippy::too_many_arguments)]
+    fn enter_next(
+        &mut self,
+        kept: &str,
+        kept_chars: usize,
+        piece: &str,
+        unreleased_ends: &[usize],
+        k: usize,
+        start: usize,
+        end: usize,
+    ) {
+        let n = kept.len();
+        let chars_at = |x: usize| {
+            if x >= n {
+                kept_chars + char_len(&piece[..x - n])
+            } else {
+                kept_chars - char_len(&kept[x..])
+            }
+        };
+        let (c0, c1) = (chars_at(start), chars_at(end));
+        // Tokens before `k` whose text ends past the marker's start are
+        // still unreleased (the partial marker was held back). The first of
+        // them (or `k`) keeps its channel when its text starts before the
+        // marker; `k` takes the next one when its text goes on past it.
+        let inside = unreleased_ends
+            .iter()
+            .rev()
+            .take_while(|&&e| e > c0)
+            .count();
+        let first = k - inside;
+        let first_start = self
+            .recent
+            .iter()
+            .find(|&&(j, _)| j == first)
+            .map_or(kept_chars, |&(_, start)| start);
+        let hi = k + usize::from(end == n + piece.len());
+        let lo = (first + usize::from(first_start < c0)).min(hi);
+        let (slot, next) = match self.phase {
+            Phase::Before => (0, Phase::Inside),
+            _ => (2, Phase::After),
+        };
+        self.bytes[slot] = start;
+        self.bytes[slot + 1] = end;
+        self.tokens[slot] = lo;
+        self.tokens[slot + 1] = hi;
+        self.phase = next;
+        self.partial = 0;
+        let c = self.channel().index();
+        self.base[c] = c1;
+        if let Some(m) = self.strings[c].as_mut() {
+            m.reset();
+        }
+        if let Some(r) = self.regexes[c].as_mut() {
+            r.reset();
+        }
+    }
+
+    /// Takes token `k` (not yet kept) with its `piece` (`""` when its text
+    /// is not output text). Returns the first stop it completes when
+    /// `allow`; channel changes after that stop are not made.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn token(
+        &mut self,
+        kept: &str,
+        kept_chars: usize,
+        unreleased_ends: &[usize],
+        k: usize,
+        id: u32,
+        piece: &str,
+        allow: bool,
+    ) -> Option<Hit> {
+        self.recent.push((k, kept_chars));
+        let hit = self.token_text(kept, kept_chars, unreleased_ends, k, id, piece, allow);
+        if self.partial == 0 {
+            self.recent.clear();
+        }
+        hit
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn token_text(
+        &mut self,
+        kept: &str,
+        kept_chars: usize,
+        unreleased_ends: &[usize],
+        k: usize,
+        id: u32,
+        piece: &str,
+        allow: bool,
+    ) -> Option<Hit> {
+        let n = kept.len();
+        let total = n + piece.len();
+        if let Some(w) = self.awaited() {
+            if self.marker(w).token_id == Some(id) {
+                // A marker id: held partial text is decided as channel text.
+                let held = n - self.partial;
+                self.partial = 0;
+                if let Some(h) = self.feed(kept, "", held, n, allow) {
+                    return Some(h);
+                }
+                self.enter_next(kept, kept_chars, piece, unreleased_ends, k, n, total);
+                return None;
+            }
+        }
+        let mut confirmed = n - self.partial;
+        let bytes = piece.as_bytes();
+        let spec = Arc::clone(&self.spec);
+        let mut i = 0;
+        while i < bytes.len() {
+            let Some(w) = self.awaited() else { break };
+            let marker = if w == 0 {
+                &spec.spec.start
+            } else {
+                &spec.spec.end
+            };
+            let Some(m) = marker.text.as_deref().map(str::as_bytes) else {
+                break;
+            };
+            let fail = &spec.fail[w];
+            let b = bytes[i];
+            i += 1;
+            let mut q = self.partial;
+            while q > 0 && m[q] != b {
+                q = fail[q - 1];
+            }
+            if m[q] == b {
+                q += 1;
+            }
+            self.partial = q;
+            if q == m.len() {
+                let end = n + i;
+                let start = end - m.len();
+                if let Some(h) = self.feed(kept, piece, confirmed, start, allow) {
+                    return Some(h);
+                }
+                self.enter_next(kept, kept_chars, piece, unreleased_ends, k, start, end);
+                confirmed = end;
+            }
+        }
+        let upto = total - self.partial;
+        self.feed(kept, piece, confirmed, upto, allow)
+    }
+
+    #[inline(always)]
+    pub(crate) fn has_budget(&self) -> bool {
+        self.budget.is_some()
+    }
+
+    /// The channel that holds all of `text` and `tokens` (ranges into the
+    /// kept text and ids), if one does; the cheap test before
+    /// [`split`](Self::split).
+    #[inline(always)]
+    pub(crate) fn whole(&self, text: &Range<usize>, tokens: &Range<usize>) -> Option<Channel> {
+        let (b, t) = (&self.bytes, &self.tokens);
+        let (r0, r1) = if self.keep_markers { (0, 3) } else { (1, 2) };
+        let within =
+            |r: &Range<usize>, lo: usize, hi: usize| r.is_empty() || (lo <= r.start && r.end <= hi);
+        if within(text, b[r0], b[r1]) && within(tokens, t[r0], t[r1]) {
+            return Some(Channel::Reasoning);
+        }
+        let content =
+            |r: &Range<usize>, lo: usize, hi: usize| within(r, 0, lo) || within(r, hi, UNSET);
+        (content(text, b[0], b[3]) && content(tokens, t[0], t[3])).then_some(Channel::Content)
+    }
+
+    /// The channels' byte and token ranges within `text` and `tokens`
+    /// (ranges into the kept text and ids, e.g. one step's deltas).
+    pub(crate) fn split(&self, text: Range<usize>, tokens: Range<usize>) -> ChannelRanges {
+        let keep = self.spec.spec.keep_markers;
+        let (b, t) = (&self.bytes, &self.tokens);
+        let (r0, r1) = if keep { (0, 3) } else { (1, 2) };
+        ChannelRanges {
+            reasoning_text: clip(text.clone(), b[r0], b[r1]),
+            reasoning_tokens: clip(tokens.clone(), t[r0], t[r1]),
+            content_text: [clip(text.clone(), 0, b[0]), clip(text, b[3], UNSET)],
+            content_tokens: [clip(tokens.clone(), 0, t[0]), clip(tokens, t[3], UNSET)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::finish::{FinishReason, FinishTracker, Matched, StopParams};
+    use proptest::prelude::*;
+
+    const THINK: u32 = 90;
+    const END: u32 = 91;
+
+    fn spec(f: impl FnOnce(&mut ReasoningSpec)) -> ReasoningSpec {
+        let mut s = ReasoningSpec {
+            start: Marker {
+                text: Some("<think>".into()),
+                token_id: None,
+            },
+            end: Marker {
+                text: Some("</think>".into()),
+                token_id: None,
+            },
+            ..ReasoningSpec::default()
+        };
+        f(&mut s);
+        s
+    }
+
+    fn params(
+        stops: &[&str],
+        s: ReasoningSpec,
+        f: impl FnOnce(&mut StopParams),
+    ) -> Result<Arc<StopParams>, Error> {
+        let mut p = StopParams {
+            eos_token_ids: vec![2],
+            ..StopParams::default()
+        };
+        if !stops.is_empty() {
+            p.stop = Some(StopStrings::compile_strs(stops)?);
+        }
+        f(&mut p);
+        p.reasoning = Some(Arc::new(Reasoning::new(
+            s,
+            p.stop.as_ref(),
+            p.stop_regex.as_ref(),
+            &p.stop_token_ids,
+            &p.eos_token_ids,
+        )?));
+        p.validate()?;
+        Ok(Arc::new(p))
+    }
+
+    /// What a run streamed per channel, and the tracker's final state.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Streamed {
+        reasoning: String,
+        content: String,
+        reasoning_ids: Vec<u32>,
+        content_ids: Vec<u32>,
+        text: String,
+        ids: Vec<u32>,
+        finish: Option<(FinishReason, Option<Matched>)>,
+        channel: Option<Channel>,
+        /// Every streamed text delta, to check that no cut marker leaks.
+        deltas: Vec<String>,
+    }
+
+    fn collect(t: &FinishTracker, text: Range<usize>, tokens: Range<usize>, s: &mut Streamed) {
+        let r = t.channel_ranges(text.clone(), tokens.clone()).unwrap();
+        s.reasoning.push_str(&t.text()[r.reasoning_text]);
+        s.reasoning_ids
+            .extend_from_slice(&t.token_ids()[r.reasoning_tokens]);
+        for (x, y) in r.content_text.into_iter().zip(r.content_tokens) {
+            s.content.push_str(&t.text()[x]);
+            s.content_ids.extend_from_slice(&t.token_ids()[y]);
+        }
+        s.text.push_str(&t.text()[text.clone()]);
+        s.ids.extend_from_slice(&t.token_ids()[tokens]);
+        s.deltas.push(t.text()[text].to_string());
+    }
+
+    /// Drives `toks` cut at `bounds`, aborting at the end if still running;
+    /// checks that joined deltas equal the final channels.
+    fn drive(p: &Arc<StopParams>, toks: &[(u32, &str)], bounds: &[usize]) -> Streamed {
+        let mut t = FinishTracker::new(Arc::clone(p)).unwrap();
+        let mut s = Streamed {
+            reasoning: String::new(),
+            content: String::new(),
+            reasoning_ids: vec![],
+            content_ids: vec![],
+            text: String::new(),
+            ids: vec![],
+            finish: None,
+            channel: None,
+            deltas: vec![],
+        };
+        let mut prev = 0;
+        for &b in bounds {
+            if t.is_finished() {
+                break;
+            }
+            let ids: Vec<u32> = toks[prev..b].iter().map(|x| x.0).collect();
+            let texts: Vec<&str> = toks[prev..b].iter().map(|x| x.1).collect();
+            let st = t.update(&ids, Some(&texts), None).unwrap();
+            if p.token_aligned && !t.is_finished() {
+                // Whole tokens only: the text delta is its tokens' text.
+                let whole: String = toks[st.token_ids_delta.clone()]
+                    .iter()
+                    .map(|x| x.1)
+                    .collect();
+                assert_eq!(&t.text()[st.text_delta.clone()], whole);
+            }
+            collect(&t, st.text_delta, st.token_ids_delta, &mut s);
+            prev = b;
+        }
+        if !t.is_finished() {
+            let st = t.abort();
+            collect(&t, st.text_delta, st.token_ids_delta, &mut s);
+        }
+        let all = t
+            .channel_ranges(0..t.text().len(), 0..t.token_ids().len())
+            .unwrap();
+        assert_eq!(s.reasoning, &t.text()[all.reasoning_text.clone()]);
+        assert_eq!(
+            s.reasoning_ids,
+            &t.token_ids()[all.reasoning_tokens.clone()]
+        );
+        assert_eq!(
+            (s.text.as_str(), s.ids.as_slice()),
+            (t.text(), t.token_ids())
+        );
+        s.finish = t.finish().map(|f| (f.reason, f.matched));
+        s.channel = t.channel();
+        s
+    }
+
+    fn singles(n: usize) -> Vec<usize> {
+        (1..=n).collect()
+    }
+
+    #[test]
+    fn marker_split_across_tokens_is_never_streamed_cut() {
+        // vllm#45636: `<thin` + `k>` reached the parser cut.
+        let p = params(&[], spec(|_| {}), |_| {}).unwrap();
+        let toks = [
+            (5, "<thin"),
+            (6, "k>"),
+            (7, "plan"),
+            (8, "</th"),
+            (9, "ink>"),
+            (10, "Hi"),
+        ];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("plan", "Hi"));
+        assert_eq!((s.reasoning_ids, s.content_ids), (vec![7], vec![10]));
+        assert!(s
+            .deltas
+            .iter()
+            .all(|d| !d.contains("<thin") || d.contains("<think>")));
+        assert_eq!(s.deltas[0], "");
+        assert_eq!(s.channel, Some(Channel::Content));
+    }
+
+    #[test]
+    fn a_token_belongs_to_the_channel_of_its_last_non_marker_character() {
+        let p = params(&[], spec(|_| {}), |_| {}).unwrap();
+        let toks = [
+            (5, "<think>a"),
+            (6, "b</th"),
+            (7, "ink>"),
+            (8, "<"),
+            (9, "think>c</think>"),
+        ];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("ab", "<think>c</think>")
+        );
+        assert_eq!((s.reasoning_ids, s.content_ids), (vec![5, 6], vec![8, 9]));
+        let toks = [(5, "x<think>y</think>z")];
+        let s = drive(&p, &toks, &[1]);
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("y", "xz"));
+        assert_eq!((s.reasoning_ids, s.content_ids), (vec![], vec![5]));
+    }
+
+    #[test]
+    fn stop_inside_thinking_does_not_fire_under_content_scope() {
+        // vllm#52393: a client stop string met in the chain of thought.
+        let p = params(&["\n\n"], spec(|_| {}), |_| {}).unwrap();
+        let toks = [
+            (5, "<think>"),
+            (6, "a\n\nb"),
+            (7, "</think>"),
+            (8, "ok\n\nmore"),
+        ];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("a\n\nb", "ok"));
+        assert_eq!(
+            s.finish,
+            Some((FinishReason::Stop, Some(Matched::StopString(0))))
+        );
+        // Reasoning scope: fires inside the thinking, in the reasoning channel.
+        let p = params(
+            &["\n\n"],
+            spec(|s| s.stop_scopes = vec![Scope::Reasoning]),
+            |_| {},
+        )
+        .unwrap();
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("a", ""));
+        assert_eq!(s.channel, Some(Channel::Reasoning));
+    }
+
+    #[test]
+    fn stop_straddling_the_end_marker_never_matches() {
+        let p = params(&["ab"], spec(|s| s.stop_scopes = vec![Scope::Any]), |_| {}).unwrap();
+        let toks = [(5, "<think>x"), (6, "a</think>"), (7, "b"), (8, "ab")];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("xa", "b"));
+        assert_eq!(s.finish.unwrap().0, FinishReason::Stop);
+    }
+
+    #[test]
+    fn prompt_opened_thinking_and_length_mid_think() {
+        // DeepSeek-R1's template ends the prompt inside `<think>`.
+        let p = params(&[], spec(|s| s.end.token_id = Some(END)), |p| {
+            p.max_tokens = Some(3)
+        })
+        .unwrap();
+        let r = Arc::clone(p.reasoning.as_ref().unwrap());
+        let text = |id: u32| Some(if id == 1 { "<think>\n" } else { "x" });
+        let open = |tokens_after| PromptState::Open { tokens_after };
+        assert_eq!(r.prompt_state(&[3, 1], text), open(0));
+        assert_eq!(r.prompt_state(&[1, 3, 4], text), open(2));
+        assert_eq!(r.prompt_state(&[1, 3, END], text), PromptState::Closed);
+        assert_eq!(r.prompt_state(&[3, 4], text), PromptState::NoMarker);
+        let mut t = FinishTracker::with_prompt(p, open(0)).unwrap();
+        let st = t.update(&[5, 6, 7], Some(&["a", "b", "c"]), None).unwrap();
+        assert_eq!(t.finish().unwrap().reason, FinishReason::Length);
+        assert_eq!(t.channel(), Some(Channel::Reasoning));
+        let r = t.channel_ranges(st.text_delta, st.token_ids_delta).unwrap();
+        assert_eq!(&t.text()[r.reasoning_text], "abc");
+        assert!(r.content_text.iter().all(|c| c.is_empty()));
+    }
+
+    #[test]
+    fn marker_ids_with_hidden_text_and_scoped_stop_ids() {
+        let p = params(
+            &[],
+            spec(|s| {
+                s.start = Marker {
+                    text: None,
+                    token_id: Some(THINK),
+                };
+                s.end = Marker {
+                    text: None,
+                    token_id: Some(END),
+                };
+                s.stop_token_id_scopes = vec![Scope::Content];
+            }),
+            |p| p.stop_token_ids = vec![7],
+        )
+        .unwrap();
+        let toks = [(THINK, ""), (7, "q"), (END, ""), (8, "y"), (7, "")];
+        let s = drive(&p, &toks, &[2, 5]);
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("q", "y"));
+        assert_eq!((s.reasoning_ids, s.content_ids), (vec![7], vec![8, 7]));
+        assert_eq!(
+            s.finish,
+            Some((FinishReason::Stop, Some(Matched::TokenId(7))))
+        );
+        let mut t = FinishTracker::new(p).unwrap();
+        t.update::<&str>(&[1, 2], None, None).unwrap();
+        assert_eq!(t.finish().unwrap().stop_reason, None); // EOS in content
+    }
+
+    #[test]
+    fn thinking_budget_names_the_end_marker() {
+        let p = params(
+            &[],
+            spec(|s| {
+                s.end.token_id = Some(END);
+                s.max_reasoning_tokens = Some(2);
+            }),
+            |_| {},
+        )
+        .unwrap();
+        let mut t = FinishTracker::new(p).unwrap();
+        t.update(&[5, 6], Some(&["<think>", "a"]), None).unwrap();
+        assert_eq!((t.reasoning_tokens(), t.forced_token_id()), (1, None));
+        t.update(&[7], Some(&["b"]), None).unwrap();
+        assert_eq!(t.forced_token_id(), Some(END));
+        t.update(&[END], Some(&["</think>"]), None).unwrap();
+        assert_eq!((t.reasoning_tokens(), t.forced_token_id()), (0, None));
+    }
+
+    #[test]
+    fn thinking_budget_forces_a_multi_token_end_marker_one_id_per_step() {
+        let p = params(
+            &[],
+            spec(|s| {
+                s.end_ids = vec![40, 41, 42];
+                s.max_reasoning_tokens = Some(1);
+            }),
+            |_| {},
+        )
+        .unwrap();
+        let mut t = FinishTracker::new(p).unwrap();
+        t.update(&[5, 6], Some(&["<think>", "a"]), None).unwrap();
+        let mut forced = vec![];
+        for (id, piece) in [(40, "</"), (41, "think"), (42, ">")] {
+            forced.push(t.forced_token_id());
+            t.update(&[id], Some(&[piece]), None).unwrap();
+        }
+        assert_eq!(forced, [Some(40), Some(41), Some(42)]);
+        assert_eq!(
+            (t.forced_token_id(), t.channel()),
+            (None, Some(Channel::Content))
+        );
+        let e = params(&[], spec(|s| s.max_reasoning_tokens = Some(1)), |_| {});
+        assert!(e
+            .err()
+            .unwrap()
+            .to_string()
+            .starts_with("reasoning_end_ids is required"));
+    }
+
+    #[test]
+    fn bad_definitions_name_the_field() {
+        let msg = |r: Result<Arc<StopParams>, Error>| r.err().unwrap().to_string();
+        let e = msg(params(
+            &[],
+            spec(|s| s.start.text = Some(String::new())),
+            |_| {},
+        ));
+        assert!(e.starts_with("reasoning_start is an empty string"), "{e}");
+        let e = msg(params(&["</think>"], spec(|_| {}), |_| {}));
+        assert!(
+            e.starts_with("stop[0]=\"</think>\" overlaps reasoning_end"),
+            "{e}"
+        );
+        // A stop inside a marker is accepted: matchers never see marker text.
+        let p = params(&["k>"], spec(|s| s.stop_scopes = vec![Scope::Any]), |_| {}).unwrap();
+        let s = drive(&p, &[(5, "<think>x</thin"), (6, "k>y")], &[2]);
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str(), s.finish),
+            ("x", "y", Some((FinishReason::Abort, None)))
+        );
+        let e = msg(params(&[], spec(|s| s.end.token_id = Some(2)), |_| {}));
+        assert!(
+            e.starts_with("eos_token_ids[0]=2 overlaps reasoning_end_id"),
+            "{e}"
+        );
+        let e = msg(params(&[], spec(|s| s.end.token_id = Some(99)), |p| {
+            p.vocab_size = Some(50)
+        }));
+        assert!(e.starts_with("reasoning_end_id[0]=99 is outside"), "{e}");
+        let e = msg(params(
+            &["x"],
+            spec(|s| s.stop_scopes = vec![Scope::Any; 2]),
+            |_| {},
+        ));
+        assert!(e.starts_with("stop_scopes has 2 scopes for 1"), "{e}");
+        let e = msg(params(&[], spec(|s| s.end = Marker::default()), |_| {}));
+        assert!(e.starts_with("reasoning_end is required"), "{e}");
+    }
+
+    #[test]
+    fn token_aligned_release_holds_whole_tokens() {
+        let p = params(&["xyz"], spec(|_| {}), |p| p.token_aligned = true).unwrap();
+        let mut t = FinishTracker::new(p).unwrap();
+        let st = t.update(&[5], Some(&["ab x"]), None).unwrap();
+        assert_eq!((&t.text()[st.text_delta], st.token_ids_delta), ("", 0..0));
+        let st = t.update(&[6], Some(&["q"]), None).unwrap();
+        assert_eq!(
+            (&t.text()[st.text_delta], st.token_ids_delta),
+            ("ab xq", 0..2)
+        );
+    }
+
+    fn piece() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "",
+            "a",
+            "b",
+            "<",
+            "<th",
+            "ink>",
+            "</",
+            "think>",
+            "</think>",
+            "<think>",
+            "k>",
+            "é",
+            "ab",
+            "\n",
+            "x</think>y",
+            "<think>z",
+        ])
+    }
+
+    proptest! {
+        #[test]
+        fn step_invariance_with_channels(
+            toks in prop::collection::vec((0u32..12, piece()), 1..30),
+            cuts in prop::collection::vec(1usize..30, 0..6),
+            scopes in prop::collection::vec(0usize..3, 2),
+            (keep, aligned, include, starts) in (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+            ids in any::<bool>(),
+        ) {
+            let all = [Scope::Content, Scope::Reasoning, Scope::Any];
+            let p = params(&["ab", "\na"], spec(|s| {
+                s.keep_markers = keep;
+                s.stop_scopes = scopes.iter().map(|&i| all[i]).collect();
+                s.starts_in = starts.then_some(Channel::Reasoning);
+                if ids {
+                    s.start.token_id = Some(10);
+                    s.end.token_id = Some(11);
+                }
+            }), |p| {
+                p.token_aligned = aligned;
+                p.include_stop_str_in_output = include;
+                p.max_tokens = Some(25);
+            }).unwrap();
+            let mut b: Vec<usize> = cuts.into_iter().filter(|&c| c < toks.len()).collect();
+            b.push(toks.len());
+            b.sort_unstable();
+            b.dedup();
+            let a = drive(&p, &toks, &singles(toks.len()));
+            let c = drive(&p, &toks, &b);
+            prop_assert_eq!(
+                (&a.reasoning, &a.content, &a.reasoning_ids, &a.content_ids, &a.text, &a.ids, a.finish, a.channel),
+                (&c.reasoning, &c.content, &c.reasoning_ids, &c.content_ids, &c.text, &c.ids, c.finish, c.channel)
+            );
+            if !keep {
+                // No delta carries a cut marker into a channel.
+                prop_assert!(!a.reasoning.contains("</think>") || a.reasoning.contains("<think>"));
+            }
+        }
+    }
+}
