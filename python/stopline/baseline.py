@@ -466,18 +466,34 @@ class StopParams:
             if getattr(self, name) == "":
                 raise _err(StoplineValueError, f"{name} is an empty string; a reasoning marker must be non-empty", name, "empty_marker")
         if self.reasoning_end is None and self.reasoning_end_id is None:
-            raise _err(StoplineValueError, "reasoning_end is required: a reasoning channel needs an end marker", "reasoning_end", "required")
+            raise _err(
+                StoplineValueError,
+                "reasoning_end is required: a reasoning channel needs an end marker",
+                "reasoning_end", "required",
+            )
         if self.reasoning_start is not None and self.reasoning_start == self.reasoning_end:
             raise _err(StoplineValueError, f"reasoning_end={self.reasoning_end!r} overlaps reasoning_start", "reasoning_end", "overlaps")
         if self.reasoning_start_id is not None and self.reasoning_start_id == self.reasoning_end_id:
-            raise _err(StoplineValueError, f"reasoning_end_id={self.reasoning_end_id} overlaps reasoning_start_id", "reasoning_end_id", "overlaps")
+            raise _err(
+                StoplineValueError,
+                f"reasoning_end_id={self.reasoning_end_id} overlaps reasoning_start_id",
+                "reasoning_end_id", "overlaps",
+            )
         if self.reasoning_starts_in not in (None, "reasoning", "content"):
-            raise _err(StoplineValueError, f"reasoning_starts_in={self.reasoning_starts_in!r} is not one of 'reasoning' or 'content'", "reasoning_starts_in", "not_one_of")
+            raise _err(
+                StoplineValueError,
+                f"reasoning_starts_in={self.reasoning_starts_in!r} is not one of 'reasoning' or 'content'",
+                "reasoning_starts_in", "not_one_of",
+            )
         end_ids = _id_list("reasoning_end_ids", self.reasoning_end_ids, self.vocab_size)
         if not end_ids and self.reasoning_end_id is not None:
             end_ids = (self.reasoning_end_id,)
         if self.max_reasoning_tokens is not None and not end_ids:
-            raise _err(StoplineValueError, "reasoning_end_ids is required: max_reasoning_tokens forces the end marker by id", "reasoning_end_ids", "required")
+            raise _err(
+                StoplineValueError,
+                "reasoning_end_ids is required: max_reasoning_tokens forces the end marker by id",
+                "reasoning_end_ids", "required",
+            )
         put("reasoning_end_ids", end_ids)
         for name in ("reasoning_start_id", "reasoning_end_id"):
             v = getattr(self, name)
