@@ -25,6 +25,7 @@ Needs the ``demo`` extra (transformers, gguf, tokenizers): ``pip install
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -36,6 +37,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
@@ -179,19 +181,29 @@ def load_smollm2_tokenizer(download: bool = True) -> Any:
     except ImportError as exc:
         raise ModelFileError("converting the tokenizer from the gguf file needs gguf: pip install 'stopline[demo]'") from exc
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=saved.parent))  # one per process
-    try:
+    with _published_dir(saved) as tmp:
         tok.save_pretrained(tmp)
+    return AutoTokenizer.from_pretrained(saved)
+
+
+@contextlib.contextmanager
+def _published_dir(dest: Path) -> Iterator[Path]:
+    """A fresh folder beside ``dest``, this process's own, renamed to
+    ``dest`` when the block succeeds (left to another process that got
+    there first) and removed when it fails: processes filling the cache at
+    once never write into one folder."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        yield tmp
         tmp.chmod(0o755)  # mkdtemp's 0700 would hide the cache from other users
         try:
-            tmp.rename(saved)
-        except OSError:  # another process saved it meanwhile
+            tmp.rename(dest)
+        except OSError:  # another process published it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return AutoTokenizer.from_pretrained(saved)
 
 
 # ---------------------------------------------------------------- the model
@@ -259,9 +271,7 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
 
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=dest.parent))
-    try:
+    with _published_dir(dest) as tmp:
         state = {k: v.contiguous() for k, v in model.state_dict().items()}
         if getattr(model.config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)  # tied to the embeddings; safetensors refuses shared storage
@@ -270,13 +280,6 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
         cfg.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(cfg))
         tok.save_pretrained(tmp)
-        try:
-            tmp.rename(dest)
-        except OSError:  # another process converted it meanwhile
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def load_smollm2(path: str | os.PathLike[str] | None = None, device: str = "cpu") -> SmolLM2:
