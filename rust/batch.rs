@@ -458,6 +458,35 @@ impl FinishBatch {
         input: StepInput<'_>,
         sink: &mut impl IdsSink,
     ) -> Result<(), Error> {
+        self.decode(d, input)?;
+        sink.pieces(input.token_ids, &d.pieces)?;
+        let strs = d.pieces.strs();
+        let input = input.flush_tails(Some(&d.pieces.flush)).texts(Some(&strs));
+        self.step_decoded(input, &d.next, sink)
+    }
+
+    /// The step loop of [`step_ids`](Self::step_ids): each slot keeps its
+    /// decoder after the run as it advances. Out of line, as
+    /// [`step_each`](Self::step_each) is for the binding: the loop is then
+    /// optimized on its own.
+    #[inline(never)]
+    fn step_decoded(
+        &mut self,
+        input: StepInput<'_>,
+        next: &[Option<SeqDecoder>],
+        sink: &mut impl IdsSink,
+    ) -> Result<(), Error> {
+        self.step_seqs(input, |k, seq, step| {
+            if let Some(n) = next[k] {
+                seq.dec = Some(n);
+            }
+            sink.row(k, &seq.tracker, step);
+        })
+    }
+
+    /// Decodes each slot's run into `d.pieces` and its decoder after the
+    /// run into `d.next`, changing no slot.
+    fn decode(&self, d: &mut Decoding, input: StepInput<'_>) -> Result<(), Error> {
         let StepInput {
             slots,
             token_ids: ids,
@@ -473,6 +502,7 @@ impl FinishBatch {
         // A mismatch is named by the step's own check: decode nothing.
         if total == Some(ids.len()) && runs.map_or(true, |r| r.len() == slots.len()) {
             d.vocab.check_decode_size(ids, "token_ids")?;
+            d.pieces.reserve(ids.len())?;
             let mut start = 0;
             for (k, &slot) in slots.iter().enumerate() {
                 let len = runs.map_or(1, |r| r[k]);
@@ -499,16 +529,7 @@ impl FinishBatch {
                 start += len;
             }
         }
-        sink.pieces(ids, &d.pieces)?;
-        let strs = d.pieces.strs();
-        let input = input.flush_tails(Some(&d.pieces.flush)).texts(Some(&strs));
-        let next = &d.next;
-        self.step_seqs(input, |k, seq, step| {
-            if let Some(n) = next[k] {
-                seq.dec = Some(n);
-            }
-            sink.row(k, &seq.tracker, step);
-        })
+        Ok(())
     }
 
     /// The step loop of [`step_each`](Self::step_each), handing out each

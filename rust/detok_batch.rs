@@ -67,6 +67,7 @@ impl SeqDecoder {
     ) -> Result<Step, Error> {
         vocab.check_decode_size(ids, "token_ids")?;
         let mut pieces = Pieces::default();
+        pieces.reserve(ids.len())?;
         let next = self.decode_run(vocab, ids, grammar, &mut pieces, 0, None)?;
         let step = tracker.update_flushed(ids, Some(&pieces.strs()), grammar, &pieces.flush)?;
         *self = next;
@@ -75,7 +76,9 @@ impl SeqDecoder {
 
     /// Decodes one run, appending one piece per id to `out`; returns the decoder after the run (self is unchanged).
     /// `grammar` is the run index at which the grammar terminates; errors
-    /// name `token_ids[offset + i]` and the slot.
+    /// name `token_ids[offset + i]` and the slot. The caller has made room
+    /// in `out` for the run's pieces ([`Pieces::reserve`]; once per batch
+    /// step, not per run), so that no allocation here can abort.
     ///
     /// # Errors
     /// [`Error::Step`] for an id outside the vocabulary that the params'
@@ -91,7 +94,6 @@ impl SeqDecoder {
         slot: Option<i64>,
     ) -> Result<SeqDecoder, Error> {
         let mut next = *self;
-        out.reserve(ids.len())?;
         let (buf, ends) = (&mut out.buf, &mut out.ends);
         for (i, &id) in ids.iter().enumerate() {
             if id as usize >= vocab.vocab_size() {
@@ -149,7 +151,7 @@ pub struct Pieces {
 
 impl Pieces {
     /// Room for `n` more pieces' bookkeeping, allocated fallibly.
-    pub(crate) fn reserve(&mut self, n: usize) -> Result<(), Error> {
+    pub fn reserve(&mut self, n: usize) -> Result<(), Error> {
         let oom = |_| Error::Alloc {
             what: format!("the bookkeeping of {n} text pieces"),
         };

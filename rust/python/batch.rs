@@ -739,15 +739,18 @@ fn ids_step(
     token_strs: &mut Vec<Option<Py<PyString>>>,
     input: StepInput<'_>,
 ) -> PyResult<PyBatchStepResult> {
-    if inner.has_channels() {
-        ids_rows::<true>(py, inner, token_strs, input)
-    } else {
-        ids_rows::<false>(py, inner, token_strs, input)
+    // As `batch_step`: each kind's per-row code compiled into the loop on its own.
+    match (inner.has_channels(), input.run_lengths.is_some()) {
+        (true, true) => ids_rows::<true, true>(py, inner, token_strs, input),
+        (true, false) => ids_rows::<true, false>(py, inner, token_strs, input),
+        (false, true) => ids_rows::<false, true>(py, inner, token_strs, input),
+        (false, false) => ids_rows::<false, false>(py, inner, token_strs, input),
     }
 }
 
-/// [`ids_step`], recording each row's channels when `CHANNELS`.
-fn ids_rows<const CHANNELS: bool>(
+/// [`ids_step`], recording each row's channels when `CHANNELS`; `APPEND`
+/// with run lengths (see [`IdsStep`]).
+fn ids_rows<const CHANNELS: bool, const APPEND: bool>(
     py: Python<'_>,
     inner: &mut FinishBatch,
     token_strs: &mut Vec<Option<Py<PyString>>>,
@@ -762,11 +765,10 @@ fn ids_rows<const CHANNELS: bool>(
         })?;
         token_strs.resize_with(n, || None);
     }
-    let mut sink = IdsStep {
+    let mut sink = IdsStep::<CHANNELS, APPEND> {
         py,
         token_strs,
         objects: Vec::new(),
-        appended: input.run_lengths.is_some(),
         list: PyList::empty(py),
         replaced: Vec::new(),
         rows: Rows::<CHANNELS>::new(&input),
@@ -779,7 +781,7 @@ fn ids_rows<const CHANNELS: bool>(
         ..
     } = sink;
     let rows = rows.done()?;
-    let list = if sink.appended {
+    let list = if APPEND {
         list
     } else {
         Replaced(&mut replaced).apply(list)?
@@ -790,18 +792,17 @@ fn ids_rows<const CHANNELS: bool>(
 /// The delta sink of an ids-only step. One piece per slot: the deltas are
 /// the pieces' list, with the rows whose delta is not their piece replaced
 /// after the step; with run lengths, each row's delta is appended.
-struct IdsStep<'a, 'py, const CHANNELS: bool> {
+struct IdsStep<'a, 'py, const CHANNELS: bool, const APPEND: bool> {
     py: Python<'py>,
     token_strs: &'a mut Vec<Option<Py<PyString>>>,
     /// One `str` per piece.
     objects: Vec<Bound<'py, PyAny>>,
-    appended: bool,
     list: Bound<'py, PyList>,
     replaced: Vec<(usize, Py<PyString>)>,
     rows: Rows<CHANNELS>,
 }
 
-impl<const CHANNELS: bool> IdsSink for IdsStep<'_, '_, CHANNELS> {
+impl<const CHANNELS: bool, const APPEND: bool> IdsSink for IdsStep<'_, '_, CHANNELS, APPEND> {
     fn pieces(&mut self, ids: &[u32], pieces: &Pieces) -> Result<(), Error> {
         let py = self.py;
         let objects = &mut self.objects;
@@ -820,7 +821,7 @@ impl<const CHANNELS: bool> IdsSink for IdsStep<'_, '_, CHANNELS> {
             };
             objects.push(o.into_any());
         }
-        if !self.appended {
+        if !APPEND {
             self.list = PyList::new(py, &*objects).map_err(|_| Error::Alloc {
                 what: format!("a list of {} text deltas", ids.len()),
             })?;
@@ -831,7 +832,7 @@ impl<const CHANNELS: bool> IdsSink for IdsStep<'_, '_, CHANNELS> {
     #[inline(always)]
     fn row(&mut self, k: usize, t: &FinishTracker, s: &SlotStep) {
         let py = self.py;
-        if self.appended {
+        if APPEND {
             let mut d = Appended {
                 objects: &self.objects,
                 list: &self.list,
