@@ -1,7 +1,7 @@
 //! Ids-only steps: one sequence's [`DecodeState`] beside its finish
 //! tracker, turning a step's token ids into the text pieces the tracker
 //! takes (what an engine's streaming detokenizer would have produced).
-//! [`FinishBatch`](crate::batch::FinishBatch) keeps one in each slot.
+//! `FinishBatch` (`rust/batch.rs`) keeps one in each slot.
 //!
 //! Decoding never changes state until the finish step accepted the pieces,
 //! so a rejected step leaves decoders and trackers as they were.
