@@ -16,7 +16,8 @@ reading ``finished_slots`` and ``text_deltas`` each step, or 5 000
 ``--toggle-collect='*PyFinishTracker*__pymethod_update__*'``); ``ids``: the
 ids-only step (no texts, no stop strings) and ``ids-reasoning`` the same with
 reasoning marker ids, every sequence inside the block (issue 21's 1.15x
-target; benches/bench_reasoning.py times the two).
+target; benches/bench_reasoning.py times the two); ``vocab`` the ids-only
+step of a batch with the SmolLM2 ``Vocabulary`` (each slot decodes its ids).
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ def main(mode: str) -> int:
     pieces = list(data.text_pieces(200_000)[0])
     params = stopline.StopParams(**finish_params(pieces))
     done = 0
+    if mode == "vocab":
+        from stopline.tools.models import smollm2_tokenizer_dir
+
+        vocab = stopline.Vocabulary.from_file(smollm2_tokenizer_dir() / "tokenizer.json")
+        vb = stopline.FinishBatch(BATCH, vocabulary=vocab)
+        for s in range(BATCH):
+            vb.add(s, stopline.StopParams(eos_token_ids=[2], max_tokens=1 << 30), prompt_token_ids=[1, 2, 3])
+        order = list(range(BATCH))
+        for k in range(STEPS):
+            r = vb.step(order, [100 + (s * 31 + k) % 30_000 for s in order])
+            done += len(r.finished_slots) + len(r.text_deltas)
+        return done
     if mode in ("ids", "ids-reasoning"):
         kw: dict[str, object] = {"eos_token_ids": [2], "stop_token_ids": [3, 4], "max_tokens": 1 << 30}
         if mode == "ids-reasoning":

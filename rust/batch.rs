@@ -6,10 +6,17 @@
 //! the ids. All arguments are checked before any slot changes, so a rejected
 //! call leaves the whole batch as it was. Each slot is then advanced exactly as
 //! [`FinishTracker::update`] would.
+//!
+//! A batch built [`with_vocabulary`](FinishBatch::with_vocabulary) also keeps
+//! each slot's decoder in the slot, and [`FinishBatch::step_ids`] takes token
+//! ids alone: it decodes them, then steps and keeps the new decoder state of
+//! each slot as it advances (after the whole step was checked).
 
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::detok_batch::{Pieces, SeqDecoder};
+use crate::detokenize::Vocabulary;
 use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step, StopParams};
 use crate::reasoning::PromptState;
@@ -24,7 +31,7 @@ pub use crate::limits::MAX_SLOTS;
 pub struct FinishBatch {
     /// Boxed: an empty slot costs a pointer, not a tracker's few hundred
     /// bytes, so a sparse table stays small.
-    slots: Vec<Option<Box<FinishTracker>>>,
+    slots: Vec<Option<Box<Seq>>>,
     /// `seen[slot] == epoch` while validating one step: catches duplicates.
     seen: Vec<u64>,
     epoch: u64,
@@ -33,6 +40,37 @@ pub struct FinishBatch {
     occupied: usize,
     /// Occupied slots whose sequence has reasoning channels.
     with_channels: usize,
+    /// With a vocabulary: what ids-only steps decode with.
+    decoding: Option<Decoding>,
+}
+
+/// One occupied slot: its sequence's finish tracker and, in a batch with a
+/// vocabulary, its decoder.
+struct Seq {
+    tracker: FinishTracker,
+    dec: Option<SeqDecoder>,
+}
+
+/// A batch's vocabulary and the buffers of its ids-only steps, kept for reuse.
+struct Decoding {
+    vocab: Arc<Vocabulary>,
+    pieces: Pieces,
+    /// Each row's decoder after the step being made, kept as its slot advances.
+    next: Vec<Option<SeqDecoder>>,
+}
+
+/// What [`FinishBatch::step_ids`] hands the decoded pieces and the rows to
+/// (the binding's delta sink).
+pub trait IdsSink {
+    /// The step's pieces, one per token id, before any slot changes; an error
+    /// rejects the step.
+    ///
+    /// # Errors
+    /// Whatever the sink cannot do (an allocation), returned by the step.
+    fn pieces(&mut self, token_ids: &[u32], pieces: &Pieces) -> Result<(), Error>;
+
+    /// Row `k` after its slot advanced, as [`FinishBatch::step_each`]'s `emit`.
+    fn row(&mut self, k: usize, tracker: &FinishTracker, step: &SlotStep);
 }
 
 /// One batch step's arguments.
@@ -189,7 +227,28 @@ impl FinishBatch {
             max_slots,
             occupied: 0,
             with_channels: 0,
+            decoding: None,
         })
+    }
+
+    /// A batch whose slots each hold a decoder ([`add_decoding`](Self::add_decoding))
+    /// for ids-only steps ([`step_ids`](Self::step_ids)).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_vocabulary(max_slots: usize, vocab: Arc<Vocabulary>) -> Result<Self, Error> {
+        let mut b = Self::new(max_slots)?;
+        b.decoding = Some(Decoding {
+            vocab,
+            pieces: Pieces::default(),
+            next: Vec::new(),
+        });
+        Ok(b)
+    }
+
+    /// The vocabulary of [`with_vocabulary`](Self::with_vocabulary).
+    pub fn vocabulary(&self) -> Option<&Arc<Vocabulary>> {
+        self.decoding.as_ref().map(|d| &d.vocab)
     }
 
     pub fn max_slots(&self) -> usize {
@@ -254,15 +313,31 @@ impl FinishBatch {
         params: Arc<StopParams>,
         prompt: PromptState,
     ) -> Result<(), Error> {
+        self.add_decoding(slot, params, prompt, None)
+    }
+
+    /// [`add_in`](Self::add_in) with the slot's decoder (`Some` exactly in a
+    /// batch [`with_vocabulary`](Self::with_vocabulary)), primed by the caller.
+    ///
+    /// # Errors
+    /// As [`add`](Self::add).
+    pub fn add_decoding(
+        &mut self,
+        slot: i64,
+        params: Arc<StopParams>,
+        prompt: PromptState,
+        dec: Option<SeqDecoder>,
+    ) -> Result<(), Error> {
+        debug_assert_eq!(dec.is_some(), self.decoding.is_some());
         let i = self.index(slot)?;
         if self.slots.get(i).is_some_and(Option::is_some) {
             return Err(slot_err(slot, "is already in use; remove() it first"));
         }
         let tracker = FinishTracker::with_prompt(params, prompt)?;
         self.grow_to(i)?;
-        self.slots[i] = Some(Box::new(tracker));
+        self.with_channels += usize::from(tracker.has_channels());
+        self.slots[i] = Some(Box::new(Seq { tracker, dec }));
         self.occupied += 1;
-        self.with_channels += usize::from(self.slots[i].as_ref().is_some_and(|t| t.has_channels()));
         Ok(())
     }
 
@@ -273,7 +348,7 @@ impl FinishBatch {
             .slots
             .get_mut(i)
             .and_then(Option::take)
-            .map(|boxed| *boxed)
+            .map(|boxed| boxed.tracker)
             .ok_or_else(|| slot_err(slot, "is empty"))?;
         self.occupied -= 1;
         self.with_channels -= usize::from(tracker.has_channels());
@@ -288,6 +363,7 @@ impl FinishBatch {
         self.slots
             .get(i)
             .and_then(Option::as_deref)
+            .map(|s| &s.tracker)
             .ok_or_else(|| slot_err(slot, "is empty"))
     }
 
@@ -296,6 +372,7 @@ impl FinishBatch {
         self.slots
             .get_mut(i)
             .and_then(Option::as_deref_mut)
+            .map(|s| &mut s.tracker)
             .ok_or_else(|| slot_err(slot, "is empty"))
     }
 
@@ -316,7 +393,7 @@ impl FinishBatch {
         self.slots
             .iter()
             .flatten()
-            .filter(|t| t.is_finished())
+            .filter(|s| s.tracker.is_finished())
             .count()
     }
 
@@ -351,6 +428,118 @@ impl FinishBatch {
         input: StepInput<'_, S>,
         mut emit: impl FnMut(usize, &FinishTracker, &SlotStep),
     ) -> Result<(), Error> {
+        self.step_seqs(input, |k, seq, step| emit(k, &seq.tracker, step))
+    }
+
+    /// A step with token ids only, in a batch
+    /// [`with_vocabulary`](Self::with_vocabulary): decodes each slot's run
+    /// with its decoder (no state changes), hands the pieces to `sink`, then
+    /// steps as [`step_each`](Self::step_each) with those pieces and the
+    /// decoders' flush tails, keeping each slot's new decoder as it advances.
+    /// Without a vocabulary it is `step_each` without texts.
+    ///
+    /// # Errors
+    /// [`Error::Step`] naming `token_ids[j]` and its slot for an id outside
+    /// the vocabulary; as [`step`](Self::step) and [`IdsSink::pieces`].
+    /// Nothing changes on error.
+    pub fn step_ids(&mut self, input: StepInput<'_>, sink: &mut impl IdsSink) -> Result<(), Error> {
+        let Some(mut d) = self.decoding.take() else {
+            return self.step_each(input.texts::<&str>(None), |k, t, s| sink.row(k, t, s));
+        };
+        let r = self.decode_and_step(&mut d, input, sink);
+        self.decoding = Some(d);
+        r
+    }
+
+    /// [`step_ids`](Self::step_ids) with the decoding buffers taken out.
+    fn decode_and_step(
+        &mut self,
+        d: &mut Decoding,
+        input: StepInput<'_>,
+        sink: &mut impl IdsSink,
+    ) -> Result<(), Error> {
+        self.decode(d, input)?;
+        sink.pieces(input.token_ids, &d.pieces)?;
+        let strs = d.pieces.strs();
+        let input = input.flush_tails(Some(&d.pieces.flush)).texts(Some(&strs));
+        self.step_decoded(input, &d.next, sink)
+    }
+
+    /// The step loop of [`step_ids`](Self::step_ids): each slot keeps its
+    /// decoder after the run as it advances. Out of line, as
+    /// [`step_each`](Self::step_each) is for the binding: the loop is then
+    /// optimized on its own.
+    #[inline(never)]
+    fn step_decoded(
+        &mut self,
+        input: StepInput<'_>,
+        next: &[Option<SeqDecoder>],
+        sink: &mut impl IdsSink,
+    ) -> Result<(), Error> {
+        self.step_seqs(input, |k, seq, step| {
+            if let Some(n) = next[k] {
+                seq.dec = Some(n);
+            }
+            sink.row(k, &seq.tracker, step);
+        })
+    }
+
+    /// Decodes each slot's run into `d.pieces` and its decoder after the
+    /// run into `d.next`, changing no slot.
+    fn decode(&self, d: &mut Decoding, input: StepInput<'_>) -> Result<(), Error> {
+        let StepInput {
+            slots,
+            token_ids: ids,
+            run_lengths: runs,
+            grammar_terminated_at: grammar,
+            ..
+        } = input;
+        d.pieces.clear();
+        d.next.clear();
+        let total = runs.map_or(Some(slots.len()), |r| {
+            r.iter().try_fold(0usize, |a, &n| a.checked_add(n))
+        });
+        // A mismatch is named by the step's own check: decode nothing.
+        if total == Some(ids.len()) && runs.map_or(true, |r| r.len() == slots.len()) {
+            d.vocab.check_decode_size(ids, "token_ids")?;
+            d.pieces.reserve(ids.len())?;
+            let mut start = 0;
+            for (k, &slot) in slots.iter().enumerate() {
+                let len = runs.map_or(1, |r| r[k]);
+                let g = grammar
+                    .and_then(|g| g.get(k))
+                    .and_then(|&g| usize::try_from(g).ok());
+                let dec = usize::try_from(slot)
+                    .ok()
+                    .and_then(|i| self.slots.get(i))
+                    .and_then(|s| s.as_ref()?.dec);
+                let next = match dec {
+                    Some(dec) => {
+                        let run = &ids[start..start + len];
+                        let p = &mut d.pieces;
+                        Some(dec.decode_run(&d.vocab, run, g, p, start, Some(slot))?)
+                    }
+                    // Out of range or empty: the step's check rejects it.
+                    None => {
+                        d.pieces.push_empty(len)?;
+                        None
+                    }
+                };
+                d.next.push(next);
+                start += len;
+            }
+        }
+        Ok(())
+    }
+
+    /// The step loop of [`step_each`](Self::step_each), handing out each
+    /// slot's whole state.
+    #[inline(always)]
+    fn step_seqs<S: AsRef<str>>(
+        &mut self,
+        input: StepInput<'_, S>,
+        mut emit: impl FnMut(usize, &mut Seq, &SlotStep),
+    ) -> Result<(), Error> {
         let StepInput {
             slots,
             token_ids,
@@ -379,9 +568,10 @@ impl FinishBatch {
         let mut start = 0;
         for (k, &slot) in slots.iter().enumerate() {
             // `check` has bounds-checked the slot and seen it occupied.
-            let Some(tracker) = self.slots[slot as usize].as_deref_mut() else {
+            let Some(seq) = self.slots[slot as usize].as_deref_mut() else {
                 unreachable!("checked above")
             };
+            let tracker = &mut seq.tracker;
             let (run, step) = match run_lengths {
                 // One token per slot, the usual decode step: a one-token
                 // slice lets the compiler drop the loop inside `update_checked`.
@@ -408,7 +598,7 @@ impl FinishBatch {
                 run,
                 step,
             };
-            emit(k, tracker, &step);
+            emit(k, seq, &step);
         }
         Ok(())
     }
@@ -483,6 +673,7 @@ impl FinishBatch {
             self.seen[i] = self.epoch;
             let tracker = self.slots[i]
                 .as_deref()
+                .map(|s| &s.tracker)
                 .ok_or_else(|| slot_err(slot, "is empty"))?;
             let len = run_lengths.map_or(1, |r| r[k]);
             let g = match grammar.map(|g| g[k]) {
@@ -536,7 +727,7 @@ impl FinishBatch {
             }
             self.seen[i] = epoch;
             match &self.slots[i] {
-                Some(t) if t.accepts_one_token(with_text) => {}
+                Some(s) if s.tracker.accepts_one_token(with_text) => {}
                 _ => return false,
             }
         }
@@ -643,5 +834,229 @@ mod tests {
         assert_eq!((b.len(), b.slots.len()), (1, 4));
         b.remove(3).unwrap();
         assert!(b.is_empty() && b.slots.is_empty());
+    }
+}
+
+/// Ids-only steps ([`FinishBatch::step_ids`]).
+#[cfg(test)]
+mod ids_tests {
+    use super::*;
+    use crate::detokenize::DecodeOptions;
+    use crate::stop_strings::StopStrings;
+
+    fn vocab() -> Arc<Vocabulary> {
+        // "€" is E2 82 AC: ByteLevel chars â (E2), Ĥ (82), ¬ (AC).
+        let j = serde_json::json!({
+            "model": {"vocab": {"a": 0, "â": 1, "Ĥ": 2, "¬": 3, "ĠEND": 4, "b": 5}},
+            "decoder": {"type": "ByteLevel"},
+            "added_tokens": [{"id": 6, "content": "<eos>", "special": true}],
+        });
+        Arc::new(Vocabulary::from_json(j.to_string().as_bytes()).unwrap())
+    }
+
+    fn params(max_tokens: Option<u64>) -> Arc<StopParams> {
+        Arc::new(StopParams {
+            stop: Some(StopStrings::compile(vec!["END".into()]).unwrap()),
+            eos_token_ids: vec![6],
+            max_tokens,
+            ..StopParams::default()
+        })
+    }
+
+    /// Records the pieces and rows it is handed; `refuse` makes `pieces` fail.
+    #[derive(Default)]
+    struct Sink {
+        pieces: Vec<String>,
+        rows: Vec<SlotStep>,
+        refuse: bool,
+    }
+
+    impl IdsSink for Sink {
+        fn pieces(&mut self, _: &[u32], pieces: &Pieces) -> Result<(), Error> {
+            if self.refuse {
+                return Err(Error::Alloc {
+                    what: "a test's pieces".into(),
+                });
+            }
+            self.pieces = pieces.iter().map(str::to_owned).collect();
+            Ok(())
+        }
+        fn row(&mut self, _: usize, _: &FinishTracker, step: &SlotStep) {
+            self.rows.push(step.clone());
+        }
+    }
+
+    /// A batch with the vocabulary and `p` in `slot`, primed with `prompt`.
+    fn batch(max_slots: usize, slot: i64, p: &Arc<StopParams>, prompt: &[u32]) -> FinishBatch {
+        let v = vocab();
+        let dec = SeqDecoder::new(&v, p, prompt, DecodeOptions::default()).unwrap();
+        let mut b = FinishBatch::with_vocabulary(max_slots, v).unwrap();
+        b.add_decoding(slot, Arc::clone(p), PromptState::NoMarker, Some(dec))
+            .unwrap();
+        b
+    }
+
+    fn pending(b: &FinishBatch, slot: usize) -> Vec<u8> {
+        let s = b.slots[slot].as_ref().unwrap();
+        s.dec.unwrap().state().pending().to_vec()
+    }
+
+    /// Ids only gives what the pieces give, and a run what single steps give.
+    #[test]
+    fn ids_only_equals_pieces_and_runs_equal_steps() {
+        let v = vocab();
+        let ids = [0u32, 1, 2, 3, 5, 1, 0, 4, 0];
+        let mut by_ids = batch(2, 1, &params(None), &[]);
+        let mut by_run = batch(2, 1, &params(None), &[]);
+        let mut by_pieces = FinishBatch::new(2).unwrap();
+        by_pieces.add(1, params(None)).unwrap();
+        let mut st = v.start(DecodeOptions::default());
+        for &id in &ids {
+            if by_ids.get(1).unwrap().is_finished() {
+                break;
+            }
+            by_ids
+                .step_ids(StepInput::new(&[1], &[id]), &mut Sink::default())
+                .unwrap();
+            let mut piece = String::new();
+            v.step(&mut st, id, &mut piece);
+            by_pieces
+                .step(
+                    StepInput::new(&[1], &[id]).texts(Some(&[piece])),
+                    &mut vec![],
+                )
+                .unwrap();
+        }
+        let mut sink = Sink::default();
+        let run = [ids.len()];
+        let input = StepInput::new(&[1], &ids).runs(Some(&run));
+        by_run.step_ids(input, &mut sink).unwrap();
+        assert_eq!(sink.pieces.concat(), "a€b\u{FFFD}a ENDa");
+        assert_eq!(sink.rows.len(), 1);
+        let (a, b, c) = (
+            by_ids.get(1).unwrap(),
+            by_pieces.get(1).unwrap(),
+            by_run.get(1).unwrap(),
+        );
+        assert_eq!(a.text(), "a€b\u{FFFD}a ");
+        assert_eq!((a.text(), a.finish()), (b.text(), b.finish()));
+        assert_eq!((a.text(), a.finish()), (c.text(), c.finish()));
+        assert!(a.is_finished());
+    }
+
+    /// Runs `ids` as one ids-only run through a fresh batch slot; the kept
+    /// text and finish reason.
+    fn run_ids(p: Arc<StopParams>, ids: &[u32]) -> (String, &'static str) {
+        let mut b = batch(1, 0, &p, &[]);
+        let run = [ids.len()];
+        let input = StepInput::new(&[0], ids).runs(Some(&run));
+        b.step_ids(input, &mut Sink::default()).unwrap();
+        let t = b.get(0).unwrap();
+        (t.text().to_owned(), t.finish().unwrap().reason.as_str())
+    }
+
+    /// Wrong answer 3 of issue 22: EOS on the last budgeted position, kept
+    /// with include_stop_str_in_output, carries no flushed U+FFFD (vLLM's
+    /// DecodeStream never emits held bytes); a length finish does.
+    #[test]
+    fn a_stop_token_at_the_length_cap_keeps_no_flush() {
+        let with = |ids: &[u32]| {
+            let p = Arc::new(StopParams {
+                eos_token_ids: vec![6],
+                stop_token_ids: vec![2],
+                max_tokens: Some(2),
+                include_stop_str_in_output: true,
+                ..StopParams::default()
+            });
+            run_ids(p, ids)
+        };
+        assert_eq!(with(&[1, 6]), (String::new(), "stop"));
+        // The stop token 2 ("Ĥ", 0x82) leaves E2 82 held at the cap.
+        assert_eq!(with(&[1, 2]), (String::new(), "stop"));
+        assert_eq!(with(&[1, 3]), ("\u{FFFD}".into(), "length"));
+        assert_eq!(with(&[0, 1]), ("a\u{FFFD}".into(), "length"));
+    }
+
+    /// Wrong answer 4: the flushed U+FFFD cannot complete a stop string or
+    /// a stop regex; the finish stays `length`.
+    #[test]
+    fn the_flush_never_completes_a_stop() {
+        let stop = |strings: &[&str], regex: Option<&str>| {
+            let p = Arc::new(StopParams {
+                stop: Some(
+                    StopStrings::compile(strings.iter().map(|s| s.to_string()).collect()).unwrap(),
+                ),
+                stop_regex: regex
+                    .map(|r| crate::stop_regex::StopRegexes::compile(vec![r.into()]).unwrap()),
+                max_tokens: Some(2),
+                ..StopParams::default()
+            });
+            run_ids(p, &[0, 1])
+        };
+        assert_eq!(stop(&["a\u{FFFD}"], None), ("a\u{FFFD}".into(), "length"));
+        assert_eq!(stop(&["zz"], Some("a.")), ("a\u{FFFD}".into(), "length"));
+        // A stop inside the token's own text still wins over the length cap.
+        assert_eq!(stop(&["a"], None), (String::new(), "stop"));
+    }
+
+    #[test]
+    fn length_cap_flushes_and_bad_ids_change_nothing() {
+        // Primed mid-character: the first output token completes it.
+        let mut b = batch(1, 0, &params(Some(2)), &[1, 2]);
+        let err = b.step_ids(StepInput::new(&[0], &[99]), &mut Sink::default());
+        assert!(err
+            .unwrap_err()
+            .to_string()
+            .contains("token_ids[0]=99 is outside the vocabulary [0, 7) (slot 0)"));
+        assert_eq!(pending(&b, 0), [0xE2, 0x82]);
+        let input = StepInput::new(&[0], &[3, 1]).runs(Some(&[2]));
+        b.step_ids(input, &mut Sink::default()).unwrap();
+        let t = b.get(0).unwrap();
+        assert_eq!(t.text(), "€\u{FFFD}");
+        assert_eq!(t.finish().unwrap().reason.as_str(), "length");
+    }
+
+    /// A step the batch's check or the sink rejects keeps every decoder as
+    /// it was (commit on success), though the decode itself succeeded.
+    #[test]
+    fn a_rejected_step_keeps_the_decoders() {
+        let p = params(None);
+        let mut b = batch(4, 0, &p, &[]);
+        let dec = SeqDecoder::new(&vocab(), &p, &[], DecodeOptions::default()).unwrap();
+        b.add_decoding(2, Arc::clone(&p), PromptState::NoMarker, Some(dec))
+            .unwrap();
+        // Slot 3 is empty: the check rejects the step after slot 0 decoded "â".
+        let err = b.step_ids(StepInput::new(&[0, 3], &[1, 0]), &mut Sink::default());
+        let msg = err.unwrap_err().to_string();
+        assert!(msg.contains("slot 3") && msg.contains("empty"), "{msg}");
+        assert_eq!(pending(&b, 0), b"");
+        let mut refusing = Sink {
+            refuse: true,
+            ..Sink::default()
+        };
+        assert!(b
+            .step_ids(StepInput::new(&[0], &[1]), &mut refusing)
+            .is_err());
+        assert_eq!(
+            (pending(&b, 0), b.get(0).unwrap().token_ids()),
+            (vec![], &[][..])
+        );
+        let mut sink = Sink::default();
+        b.step_ids(StepInput::new(&[2, 0], &[1, 0]), &mut sink)
+            .unwrap();
+        assert_eq!((pending(&b, 2), pending(&b, 0)), (vec![0xE2], vec![]));
+        assert_eq!(sink.pieces, ["", "a"]);
+    }
+
+    /// The decoders live in the slot table, which grows with the highest
+    /// slot in use: a batch of 2**24 slots allocates nothing up front.
+    #[test]
+    fn decoders_grow_with_the_slots_in_use() {
+        let b = FinishBatch::with_vocabulary(MAX_SLOTS, vocab()).unwrap();
+        assert_eq!(b.slots.capacity(), 0);
+        let mut b = batch(MAX_SLOTS, 5, &params(None), &[]);
+        assert_eq!(b.slots.len(), 6);
+        b.remove(5).unwrap();
+        assert!(b.slots.is_empty());
     }
 }

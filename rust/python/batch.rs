@@ -1,5 +1,5 @@
-//! `FinishBatch` (many sequences, one call per engine step) and its
-//! `BatchStepResult`.
+//! `FinishBatch` (many sequences, one call per engine step), its ids-only
+//! step and its `BatchStepResult`.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -16,9 +16,10 @@ use super::detok;
 use super::errors::{arg_err, at_slot, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
-use super::tracker::{Outcome, PyStepResult, RowChannels, RowTable};
-use crate::batch::{FinishBatch, SlotStep, StepInput};
-use crate::error::Problem;
+use super::result::{Outcome, PyStepResult, RowChannels, RowTable};
+use crate::batch::{FinishBatch, IdsSink, SlotStep, StepInput};
+use crate::detok_batch::Pieces;
+use crate::error::{Error, Problem};
 use crate::finish::{FinishTracker, Step};
 use crate::limits;
 
@@ -259,8 +260,10 @@ impl PyBatchStepResult {
 #[pyclass(name = "FinishBatch", module = "stopline")]
 pub struct PyFinishBatch {
     inner: FinishBatch,
-    /// With a vocabulary: one decoder per slot, for ids-only steps.
-    detok: Option<detok::BatchDetok>,
+    /// With a vocabulary: one `str` per token id, made the first time that
+    /// id's text is a whole step's delta and reused after (a delta is then
+    /// that very object, as for pieces passed in).
+    token_strs: Vec<Option<Py<PyString>>>,
     /// The decode step's replaced deltas, kept to reuse its allocation.
     replaced: Vec<(usize, Py<PyString>)>,
 }
@@ -282,11 +285,13 @@ impl PyFinishBatch {
                 },
             )
         })?;
-        let inner = FinishBatch::new(n).map_err(to_py_err)?;
-        let detok = detok::vocabulary_arg(vocabulary)?.map(|v| detok::BatchDetok::new(v, n));
+        let inner = match detok::vocabulary_arg(vocabulary)? {
+            Some(v) => FinishBatch::with_vocabulary(n, v),
+            None => FinishBatch::new(n),
+        };
         Ok(Self {
-            inner,
-            detok,
+            inner: inner.map_err(to_py_err)?,
+            token_strs: Vec::new(),
             replaced: Vec::new(),
         })
     }
@@ -306,35 +311,24 @@ impl PyFinishBatch {
     ) -> PyResult<()> {
         let slot = extract_i64_arg(slot, "slot")?;
         let params = params_arg(params)?;
+        let vocab = self.inner.vocabulary();
         let dec = detok::seq_decoder(
-            self.detok.as_ref().map(|d| d.vocab()),
+            vocab,
             &params,
             prompt_token_ids,
             skip_special_tokens,
             spaces_between_special_tokens,
         )?;
-        let vocab = self.detok.as_ref().map(|d| d.vocab());
-        let prompt = super::tracker::prompt_state(vocab.map(|v| &**v), &params, prompt_token_ids)?;
-        if let Some(d) = self.detok.as_mut() {
-            d.reserve_slot(slot).map_err(to_py_err)?;
-        }
+        let prompt = detok::prompt_state(vocab.map(|v| &**v), &params, prompt_token_ids)?;
         self.inner
-            .add_in(slot, Arc::clone(&params), prompt)
-            .map_err(to_py_err)?;
-        if let Some(d) = self.detok.as_mut() {
-            d.set(slot, dec);
-        }
-        Ok(())
+            .add_decoding(slot, Arc::clone(&params), prompt, dec)
+            .map_err(to_py_err)
     }
 
     /// Frees a slot (finished or not).
     fn remove(&mut self, slot: &Bound<'_, PyAny>) -> PyResult<()> {
         let slot = extract_i64_arg(slot, "slot")?;
-        self.inner.remove(slot).map(drop).map_err(to_py_err)?;
-        if let Some(d) = self.detok.as_mut() {
-            d.set(slot, None);
-        }
-        Ok(())
+        self.inner.remove(slot).map(drop).map_err(to_py_err)
     }
 
     /// Aborts the sequence in a slot; returns what it flushed.
@@ -494,7 +488,7 @@ impl PyFinishBatch {
         )
         .map_err(tag)?;
         let texts = opt_list(texts);
-        if let Some(dec) = self.detok.as_mut() {
+        if self.inner.vocabulary().is_some() {
             if texts.is_some() {
                 return Err(arg_err(
                     "texts",
@@ -503,15 +497,10 @@ impl PyFinishBatch {
                     },
                 ));
             }
-            return detok::batch_ids_step(
-                py,
-                &mut self.inner,
-                dec,
-                &slots_v,
-                &ids,
-                runs.as_deref(),
-                grammar.as_deref(),
-            );
+            let input = StepInput::new(&slots_v, &ids)
+                .runs(runs.as_deref())
+                .grammar(grammar.as_deref());
+            return ids_step(py, &mut self.inner, &mut self.token_strs, input);
         }
         // One piece per slot in a plain list (the decode step): the pieces
         // are read from a private copy, which becomes the result's text
@@ -534,13 +523,13 @@ impl PyFinishBatch {
         with_pieces(texts, &owner("texts"), |pieces, objects| {
             let mut deltas = Appended {
                 objects,
-                list: fresh,
+                list: &fresh,
             };
             let input = StepInput::new(&slots_v, &ids)
                 .runs(runs.as_deref())
                 .grammar(grammar.as_deref());
             let rows = batch_step(py, inner, input.texts(pieces), &mut deltas)?;
-            Ok(rows.into_result(deltas.list))
+            Ok(rows.into_result(fresh))
         })
         .map_err(tag)
     }
@@ -592,18 +581,31 @@ impl Replaced<'_> {
 /// An empty list that every row's delta is appended to; a one-token row
 /// whose delta is exactly its piece appends that piece's object (one per
 /// token in `objects`).
-pub(super) struct Appended<'a, 'py> {
-    pub(super) objects: &'a [Bound<'py, PyAny>],
-    pub(super) list: Bound<'py, PyList>,
+struct Appended<'a, 'py> {
+    objects: &'a [Bound<'py, PyAny>],
+    list: &'a Bound<'py, PyList>,
 }
 
 impl<'py> Deltas<'py> for Appended<'_, 'py> {
     #[inline(always)]
     fn row(&mut self, py: Python<'py>, _: usize, t: &FinishTracker, s: &SlotStep) -> PyResult<()> {
-        match self.objects.get(s.run.start) {
-            Some(o) if is_its_piece(s) => self.list.append(o),
-            _ => self.list.append(delta_text(py, t, s)),
-        }
+        append_delta(py, self.list, self.objects, t, s)
+    }
+}
+
+/// Appends a row's delta to `list`: its piece's object from `objects` when
+/// the delta is exactly that one piece.
+#[inline(always)]
+fn append_delta<'py>(
+    py: Python<'py>,
+    list: &Bound<'py, PyList>,
+    objects: &[Bound<'py, PyAny>],
+    t: &FinishTracker,
+    s: &SlotStep,
+) -> PyResult<()> {
+    match objects.get(s.run.start) {
+        Some(o) if is_its_piece(s) => list.append(o),
+        _ => list.append(delta_text(py, t, s)),
     }
 }
 
@@ -651,44 +653,194 @@ fn batch_rows<'py, const CHANNELS: bool>(
     input: StepInput<'_>,
     deltas: &mut impl Deltas<'py>,
 ) -> PyResult<StepRows> {
-    let mut rows = Vec::with_capacity(input.slots.len());
-    let mut tokens = Vec::with_capacity(input.token_ids.len());
-    let mut finished = Vec::new();
-    let mut channels = RowTable::default();
-    let n_rows = input.slots.len();
-    let mut failed = None;
+    let mut rows = Rows::<CHANNELS>::new(&input);
     inner
-        .step_each(input, |k, t, s| {
-            if let Err(e) = deltas.row(py, k, t, s) {
-                failed.get_or_insert(e);
-            }
-            let delta = &t.token_ids()[s.step.token_ids_delta.clone()];
-            if let [id] = delta {
-                tokens.push(*id);
-            } else {
-                tokens.extend_from_slice(delta);
-            }
-            if t.is_finished() {
-                finished.push((k, Outcome::of(t)));
-            }
-            if CHANNELS {
-                channels.record(k, n_rows, t, &s.step.text_delta, &s.step.token_ids_delta);
-            }
-            rows.push(BatchRow {
-                slot: s.slot,
-                num_tokens: t.token_ids().len(),
-                text_len: t.text_len(),
-                tokens_end: tokens.len(),
-            });
-        })
+        .step_each(input, |k, t, s| rows.record(py, deltas, k, t, s))
         .map_err(to_py_err)?;
-    if let Some(e) = failed {
-        return Err(e);
+    rows.done()
+}
+
+/// A batch step's rows as their slots advance; the first error a row's
+/// delta raised is kept for the end of the step.
+struct Rows<const CHANNELS: bool> {
+    rows: Vec<BatchRow>,
+    tokens: Vec<u32>,
+    finished: Vec<(usize, Outcome)>,
+    channels: RowTable,
+    n_rows: usize,
+    failed: Option<PyErr>,
+}
+
+impl<const CHANNELS: bool> Rows<CHANNELS> {
+    fn new<S>(input: &StepInput<'_, S>) -> Self {
+        Rows {
+            rows: Vec::with_capacity(input.slots.len()),
+            tokens: Vec::with_capacity(input.token_ids.len()),
+            finished: Vec::new(),
+            channels: RowTable::default(),
+            n_rows: input.slots.len(),
+            failed: None,
+        }
     }
-    Ok(StepRows {
+
+    /// Row `k`: slot step `s` of tracker `t`, its delta given to `deltas`.
+    #[inline(always)]
+    fn record<'py>(
+        &mut self,
+        py: Python<'py>,
+        deltas: &mut impl Deltas<'py>,
+        k: usize,
+        t: &FinishTracker,
+        s: &SlotStep,
+    ) {
+        if let Err(e) = deltas.row(py, k, t, s) {
+            self.failed.get_or_insert(e);
+        }
+        let delta = &t.token_ids()[s.step.token_ids_delta.clone()];
+        if let [id] = delta {
+            self.tokens.push(*id);
+        } else {
+            self.tokens.extend_from_slice(delta);
+        }
+        if t.is_finished() {
+            self.finished.push((k, Outcome::of(t)));
+        }
+        if CHANNELS {
+            let (text, ids) = (&s.step.text_delta, &s.step.token_ids_delta);
+            self.channels.record(k, self.n_rows, t, text, ids);
+        }
+        self.rows.push(BatchRow {
+            slot: s.slot,
+            num_tokens: t.token_ids().len(),
+            text_len: t.text_len(),
+            tokens_end: self.tokens.len(),
+        });
+    }
+
+    fn done(self) -> PyResult<StepRows> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        Ok(StepRows {
+            rows: self.rows,
+            finished: self.finished,
+            tokens: self.tokens,
+            channels: self.channels,
+        })
+    }
+}
+
+/// `FinishBatch.step` with ids only ([`FinishBatch::step_ids`]): the
+/// pieces' `str` objects become the result's text deltas, as pieces passed
+/// in would (`token_strs` caches one per plain token text).
+fn ids_step(
+    py: Python<'_>,
+    inner: &mut FinishBatch,
+    token_strs: &mut Vec<Option<Py<PyString>>>,
+    input: StepInput<'_>,
+) -> PyResult<PyBatchStepResult> {
+    // As `batch_step`: each kind's per-row code compiled into the loop on its own.
+    match (inner.has_channels(), input.run_lengths.is_some()) {
+        (true, true) => ids_rows::<true, true>(py, inner, token_strs, input),
+        (true, false) => ids_rows::<true, false>(py, inner, token_strs, input),
+        (false, true) => ids_rows::<false, true>(py, inner, token_strs, input),
+        (false, false) => ids_rows::<false, false>(py, inner, token_strs, input),
+    }
+}
+
+/// [`ids_step`], recording each row's channels when `CHANNELS`; `APPEND`
+/// with run lengths (see [`IdsStep`]).
+fn ids_rows<const CHANNELS: bool, const APPEND: bool>(
+    py: Python<'_>,
+    inner: &mut FinishBatch,
+    token_strs: &mut Vec<Option<Py<PyString>>>,
+    input: StepInput<'_>,
+) -> PyResult<PyBatchStepResult> {
+    if token_strs.is_empty() {
+        let n = inner.vocabulary().map_or(0, |v| v.vocab_size());
+        token_strs.try_reserve_exact(n).map_err(|_| {
+            to_py_err(Error::Alloc {
+                what: format!("a table of {n} token strings"),
+            })
+        })?;
+        token_strs.resize_with(n, || None);
+    }
+    let mut sink = IdsStep::<CHANNELS, APPEND> {
+        py,
+        token_strs,
+        objects: Vec::new(),
+        list: PyList::empty(py),
+        replaced: Vec::new(),
+        rows: Rows::<CHANNELS>::new(&input),
+    };
+    inner.step_ids(input, &mut sink).map_err(to_py_err)?;
+    let IdsStep {
+        list,
+        mut replaced,
         rows,
-        finished,
-        tokens,
-        channels,
-    })
+        ..
+    } = sink;
+    let rows = rows.done()?;
+    let list = if APPEND {
+        list
+    } else {
+        Replaced(&mut replaced).apply(list)?
+    };
+    Ok(rows.into_result(list))
+}
+
+/// The delta sink of an ids-only step. One piece per slot: the deltas are
+/// the pieces' list, with the rows whose delta is not their piece replaced
+/// after the step; with run lengths, each row's delta is appended.
+struct IdsStep<'a, 'py, const CHANNELS: bool, const APPEND: bool> {
+    py: Python<'py>,
+    token_strs: &'a mut Vec<Option<Py<PyString>>>,
+    /// One `str` per piece.
+    objects: Vec<Bound<'py, PyAny>>,
+    list: Bound<'py, PyList>,
+    replaced: Vec<(usize, Py<PyString>)>,
+    rows: Rows<CHANNELS>,
+}
+
+impl<const CHANNELS: bool, const APPEND: bool> IdsSink for IdsStep<'_, '_, CHANNELS, APPEND> {
+    fn pieces(&mut self, ids: &[u32], pieces: &Pieces) -> Result<(), Error> {
+        let py = self.py;
+        let objects = &mut self.objects;
+        objects
+            .try_reserve_exact(ids.len())
+            .map_err(|_| Error::Alloc {
+                what: format!("{} text pieces", ids.len()),
+            })?;
+        for (j, s) in pieces.iter().enumerate() {
+            let o = match self.token_strs.get_mut(ids[j] as usize) {
+                Some(cached) if pieces.plain[j] => cached
+                    .get_or_insert_with(|| PyString::new(py, s).unbind())
+                    .bind(py)
+                    .clone(),
+                _ => PyString::new(py, s),
+            };
+            objects.push(o.into_any());
+        }
+        if !APPEND {
+            self.list = PyList::new(py, &*objects).map_err(|_| Error::Alloc {
+                what: format!("a list of {} text deltas", ids.len()),
+            })?;
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn row(&mut self, k: usize, t: &FinishTracker, s: &SlotStep) {
+        let py = self.py;
+        if APPEND {
+            let mut d = Appended {
+                objects: &self.objects,
+                list: &self.list,
+            };
+            self.rows.record(py, &mut d, k, t, s);
+        } else {
+            self.rows
+                .record(py, &mut Replaced(&mut self.replaced), k, t, s);
+        }
+    }
 }

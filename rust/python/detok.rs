@@ -1,20 +1,19 @@
 //! The binding of the detokenizer (`Vocabulary`, `IncrementalDecoder`) and
-//! the helpers `FinishBatch` / `FinishTracker` use for ids-only steps.
+//! the arguments `FinishBatch` / `FinishTracker` take for ids-only steps.
 
 use std::sync::Arc;
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::PyBytes;
 
-use super::batch::{batch_step, Appended, PyBatchStepResult, Replaced};
 use super::convert::{extract_ids, extract_utf8, type_name};
 use super::errors::{arg_err, to_py_err, value_error};
-use crate::batch::{FinishBatch, StepInput};
-use crate::detok_batch::{BatchDecoder, Pieces, SeqDecoder};
+use crate::detok_batch::SeqDecoder;
 use crate::detokenize::{read_tokenizer_file, DecodeOptions, DecodeState, Vocabulary};
 use crate::error::{Error, Problem};
-use crate::finish::{FinishTracker, Step, StopParams};
+use crate::finish::StopParams;
+use crate::reasoning::PromptState;
 
 /// A tokenizer's decoding table, built from a Hugging Face `tokenizer.json`:
 /// the decoded bytes of every token id, in one arena. Immutable and shared
@@ -252,117 +251,19 @@ pub(super) fn seq_decoder(
     .map_err(to_py_err)
 }
 
-/// A `FinishBatch`'s decoders, plus one `str` object per id, made the
-/// first time that id's text is a whole step's delta and reused after (a
-/// delta is then that very object, as for pieces passed in).
-pub(super) struct BatchDetok {
-    inner: BatchDecoder,
-    strs: Vec<Option<Py<PyString>>>,
-}
-
-impl BatchDetok {
-    pub(super) fn new(vocab: Arc<Vocabulary>, max_slots: usize) -> Self {
-        BatchDetok {
-            inner: BatchDecoder::new(vocab, max_slots),
-            strs: Vec::new(),
-        }
-    }
-}
-
-impl std::ops::Deref for BatchDetok {
-    type Target = BatchDecoder;
-    fn deref(&self) -> &BatchDecoder {
-        &self.inner
-    }
-}
-
-impl std::ops::DerefMut for BatchDetok {
-    fn deref_mut(&mut self) -> &mut BatchDecoder {
-        &mut self.inner
-    }
-}
-
-/// `FinishBatch.step` with ids only: decodes them into pieces and runs the
-/// step as with those pieces; decoders change only if the step is accepted.
-pub(super) fn batch_ids_step<'py>(
-    py: Python<'py>,
-    inner: &mut FinishBatch,
-    dec: &mut BatchDetok,
-    slots: &[i64],
-    ids: &[u32],
-    runs: Option<&[usize]>,
-    grammar: Option<&[i64]>,
-) -> PyResult<PyBatchStepResult> {
-    dec.inner
-        .decode_step(slots, ids, runs, grammar)
-        .map_err(to_py_err)?;
-    if dec.strs.is_empty() {
-        let n = dec.inner.vocab().vocab_size();
-        dec.strs.try_reserve_exact(n).map_err(|_| {
-            to_py_err(Error::Alloc {
-                what: format!("a table of {n} token strings"),
-            })
-        })?;
-        dec.strs.resize_with(n, || None);
-    }
-    let pieces = &dec.inner.pieces;
-    let strs = pieces.strs();
-    let mut objects: Vec<Bound<'py, PyAny>> = Vec::with_capacity(strs.len());
-    for (j, s) in strs.iter().enumerate() {
-        let o = match dec.strs.get_mut(ids[j] as usize) {
-            Some(cached) if pieces.plain[j] => cached
-                .get_or_insert_with(|| PyString::new(py, s).unbind())
-                .bind(py)
-                .clone(),
-            _ => PyString::new(py, s),
-        };
-        objects.push(o.into_any());
-    }
-    // One piece per slot: the result's deltas start as the pieces, as with
-    // pieces passed in.
-    let input = StepInput::new(slots, ids)
-        .runs(runs)
-        .grammar(grammar)
-        .flush_tails(Some(&pieces.flush));
-    let input = input.texts(Some(&strs));
-    let r = if runs.is_none() {
-        let list = PyList::new(py, &objects)?;
-        let mut replaced = Vec::new();
-        let mut deltas = Replaced(&mut replaced);
-        let rows = batch_step(py, inner, input, &mut deltas)?;
-        rows.into_result(deltas.apply(list)?)
-    } else {
-        let list = PyList::empty(py);
-        let mut deltas = Appended {
-            objects: &objects,
-            list,
-        };
-        let rows = batch_step(py, inner, input, &mut deltas)?;
-        rows.into_result(deltas.list)
+/// With a vocabulary and reasoning channels: checks the marker ids against
+/// the vocabulary and reads the prompt's tail for an open reasoning block
+/// (semantics.md 11, rule 1).
+pub(super) fn prompt_state(
+    vocab: Option<&Vocabulary>,
+    params: &StopParams,
+    prompt_token_ids: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PromptState> {
+    let (Some(v), Some(r)) = (vocab, &params.reasoning) else {
+        return Ok(PromptState::NoMarker);
     };
-    drop(strs);
-    dec.inner.commit(slots);
-    Ok(r)
-}
-
-/// `FinishTracker.update` with ids only.
-pub(super) fn tracker_ids_update(
-    vocab: &Vocabulary,
-    dec: &mut SeqDecoder,
-    tracker: &mut FinishTracker,
-    ids: &[u32],
-    grammar: Option<usize>,
-) -> PyResult<Step> {
-    vocab
-        .check_decode_size(ids, "token_ids")
+    r.check_ids("vocabulary size", v.vocab_size() as u64)
         .map_err(to_py_err)?;
-    let mut pieces = Pieces::default();
-    let next = dec
-        .decode_run(vocab, ids, grammar, &mut pieces, 0, None)
-        .map_err(to_py_err)?;
-    let step = tracker
-        .update_flushed(ids, Some(&pieces.strs()), grammar, &pieces.flush)
-        .map_err(to_py_err)?;
-    *dec = next;
-    Ok(step)
+    let prompt = prompt_ids(prompt_token_ids)?;
+    Ok(r.prompt_state(&prompt, |id| v.token_text(id)))
 }

@@ -44,6 +44,7 @@ mod logits;
 mod matchers;
 mod openai;
 mod params;
+mod result;
 mod tracker;
 
 use pyo3::prelude::*;
@@ -85,7 +86,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         matchers::PyStopRegexes,
         matchers::PyStopRegexMatcher,
         params::PyStopParams,
-        tracker::PyStepResult,
+        result::PyStepResult,
         tracker::PyFinishTracker,
         batch::PyBatchStepResult,
         batch::PyFinishBatch,
