@@ -357,6 +357,9 @@ def test_slot_force_and_constructor_errors_carry_field_and_kind() -> None:
     with pytest.raises(TypeError, match="force token_id: token id 1.5 is not an int") as info:
         c.force(1, 1.5)
     assert _data(info) == ("StoplineTypeError", "token_id", 1, "id_not_int")
+    with pytest.raises(ValueError, match="token_ids: token id -1 is outside") as info:
+        c.append_tokens(2, [4, -1])
+    assert _data(info) == ("StoplineValueError", "token_ids[1]", 2, "id_outside")
     with pytest.raises(ValueError, match="max_slots must be positive, got 0") as info:
         LogitsConstraints(0, V)
     assert _data(info) == ("StoplineValueError", "max_slots", None, "below")

@@ -441,10 +441,12 @@ class LogitsConstraints:
                     "token_ids",
                     f"token_ids tensor must be 1-D integer, got {token_ids.dtype} {tuple(token_ids.shape)}",
                     "wrong_type",
+                    slot=s,
                 )
             ids_t = token_ids.to(device=self.device, dtype=torch.int32)
         else:
-            ids_t = torch.tensor(_token_ids(token_ids, "token_ids", self.vocab_size), dtype=torch.int32)
+            with at_slot(s):
+                ids_t = torch.tensor(_token_ids(token_ids, "token_ids", self.vocab_size), dtype=torch.int32)
         k = int(ids_t.shape[0])
         host = self._slots[s]
         n = host.num_tokens
