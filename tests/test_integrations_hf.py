@@ -364,3 +364,22 @@ def test_docs_example_runs(lm, monkeypatch):
     assert "stopline.tools" not in block and "import stopline._" not in block
     monkeypatch.setenv("MODEL", lm.model.name_or_path)
     run_python_blocks("docs/integrations.md", "integrations.hf")
+
+
+def test_adapter_errors_carry_field_and_kind(tok):
+    """Issue 24: the HF adapters' argument errors are the core's classes
+    with ``field`` and ``kind``; the messages are unchanged."""
+    with pytest.raises(TypeError, match="constraints must be a mapping") as info:
+        ConstraintsProcessor("min_tokens=3")
+    assert (type(info.value), info.value.field, info.value.kind) == (stopline.StoplineTypeError, "constraints", "wrong_type")
+    with pytest.raises(ValueError, match="constraints has 1 entries but the batch has 2 rows") as info:
+        ConstraintsProcessor([{}])(torch.tensor([[1], [2]]), torch.zeros(2, V))
+    assert (type(info.value), info.value.field, info.value.kind) == (stopline.StoplineValueError, "constraints", "count")
+    with pytest.raises(TypeError, match="vocabulary must be a stopline.Vocabulary, got str") as info:
+        FinishCriteria(tok, stopline.StopParams(), vocabulary="tokenizer.json")
+    assert (type(info.value), info.value.field, info.value.kind) == (stopline.StoplineTypeError, "vocabulary", "wrong_type")
+    crit = FinishCriteria(tok, stopline.StopParams(max_tokens=10))
+    crit(torch.tensor([[5, 6, 7], [5, 6, 8]]), None)
+    with pytest.raises(ValueError, match="reordered") as info:
+        crit(torch.tensor([[5, 6, 8, 1], [5, 6, 7, 1]]), None)
+    assert (type(info.value), info.value.field, info.value.kind) == (stopline.StoplineValueError, "input_ids", "invalid")

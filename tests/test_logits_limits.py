@@ -307,3 +307,89 @@ def test_kernel_tuning_is_read_when_the_state_is_built_not_at_import(monkeypatch
     assert lc()._tuning == KernelTuning()
     with pytest.raises(AttributeError):
         KernelTuning().chunk_words = 4  # type: ignore[misc]
+
+
+def _data(info: pytest.ExceptionInfo[BaseException]) -> tuple[str, Any, Any, Any]:
+    e = info.value
+    return type(e).__name__, getattr(e, "field", None), getattr(e, "slot", None), getattr(e, "kind", None)
+
+
+def test_set_errors_carry_field_kind_and_slot() -> None:
+    """Issue 24: LogitsConstraints.set's checks raise the core's classes
+    (``stopline.StoplineValueError``, ...) naming the element, the problem
+    and the slot whose request is at fault; the messages are unchanged."""
+    c = lc()
+    with pytest.raises(ValueError, match="stop_token_ids: token id 1000 is outside") as info:
+        c.set(2, stop_token_ids=[1, 1000])
+    assert _data(info) == ("StoplineValueError", "stop_token_ids[1]", 2, "id_outside")
+    with pytest.raises(TypeError, match="min_tokens must be an int, got '3'") as info:
+        c.set(1, min_tokens="3")
+    assert _data(info) == ("StoplineTypeError", "min_tokens", 1, "wrong_type")
+    with pytest.raises(ValueError, match="logit_bias: bias for token 5 is not finite in float32") as info:
+        c.set(3, logit_bias={5: float("inf")})
+    assert _data(info) == ("StoplineValueError", "logit_bias[5]", 3, "invalid")
+    with pytest.raises(ValueError, match="logit_bias: token id 5 appears twice") as info:
+        c.set(0, logit_bias=[(5, 1.0), (5, 2.0)])
+    assert _data(info) == ("StoplineValueError", "logit_bias", 0, "invalid")
+    with pytest.raises(ValueError, match="restore must be one of") as info:
+        c.set(0, restore="sometimes")
+    assert _data(info) == ("StoplineValueError", "restore", 0, "not_one_of")
+    with pytest.raises(ValueError, match="allowed_token_ids is empty") as info:
+        c.set(1, allowed_token_ids=[])
+    assert _data(info) == ("StoplineValueError", "allowed_token_ids", 1, "invalid")
+    # A list over its cap, checked by the core's own reader, also names the slot.
+    with pytest.raises(ValueError) as info:
+        c.set(2, stop_token_ids=[1] * (LIMITS["max_stop_token_ids"] + 1))
+    assert _data(info)[1:] == ("stop_token_ids", 2, "too_many")
+
+
+def test_slot_force_and_constructor_errors_carry_field_and_kind() -> None:
+    c = lc()
+    with pytest.raises(ValueError, match=r"slot 4 is outside \[0, max_slots=4\)") as info:
+        c.set(4)
+    assert _data(info) == ("StoplineValueError", "slot", 4, "out_of_range")
+    with pytest.raises(TypeError, match="slot must be an int") as info:
+        c.clear("0")
+    assert _data(info) == ("StoplineTypeError", "slot", None, "wrong_type")
+    with pytest.raises(ValueError, match="force token_id: token id 1000 is outside") as info:
+        c.force(3, 1000)
+    assert _data(info) == ("StoplineValueError", "token_id", 3, "id_outside")
+    with pytest.raises(TypeError, match="force token_id: token id 1.5 is not an int") as info:
+        c.force(1, 1.5)
+    assert _data(info) == ("StoplineTypeError", "token_id", 1, "id_not_int")
+    with pytest.raises(ValueError, match="token_ids: token id -1 is outside") as info:
+        c.append_tokens(2, [4, -1])
+    assert _data(info) == ("StoplineValueError", "token_ids[1]", 2, "id_outside")
+    with pytest.raises(ValueError, match="max_slots must be positive, got 0") as info:
+        LogitsConstraints(0, V)
+    assert _data(info) == ("StoplineValueError", "max_slots", None, "below")
+    with pytest.raises(ValueError, match="more than the supported") as info:
+        LogitsConstraints(LIMITS["max_slots"] + 1, V)
+    assert _data(info) == ("StoplineValueError", "max_slots", None, "greater")
+    with pytest.raises(ValueError, match="reserve: unknown table 'stops'") as info:
+        LogitsConstraints(2, V, reserve={"stops": 1})
+    assert _data(info) == ("StoplineValueError", "reserve", None, "unknown_key")
+
+
+def test_apply_errors_carry_field_kind_and_slot() -> None:
+    c = lc()
+    with pytest.raises(ValueError, match="row_slots must have one entry per logits row") as info:
+        c.apply(torch.zeros(2, V), [0], [0, 0], backend="torch")
+    assert _data(info) == ("StoplineValueError", "row_slots", None, "count")
+    with pytest.raises(ValueError, match=r"row_slots: slot 9 is outside \[0, max_slots=4\)") as info:
+        c.apply(torch.zeros(2, V), [0, 9], [0, 0], backend="torch")
+    assert _data(info) == ("StoplineValueError", "row_slots", 9, "out_of_range")
+    with pytest.raises(TypeError, match="logits must be a torch.Tensor, got list") as info:
+        c.apply([[0.0] * V], [0], [0], backend="torch")
+    assert _data(info) == ("StoplineTypeError", "logits", None, "wrong_type")
+    with pytest.raises(ValueError, match="backend must be one of") as info:
+        c.apply(torch.zeros(1, V), [0], [0], backend="cuda")
+    assert _data(info) == ("StoplineValueError", "backend", None, "not_one_of")
+
+
+def test_frozen_tables_refusal_names_the_slot() -> None:
+    c = lc()
+    c.freeze()
+    with pytest.raises(RuntimeError, match="LogitsConstraints.set: slot 2 needs") as info:
+        c.set(2, stop_token_ids=list(range(40)))
+    assert _data(info) == ("StoplineRuntimeError", "reserve", 2, "no_room")

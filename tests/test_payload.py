@@ -122,3 +122,36 @@ def test_a_chunk_that_shrank_after_push_is_a_named_error():
     with pytest.raises(ValueError, match="slot 0: the held chunks cover fewer tokens"):
         held.release(0, 3)
     assert held.held(0) == 0
+
+
+def test_payload_errors_carry_field_kind_and_slot():
+    """Issue 24: HeldPayloads' argument errors are the core's classes, with the
+    slot at fault where there is one; the messages are unchanged."""
+    held = HeldPayloads(4)
+
+    def data(info):
+        e = info.value
+        return type(e), e.field, e.slot, e.kind
+
+    with pytest.raises(ValueError, match=r"slot must be in \[0, 4\), got 7") as info:
+        held.push(7, [1])
+    assert data(info) == (stopline.StoplineValueError, "slot", 7, "out_of_range")
+    with pytest.raises(TypeError, match="slot 1: chunk must have len") as info:
+        held.push(1, 5)
+    assert data(info) == (stopline.StoplineTypeError, "chunk", 1, "wrong_type")
+    held.push(2, [1, 2])
+    with pytest.raises(ValueError, match="slot 2: releasing 3 tokens but only 2 are held") as info:
+        held.release(2, 3)
+    assert data(info) == (stopline.StoplineValueError, "count", 2, "greater")
+    with pytest.raises(ValueError, match="slot 2: count must be >= 0") as info:
+        held.release(2, -1)
+    assert data(info) == (stopline.StoplineValueError, "count", 2, "below")
+    with pytest.raises(TypeError, match="count must be an int, got bool") as info:
+        held.release(2, True)
+    assert data(info) == (stopline.StoplineTypeError, "count", None, "wrong_type")
+    with pytest.raises(ValueError, match="max_slots must be in") as info:
+        HeldPayloads(0)
+    assert data(info) == (stopline.StoplineValueError, "max_slots", None, "out_of_range")
+    with pytest.raises(TypeError, match="result must be a BatchStepResult, got int") as info:
+        held.step(3)
+    assert data(info) == (stopline.StoplineTypeError, "result", None, "wrong_type")

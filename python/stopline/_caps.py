@@ -8,10 +8,11 @@ from __future__ import annotations
 import itertools
 import numbers
 import reprlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from stopline._core import StoplineTypeError, StoplineValueError, _problem
+from stopline._core import StoplineRuntimeError, StoplineTypeError, StoplineValueError, _problem
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
@@ -60,23 +61,50 @@ def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
 # place.
 
 
-def _with_data(exc: E, field_name: str, kind: str) -> E:
-    exc.field, exc.slot, exc.kind = field_name, None, kind  # type: ignore[attr-defined]
-    return exc
+_CLASSES: dict[type[Exception], type[Exception]] = {
+    ValueError: StoplineValueError,
+    TypeError: StoplineTypeError,
+    RuntimeError: StoplineRuntimeError,
+}
+
+
+def field_error(
+    cls: type[E], field_name: str, message: str, kind: str = "invalid", slot: int | None = None
+) -> E:
+    """The core's class for the built-in ``cls`` (``ValueError`` gives
+    ``StoplineValueError``, ...) with ``message`` as is and the attributes
+    ``field``, ``slot`` and ``kind`` set: the one place a Python-side check
+    builds its error."""
+    exc: Any = _CLASSES[cls](message)  # type: ignore[index]
+    exc.field, exc.slot, exc.kind = field_name, slot, kind
+    return exc  # type: ignore[no-any-return]
 
 
 def field_type_error(field_name: str, expected: str, value: Any) -> TypeError:
     """``StoplineTypeError("{field} must be {expected}, got {type}")``,
     ``kind="wrong_type"`` as the core's own type errors."""
-    return _with_data(
-        StoplineTypeError(f"{field_name} must be {expected}, got {type(value).__name__}"), field_name, "wrong_type"
+    return field_error(
+        TypeError, field_name, f"{field_name} must be {expected}, got {type(value).__name__}", "wrong_type"
     )
 
 
 def field_value_error(field_name: str, problem: str, kind: str = "invalid") -> ValueError:
     """``StoplineValueError`` whose message starts with the field's name;
     ``kind`` names the problem for callers that match on it."""
-    return _with_data(StoplineValueError(f"{field_name}{problem}"), field_name, kind)
+    return field_error(ValueError, field_name, f"{field_name}{problem}", kind)
+
+
+@contextmanager
+def at_slot(slot: int) -> Iterator[None]:
+    """Within the block, a stopline error that names no slot gets ``slot``:
+    every check of one slot's request names that slot without passing it
+    down to each check."""
+    try:
+        yield
+    except (StoplineValueError, StoplineTypeError, StoplineRuntimeError) as exc:
+        if exc.slot is None:
+            exc.slot = slot
+        raise
 
 
 def integer(value: Any, field_name: str) -> int:

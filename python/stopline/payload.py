@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ._caps import shown
+from ._caps import field_error, shown
 from ._core import LIMITS
 
 __all__ = ["HeldPayloads"]
@@ -33,11 +33,11 @@ def _index(value: Any, field: str) -> int:
     """``value`` as an int (anything with ``__index__``, as the core reads
     ints; a ``bool`` is refused): ``TypeError`` naming the field otherwise."""
     if isinstance(value, bool):
-        raise TypeError(f"{field} must be an int, got bool")
+        raise field_error(TypeError, field, f"{field} must be an int, got bool", "wrong_type")
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{field} must be an int, got {type(value).__name__}") from None
+        raise field_error(TypeError, field, f"{field} must be an int, got {type(value).__name__}", "wrong_type") from None
 
 
 class HeldPayloads:
@@ -67,7 +67,7 @@ class HeldPayloads:
     def __init__(self, max_slots: int):
         n = _index(max_slots, "max_slots")
         if not 1 <= n <= MAX_SLOTS:
-            raise ValueError(f"max_slots must be in [1, {MAX_SLOTS}], got {shown(n)}")
+            raise field_error(ValueError, "max_slots", f"max_slots must be in [1, {MAX_SLOTS}], got {shown(n)}", "out_of_range")
         self._max_slots = n
         self._queues: dict[int, deque[Any]] = {}
         self._held: dict[int, int] = {}
@@ -80,7 +80,7 @@ class HeldPayloads:
     def _slot(self, slot: Any, field: str = "slot") -> int:
         s = _index(slot, field)
         if not 0 <= s < self._max_slots:
-            raise ValueError(f"{field} must be in [0, {self._max_slots}), got {shown(s)}")
+            raise field_error(ValueError, field, f"{field} must be in [0, {self._max_slots}), got {shown(s)}", "out_of_range", slot=s)
         return s
 
     def push(self, slot: int, chunk: Any) -> None:
@@ -89,7 +89,13 @@ class HeldPayloads:
         try:
             n = len(chunk)
         except TypeError:
-            raise TypeError(f"slot {s}: chunk must have len() and slicing, got {type(chunk).__name__}") from None
+            raise field_error(
+                TypeError,
+                "chunk",
+                f"slot {s}: chunk must have len() and slicing, got {type(chunk).__name__}",
+                "wrong_type",
+                slot=s,
+            ) from None
         if n:
             self._queues.setdefault(s, deque()).append(chunk)
             self._held[s] = self._held.get(s, 0) + n
@@ -104,9 +110,9 @@ class HeldPayloads:
         k = _index(count, "count")
         held = self._held.get(s, 0)
         if k < 0:
-            raise ValueError(f"slot {s}: count must be >= 0, got {shown(k)}")
+            raise field_error(ValueError, "count", f"slot {s}: count must be >= 0, got {shown(k)}", "below", slot=s)
         if k > held:
-            raise ValueError(f"slot {s}: releasing {shown(k)} tokens but only {held} are held")
+            raise field_error(ValueError, "count", f"slot {s}: releasing {shown(k)} tokens but only {held} are held", "greater", slot=s)
         if k == 0:
             return []
         queue = self._queues[s]
@@ -115,7 +121,13 @@ class HeldPayloads:
         while left:
             if not queue:  # a pushed chunk shrank afterwards (a list the engine changed)
                 self.clear(s)
-                raise ValueError(f"slot {s}: the held chunks cover fewer tokens than were pushed; a chunk changed length after push")
+                raise field_error(
+                    ValueError,
+                    "chunk",
+                    f"slot {s}: the held chunks cover fewer tokens than were pushed; a chunk changed length after push",
+                    "invalid",
+                    slot=s,
+                )
             chunk = queue[0]
             n = len(chunk)
             if n <= left:
@@ -142,12 +154,12 @@ class HeldPayloads:
         try:
             slots, counts, finished = result.slots, result.released_counts, result.finished_slots
         except AttributeError:
-            raise TypeError(f"result must be a BatchStepResult, got {type(result).__name__}") from None
+            raise field_error(TypeError, "result", f"result must be a BatchStepResult, got {type(result).__name__}", "wrong_type") from None
         if chunks is not None:
             if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Sequence):
-                raise TypeError(f"chunks must be a sequence of chunks, got {type(chunks).__name__}")
+                raise field_error(TypeError, "chunks", f"chunks must be a sequence of chunks, got {type(chunks).__name__}", "wrong_type")
             if len(chunks) != len(slots):
-                raise ValueError(f"chunks has {len(chunks)} entries but the step has {len(slots)} rows")
+                raise field_error(ValueError, "chunks", f"chunks has {len(chunks)} entries but the step has {len(slots)} rows", "count")
             for slot, chunk in zip(slots, chunks):
                 self.push(slot, chunk)
         out = [self.release(slot, n) for slot, n in zip(slots, counts)]

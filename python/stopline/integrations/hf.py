@@ -37,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .. import FinishBatch, StepResult, StopParams, Vocabulary
+from .._caps import field_error
 from ..logits import LogitsConstraints
 
 __all__ = ["FinishCriteria", "ConstraintsProcessor", "vocabulary_for"]
@@ -47,18 +48,28 @@ def _per_row(value: Any, rows: int, field: str, kind: type) -> list[Any]:
     if isinstance(value, kind):
         return [value] * rows
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"{field} must be a {kind.__name__} or a sequence of them, got {type(value).__name__}")
+        raise field_error(
+            TypeError,
+            field,
+            f"{field} must be a {kind.__name__} or a sequence of them, got {type(value).__name__}",
+            "wrong_type",
+        )
     if len(value) != rows:
-        raise ValueError(f"{field} has {len(value)} entries but the batch has {rows} rows")
+        raise field_error(ValueError, field, f"{field} has {len(value)} entries but the batch has {rows} rows", "count")
     for i, v in enumerate(value):
         if not isinstance(v, kind):
-            raise TypeError(f"{field}[{i}] must be a {kind.__name__}, got {type(v).__name__}")
+            raise field_error(TypeError, f"{field}[{i}]", f"{field}[{i}] must be a {kind.__name__}, got {type(v).__name__}", "wrong_type")
     return list(value)
 
 
 def _check_ids(input_ids: Any, field: str = "input_ids") -> tuple[int, int]:
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise ValueError(f"{field} must be a 2-D tensor [rows, positions], got {getattr(input_ids, 'shape', type(input_ids))}")
+        raise field_error(
+            ValueError,
+            field,
+            f"{field} must be a 2-D tensor [rows, positions], got {getattr(input_ids, 'shape', type(input_ids))}",
+            "invalid",
+        )
     rows, width = (int(d) for d in input_ids.shape)
     return rows, width
 
@@ -72,7 +83,7 @@ class _RowTracker:
 
     def __init__(self, prompt_len: int | None, owner: str):
         if prompt_len is not None and (isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len < 0):
-            raise ValueError(f"prompt_len must be an int >= 0, got {prompt_len!r}")
+            raise field_error(ValueError, "prompt_len", f"prompt_len must be an int >= 0, got {prompt_len!r}", "invalid")
         self.prompt_len = prompt_len
         self.owner = owner
         self.rows = -1
@@ -83,7 +94,12 @@ class _RowTracker:
         if self.prompt_len is None:
             self.prompt_len = width - already
         if not 0 <= self.prompt_len <= width:
-            raise ValueError(f"prompt_len {self.prompt_len} does not fit input_ids of width {width}")
+            raise field_error(
+                ValueError,
+                "prompt_len",
+                f"prompt_len {self.prompt_len} does not fit input_ids of width {width}",
+                "out_of_range",
+            )
         self.rows = rows
         self.seen = self.prompt_len
 
@@ -92,19 +108,25 @@ class _RowTracker:
         after checking the rows kept their order."""
         rows, width = _check_ids(input_ids)
         if rows != self.rows:
-            raise ValueError(
+            raise field_error(
+                ValueError,
+                "input_ids",
                 f"{self.owner}: input_ids has {rows} rows but had {self.rows}; one instance serves one "
-                "generate call (beam search and row changes are not supported)"
+                "generate call (beam search and row changes are not supported)",
+                "count",
             )
         if width < self.seen:
-            raise ValueError(f"{self.owner}: input_ids shrank from {self.seen} to {width} positions")
+            raise field_error(ValueError, "input_ids", f"{self.owner}: input_ids shrank from {self.seen} to {width} positions", "invalid")
         first = max(self.seen - 1, 0)
         host = input_ids[:, first:].cpu().numpy()  # a view on CPU; only these columns copied from a device
         new = host[:, self.seen - first:]
         if self.last is not None and self.seen > 0 and not np.array_equal(host[:, 0], self.last):
-            raise ValueError(
+            raise field_error(
+                ValueError,
+                "input_ids",
                 f"{self.owner}: rows were reordered between calls (beam search); "
-                "use num_beams=1 or one generate call per beam"
+                "use num_beams=1 or one generate call per beam",
+                "invalid",
             )
         self.seen = width
         self.last = host[:, -1].copy() if width > 0 else None
@@ -137,7 +159,12 @@ def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
     """
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not hasattr(backend, "to_str") or not hasattr(backend, "get_vocab_size"):
-        raise TypeError(f"tokenizer must be a fast transformers tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+        raise field_error(
+            TypeError,
+            "tokenizer",
+            f"tokenizer must be a fast transformers tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}",
+            "wrong_type",
+        )
     size = int(backend.get_vocab_size(with_added_tokens=True))
     hit = _VOCABULARIES.get(id(backend))
     if hit is not None and hit[0] is backend and hit[1] == size:
@@ -234,11 +261,26 @@ class FinishCriteria(StoppingCriteria):
     ):
         self._tokenizer = getattr(tokenizer, "backend_tokenizer", tokenizer)
         if not hasattr(self._tokenizer, "decode") or not hasattr(self._tokenizer, "id_to_token"):
-            raise TypeError(f"tokenizer must be a fast transformers tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+            raise field_error(
+                TypeError,
+                "tokenizer",
+                f"tokenizer must be a fast transformers tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}",
+                "wrong_type",
+            )
         if not isinstance(params, (StopParams, Sequence)):
-            raise TypeError(f"params must be a StopParams or a sequence of them, got {type(params).__name__}")
+            raise field_error(
+                TypeError,
+                "params",
+                f"params must be a StopParams or a sequence of them, got {type(params).__name__}",
+                "wrong_type",
+            )
         if vocabulary is not None and not isinstance(vocabulary, Vocabulary):
-            raise TypeError(f"vocabulary must be a stopline.Vocabulary, got {type(vocabulary).__name__}")
+            raise field_error(
+                TypeError,
+                "vocabulary",
+                f"vocabulary must be a stopline.Vocabulary, got {type(vocabulary).__name__}",
+                "wrong_type",
+            )
         self._params = params
         self._skip = bool(skip_special_tokens)
         self._vocabulary = vocabulary if vocabulary is not None else vocabulary_for(self._tokenizer)
@@ -353,7 +395,12 @@ class ConstraintsProcessor(LogitsProcessor):
 
     def __init__(self, constraints: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, prompt_len: int | None = None):
         if not isinstance(constraints, (Mapping, Sequence)) or isinstance(constraints, (str, bytes)):
-            raise TypeError(f"constraints must be a mapping or a sequence of mappings, got {type(constraints).__name__}")
+            raise field_error(
+                TypeError,
+                "constraints",
+                f"constraints must be a mapping or a sequence of mappings, got {type(constraints).__name__}",
+                "wrong_type",
+            )
         self._constraints = constraints
         self._rows = _RowTracker(prompt_len, "ConstraintsProcessor")
         self._state: LogitsConstraints | None = None

@@ -64,7 +64,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
-from .._caps import field_type_error, field_value_error, shown, unknown_keys
+from .._caps import field_error, field_type_error, field_value_error, shown, unknown_keys
 from ..engines.vllm import DetokenizerStop, RequestStop
 from ..logits import LogitsConstraints
 
@@ -136,10 +136,13 @@ def _claim_engine(proc: Any, engine_object: Any) -> None:
     other = None if ref is None else ref()
     if other is not None and other._engine_object is engine_object:
         name = type(proc).__name__
-        raise ValueError(
+        raise field_error(
+            ValueError,
+            "logits_processors",
             f"{name} is already loaded in this engine: vLLM loads the vllm.logits_processors entry point (where "
             f"stopline registers StoplineLogitsProcessor) and then logits_processors=[...] without removing repeats; "
-            f"name {name} once (a second instance would apply each request's constraints twice)"
+            f"name {name} once (a second instance would apply each request's constraints twice)",
+            "invalid",
         )
     proc._engine_object = engine_object
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from stopline import _core
-from stopline._caps import capped, shown
+from stopline._caps import at_slot, capped, field_error, shown
 
 from .device_state import DeviceState, DeviceTables, SlotHost, pack_bits, reserve_widths
 from .limits import BACKENDS, LIMITS, RESTORE_POLICIES
@@ -27,25 +27,31 @@ LOGITS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _INT_DTYPES = (torch.int32, torch.int64)
 
 
-def _token_id(value, field_name: str, vocab_size: int) -> int:
+def _token_id(value, field_name: str, vocab_size: int, shown_as: str | None = None) -> int:
+    shown_as = shown_as or field_name
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{field_name}: token id {shown(value)} is not an int")
+        raise field_error(TypeError, field_name, f"{shown_as}: token id {shown(value)} is not an int", "id_not_int")
     value = int(value)
     if not 0 <= value < vocab_size:
-        raise ValueError(f"{field_name}: token id {value} is outside [0, vocab_size={vocab_size})")
+        raise field_error(ValueError, field_name, f"{shown_as}: token id {value} is outside [0, vocab_size={vocab_size})", "id_outside")
     return value
 
 
 def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> list[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{field_name}: expected a sequence of token ids, got {shown(values)}")
+        raise field_error(TypeError, field_name, f"{field_name}: expected a sequence of token ids, got {shown(values)}", "wrong_type")
     if isinstance(values, torch.Tensor) and values.dim() != 1:
-        raise TypeError(f"{field_name}: expected a 1-D sequence of token ids, got a {values.dim()}-d tensor")
+        raise field_error(
+            TypeError,
+            field_name,
+            f"{field_name}: expected a 1-D sequence of token ids, got a {values.dim()}-d tensor",
+            "wrong_type",
+        )
     out = capped(values, field_name, cap)
     # Fast path: plain ints checked with C-level passes only (type set, min, max).
     if set(map(type, out)) <= {int} and (not out or (min(out) >= 0 and max(out) < vocab_size)):
         return out
-    return [_token_id(v, field_name, vocab_size) for v in out]
+    return [_token_id(v, f"{field_name}[{i}]", vocab_size, shown_as=field_name) for i, v in enumerate(out)]
 
 
 def _bad_words(words: object, vocab_size: int) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -54,7 +60,7 @@ def _bad_words(words: object, vocab_size: int) -> tuple[torch.Tensor, int, torch
     number of distinct multi-token words, their prefixes ``[multi, width]``
     padded with -1, prefix lengths and last tokens (int32 CPU tensors)."""
     if isinstance(words, (str, bytes)) or not isinstance(words, Iterable):
-        raise TypeError(f"bad_words: expected a sequence of token-id sequences, got {shown(words)}")
+        raise field_error(TypeError, "bad_words", f"bad_words: expected a sequence of token-id sequences, got {shown(words)}", "wrong_type")
     single, prefix, plen, last, width = _core._bad_words_table(
         words, vocab_size, LIMITS["max_bad_words"], LIMITS["max_bad_word_tokens"])
     n_multi = len(last) // 4
@@ -104,18 +110,21 @@ class LogitsConstraints:
                  reserve: Mapping[str, int | bool] | None = None, _tuning: KernelTuning | None = None):
         for name, value in (("max_slots", max_slots), ("vocab_size", vocab_size)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an int, got {shown(value)}")
+                raise field_error(TypeError, name, f"{name} must be an int, got {shown(value)}", "wrong_type")
             if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                raise field_error(ValueError, name, f"{name} must be positive, got {value}", "below")
         if int(vocab_size) >= 2**31 - 64:
-            raise ValueError(f"vocab_size {vocab_size} does not fit int32 token ids")
+            raise field_error(ValueError, "vocab_size", f"vocab_size {vocab_size} does not fit int32 token ids", "greater")
         if int(max_slots) > LIMITS["max_slots"]:
-            raise ValueError(f"max_slots={max_slots} is more than the supported {LIMITS['max_slots']}")
+            raise field_error(ValueError, "max_slots", f"max_slots={max_slots} is more than the supported {LIMITS['max_slots']}", "greater")
         dense_bytes = int(max_slots) * ((int(vocab_size) + 31) // 32) * 4
         if dense_bytes > LIMITS["max_dense_table_bytes"]:
-            raise ValueError(
+            raise field_error(
+                ValueError,
+                "max_slots",
                 f"max_slots={max_slots} x vocab_size={vocab_size} needs a {dense_bytes}-byte token-mask table "
-                f"(for allowed_token_ids); at most {LIMITS['max_dense_table_bytes']} bytes are supported"
+                f"(for allowed_token_ids); at most {LIMITS['max_dense_table_bytes']} bytes are supported",
+                "too_many_bytes",
             )
         self._tuning = KernelTuning.from_env() if _tuning is None else _tuning
         widths, dense = reserve_widths(reserve, self._tuning.sparse_ban_limit)
@@ -157,9 +166,9 @@ class LogitsConstraints:
 
     def _slot(self, slot) -> int:
         if isinstance(slot, bool) or not isinstance(slot, numbers.Integral):
-            raise TypeError(f"slot must be an int, got {shown(slot)}")
+            raise field_error(TypeError, "slot", f"slot must be an int, got {shown(slot)}", "wrong_type")
         if not 0 <= int(slot) < self.max_slots:
-            raise ValueError(f"slot {slot} is outside [0, max_slots={self.max_slots})")
+            raise field_error(ValueError, "slot", f"slot {slot} is outside [0, max_slots={self.max_slots})", "out_of_range", slot=int(slot))
         return int(slot)
 
     def set(
@@ -216,56 +225,92 @@ class LogitsConstraints:
                 one than they hold; nothing was written.
         """
         s = self._slot(slot)
-        V = self.vocab_size
-        if isinstance(min_tokens, bool) or not isinstance(min_tokens, numbers.Integral):
-            raise TypeError(f"min_tokens must be an int, got {shown(min_tokens)}")
-        if min_tokens < 0:
-            raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
-        if min_tokens >= 2**31:
-            raise ValueError(f"min_tokens {min_tokens} does not fit int32")
-        if not isinstance(restore, str) or restore not in RESTORE_POLICIES:
-            raise ValueError(f"restore must be one of {sorted(RESTORE_POLICIES)}, got {shown(restore)}")
-        stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V, LIMITS["max_stop_token_ids"]))
-        allowed = None
-        if allowed_token_ids is not None:
-            allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V, LIMITS["max_allowed_token_ids"]))
-            if not allowed:
-                raise ValueError("allowed_token_ids is empty: no token could ever be sampled")
-        single, n_multi, prefix, prefix_len, last = _bad_words(bad_words, V)
-        bias_ids: list[int] = []
-        bias_vals: list[float] = []
-        if logit_bias is not None:
-            items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
-            if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-                raise TypeError(f"logit_bias: expected a mapping or (token_id, bias) pairs, got {shown(logit_bias)}")
-            seen_ids: set[int] = set()
-            for item in capped(items, "logit_bias", LIMITS["max_logit_bias"]):
-                try:
-                    tid, val = item
-                except (TypeError, ValueError):
-                    raise TypeError(f"logit_bias: expected (token_id, bias) pairs, got {shown(item)}") from None
-                tid = _token_id(tid, "logit_bias", V)
-                if isinstance(val, bool) or not isinstance(val, numbers.Real):
-                    raise TypeError(f"logit_bias: bias for token {tid} is not a number: {shown(val)}")
-                try:
-                    val = float(val)
-                except OverflowError:
-                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}") from None
-                if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
-                    raise ValueError(f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}")
-                if tid in seen_ids:
-                    raise ValueError(f"logit_bias: token id {tid} appears twice")
-                seen_ids.add(tid)
-                bias_ids.append(tid)
-                bias_vals.append(val)
+        with at_slot(s):  # every error of this request names the slot
+            V = self.vocab_size
+            if isinstance(min_tokens, bool) or not isinstance(min_tokens, numbers.Integral):
+                raise field_error(TypeError, "min_tokens", f"min_tokens must be an int, got {shown(min_tokens)}", "wrong_type")
+            if min_tokens < 0:
+                raise field_error(ValueError, "min_tokens", f"min_tokens must be >= 0, got {min_tokens}", "below")
+            if min_tokens >= 2**31:
+                raise field_error(ValueError, "min_tokens", f"min_tokens {min_tokens} does not fit int32", "greater")
+            if not isinstance(restore, str) or restore not in RESTORE_POLICIES:
+                raise field_error(
+                    ValueError,
+                    "restore",
+                    f"restore must be one of {sorted(RESTORE_POLICIES)}, got {shown(restore)}",
+                    "not_one_of",
+                )
+            stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V, LIMITS["max_stop_token_ids"]))
+            allowed = None
+            if allowed_token_ids is not None:
+                allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V, LIMITS["max_allowed_token_ids"]))
+                if not allowed:
+                    raise field_error(
+                        ValueError,
+                        "allowed_token_ids",
+                        "allowed_token_ids is empty: no token could ever be sampled",
+                        "invalid",
+                    )
+            single, n_multi, prefix, prefix_len, last = _bad_words(bad_words, V)
+            bias_ids: list[int] = []
+            bias_vals: list[float] = []
+            if logit_bias is not None:
+                items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
+                if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+                    raise field_error(
+                        TypeError,
+                        "logit_bias",
+                        f"logit_bias: expected a mapping or (token_id, bias) pairs, got {shown(logit_bias)}",
+                        "wrong_type",
+                    )
+                seen_ids: set[int] = set()
+                for item in capped(items, "logit_bias", LIMITS["max_logit_bias"]):
+                    try:
+                        tid, val = item
+                    except (TypeError, ValueError):
+                        raise field_error(
+                            TypeError,
+                            "logit_bias",
+                            f"logit_bias: expected (token_id, bias) pairs, got {shown(item)}",
+                            "wrong_type",
+                        ) from None
+                    tid = _token_id(tid, "logit_bias", V)
+                    if isinstance(val, bool) or not isinstance(val, numbers.Real):
+                        raise field_error(
+                            TypeError,
+                            f"logit_bias[{tid}]",
+                            f"logit_bias: bias for token {tid} is not a number: {shown(val)}",
+                            "wrong_type",
+                        )
+                    try:
+                        val = float(val)
+                    except OverflowError:
+                        raise field_error(
+                            ValueError,
+                            f"logit_bias[{tid}]",
+                            f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}",
+                            "invalid",
+                        ) from None
+                    if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
+                        raise field_error(
+                            ValueError,
+                            f"logit_bias[{tid}]",
+                            f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}",
+                            "invalid",
+                        )
+                    if tid in seen_ids:
+                        raise field_error(ValueError, "logit_bias", f"logit_bias: token id {tid} appears twice", "invalid")
+                    seen_ids.add(tid)
+                    bias_ids.append(tid)
+                    bias_vals.append(val)
 
-        dense_bans = allowed is not None or len(single) > self._tuning.sparse_ban_limit
-        widths = (len(stops), 0 if dense_bans else len(single), len(bias_ids), n_multi, prefix.shape[1])
-        if n_multi and not self._tables.frozen:
-            self._tables.check_bad_words_table(widths[3], widths[4])
-        # Validation done; the tables fit the request (or it is refused
-        # while frozen), then only this slot's rows are written.
-        self._tables.prepare(s, widths, dense_bans)
+            dense_bans = allowed is not None or len(single) > self._tuning.sparse_ban_limit
+            widths = (len(stops), 0 if dense_bans else len(single), len(bias_ids), n_multi, prefix.shape[1])
+            if n_multi and not self._tables.frozen:
+                self._tables.check_bad_words_table(widths[3], widths[4])
+            # Validation done; the tables fit the request (or it is refused
+            # while frozen), then only this slot's rows are written.
+            self._tables.prepare(s, widths, dense_bans)
         st = self.state
         dev = self.device
 
@@ -356,7 +401,8 @@ class LogitsConstraints:
         if token_id is None:
             self._unforce(s)
             return
-        tid = _token_id(token_id, "force token_id", self.vocab_size)
+        with at_slot(s):
+            tid = _token_id(token_id, "token_id", self.vocab_size, shown_as="force token_id")
         self.state.forced[s] = tid
         self._forced[s] = tid
 
@@ -390,10 +436,17 @@ class LogitsConstraints:
         s = self._slot(slot)
         if isinstance(token_ids, torch.Tensor):
             if token_ids.dim() != 1 or token_ids.dtype not in _INT_DTYPES + (torch.int16, torch.uint8, torch.int8):
-                raise TypeError(f"token_ids tensor must be 1-D integer, got {token_ids.dtype} {tuple(token_ids.shape)}")
+                raise field_error(
+                    TypeError,
+                    "token_ids",
+                    f"token_ids tensor must be 1-D integer, got {token_ids.dtype} {tuple(token_ids.shape)}",
+                    "wrong_type",
+                    slot=s,
+                )
             ids_t = token_ids.to(device=self.device, dtype=torch.int32)
         else:
-            ids_t = torch.tensor(_token_ids(token_ids, "token_ids", self.vocab_size), dtype=torch.int32)
+            with at_slot(s):
+                ids_t = torch.tensor(_token_ids(token_ids, "token_ids", self.vocab_size), dtype=torch.int32)
         k = int(ids_t.shape[0])
         host = self._slots[s]
         n = host.num_tokens
@@ -469,17 +522,22 @@ class LogitsConstraints:
                 ``TRITON_INTERPRET=1``.
         """
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {shown(backend)}")
+            raise field_error(ValueError, "backend", f"backend must be one of {BACKENDS}, got {shown(backend)}", "not_one_of")
         if not isinstance(logits, torch.Tensor):
-            raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+            raise field_error(TypeError, "logits", f"logits must be a torch.Tensor, got {type(logits).__name__}", "wrong_type")
         if logits.dtype not in LOGITS_DTYPES:
-            raise TypeError(f"logits dtype must be float32, bfloat16 or float16, got {logits.dtype}")
+            raise field_error(TypeError, "logits", f"logits dtype must be float32, bfloat16 or float16, got {logits.dtype}", "wrong_type")
         if logits.dim() != 2 or logits.shape[1] != self.vocab_size:
-            raise ValueError(f"logits must be [rows, vocab_size={self.vocab_size}], got {tuple(logits.shape)}")
+            raise field_error(
+                ValueError,
+                "logits",
+                f"logits must be [rows, vocab_size={self.vocab_size}], got {tuple(logits.shape)}",
+                "invalid",
+            )
         if logits.device != self.device and not _same_device(logits.device, self.device):
-            raise ValueError(f"logits are on {logits.device} but the state is on {self.device}")
+            raise field_error(ValueError, "logits", f"logits are on {logits.device} but the state is on {self.device}", "invalid")
         if logits.shape[1] > 1 and logits.stride(1) != 1:
-            raise ValueError("logits: the vocab dimension must be contiguous (stride 1)")
+            raise field_error(ValueError, "logits", "logits: the vocab dimension must be contiguous (stride 1)", "invalid")
         rows = logits.shape[0]
         dev = logits.device
         row_slots = self._row_tensor(row_slots, "row_slots", rows, dev, check_slots=True)
@@ -487,19 +545,29 @@ class LogitsConstraints:
         if bitmask is not None:
             _check_tensor(bitmask, "bitmask", (torch.int32,), (rows, self.num_words), dev)
             if self.num_words > 1 and bitmask.stride(1) != 1:
-                raise ValueError("bitmask: the word dimension must be contiguous (stride 1)")
+                raise field_error(ValueError, "bitmask", "bitmask: the word dimension must be contiguous (stride 1)", "invalid")
         if grammar_rows is not None:
             _check_tensor(grammar_rows, "grammar_rows", (torch.bool,), (rows,), dev)
         if draft_token_ids is not None:
             _check_tensor(draft_token_ids, "draft_token_ids", _INT_DTYPES, None, dev)
             if draft_token_ids.dim() != 2 or draft_token_ids.shape[0] != rows:
-                raise ValueError(f"draft_token_ids must be [rows={rows}, D], got {tuple(draft_token_ids.shape)}")
+                raise field_error(
+                    ValueError,
+                    "draft_token_ids",
+                    f"draft_token_ids must be [rows={rows}, D], got {tuple(draft_token_ids.shape)}",
+                    "invalid",
+                )
             if draft_token_ids.shape[1] > 1 and draft_token_ids.stride(1) != 1:
-                raise ValueError("draft_token_ids: the last dimension must be contiguous")
+                raise field_error(ValueError, "draft_token_ids", "draft_token_ids: the last dimension must be contiguous", "invalid")
         if backend == "auto":
             backend = "triton" if dev.type == "cuda" else "torch"
         if backend == "triton" and dev.type != "cuda" and not _interpreting():
-            raise ValueError("backend='triton' needs CUDA logits (or TRITON_INTERPRET=1 to run the kernel on CPU)")
+            raise field_error(
+                ValueError,
+                "backend",
+                "backend='triton' needs CUDA logits (or TRITON_INTERPRET=1 to run the kernel on CPU)",
+                "unsupported",
+            )
         if rows == 0:
             return torch.zeros(0, dtype=torch.bool, device=dev)
         if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -521,23 +589,23 @@ class LogitsConstraints:
                 self._check_slot_values(value)
             return value
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-            raise TypeError(f"{name} must be an int tensor or a sequence of ints, got {shown(value)}")
+            raise field_error(TypeError, name, f"{name} must be an int tensor or a sequence of ints, got {shown(value)}", "wrong_type")
         try:
             n = len(value)  # type: ignore[arg-type]
         except TypeError:
             n = None
         if n is not None and n != rows:
-            raise ValueError(f"{name} must have one entry per logits row ({rows}), got {n}")
+            raise field_error(ValueError, name, f"{name} must have one entry per logits row ({rows}), got {n}", "count")
         vals = capped(value, name, rows)
         for v in vals:
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{name}: {shown(v)} is not an int")
+                raise field_error(TypeError, name, f"{name}: {shown(v)} is not an int", "wrong_type")
             if not -(2**31) <= int(v) < 2**31:
                 what = "slot" if check_slots else "position"
-                raise ValueError(f"{name}: {what} {v} is outside the int32 range")
+                raise field_error(ValueError, name, f"{name}: {what} {v} is outside the int32 range", "out_of_range")
         t = torch.tensor(vals, dtype=torch.int64)
         if t.shape != (rows,):
-            raise ValueError(f"{name} must have one entry per logits row ({rows}), got {len(vals)}")
+            raise field_error(ValueError, name, f"{name} must have one entry per logits row ({rows}), got {len(vals)}", "count")
         if check_slots:
             self._check_slot_values(t)
         return t.to(dev, non_blocking=True)
@@ -547,7 +615,13 @@ class LogitsConstraints:
             lo, hi = int(t.min()), int(t.max())
             if lo < 0 or hi >= self.max_slots:
                 bad = lo if lo < 0 else hi
-                raise ValueError(f"row_slots: slot {bad} is outside [0, max_slots={self.max_slots})")
+                raise field_error(
+                    ValueError,
+                    "row_slots",
+                    f"row_slots: slot {bad} is outside [0, max_slots={self.max_slots})",
+                    "out_of_range",
+                    slot=bad,
+                )
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -562,13 +636,13 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
 
 def _check_tensor(t, name, dtypes, shape, dev) -> None:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        raise field_error(TypeError, name, f"{name} must be a torch.Tensor, got {type(t).__name__}", "wrong_type")
     if t.dtype not in dtypes:
-        raise TypeError(f"{name} dtype must be one of {[str(d) for d in dtypes]}, got {t.dtype}")
+        raise field_error(TypeError, name, f"{name} dtype must be one of {[str(d) for d in dtypes]}, got {t.dtype}", "wrong_type")
     if shape is not None and tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+        raise field_error(ValueError, name, f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}", "invalid")
     if not _same_device(t.device, dev):
-        raise ValueError(f"{name} is on {t.device} but logits are on {dev}")
+        raise field_error(ValueError, name, f"{name} is on {t.device} but logits are on {dev}", "invalid")
 
 
 def _interpreting() -> bool:

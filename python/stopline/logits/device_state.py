@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from stopline._caps import shown
+from stopline._caps import field_error, shown
 
 from .limits import LIMITS
 
@@ -107,7 +107,7 @@ def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) 
     if reserve is None:
         return (0, 0, 0, 0, 0), False
     if not isinstance(reserve, Mapping):
-        raise TypeError(f"reserve must be a mapping of table name to capacity, got {shown(reserve)}")
+        raise field_error(TypeError, "reserve", f"reserve must be a mapping of table name to capacity, got {shown(reserve)}", "wrong_type")
     caps = {
         "stop_token_ids": LIMITS["max_stop_token_ids"],
         "sparse_bans": sparse_ban_limit,
@@ -119,17 +119,32 @@ def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) 
     for key, value in reserve.items():
         if key == "allowed_token_ids":
             if not isinstance(value, bool):
-                raise TypeError(f"reserve['allowed_token_ids'] must be a bool, got {shown(value)}")
+                raise field_error(
+                    TypeError,
+                    "reserve.allowed_token_ids",
+                    f"reserve['allowed_token_ids'] must be a bool, got {shown(value)}",
+                    "wrong_type",
+                )
             continue
         if key not in caps:
-            raise ValueError(f"reserve: unknown table {shown(key)}; known: {sorted([*caps, 'allowed_token_ids'])}")
+            raise field_error(
+                ValueError,
+                "reserve",
+                f"reserve: unknown table {shown(key)}; known: {sorted([*caps, 'allowed_token_ids'])}",
+                "unknown_key",
+            )
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"reserve[{shown(key)}] must be an int, got {shown(value)}")
+            raise field_error(TypeError, f"reserve.{key}", f"reserve[{shown(key)}] must be an int, got {shown(value)}", "wrong_type")
         if not 0 <= int(value) <= caps[key]:
-            raise ValueError(f"reserve[{shown(key)}]={value} is outside [0, {caps[key]}]")
+            raise field_error(ValueError, f"reserve.{key}", f"reserve[{shown(key)}]={value} is outside [0, {caps[key]}]", "out_of_range")
         counts[key] = int(value)
     if counts.get("bad_word_tokens", 0) > 1 and not counts.get("bad_words"):
-        raise ValueError("reserve: 'bad_word_tokens' needs 'bad_words' (the multi-token words per slot)")
+        raise field_error(
+            ValueError,
+            "reserve.bad_word_tokens",
+            "reserve: 'bad_word_tokens' needs 'bad_words' (the multi-token words per slot)",
+            "required",
+        )
     n_bad = counts.get("bad_words", 0)
     prefix = max(counts.get("bad_word_tokens", 2), 2) - 1 if n_bad else 0
     widths = (counts.get("stop_token_ids", 0), counts.get("sparse_bans", 0), counts.get("logit_bias", 0), n_bad, prefix)
@@ -196,11 +211,15 @@ class DeviceTables:
             if dense and self.state.allowed.shape[0] == 0:
                 short.append("a dense token mask (allowed_token_ids, or many one-token bad words)")
             if short:
-                raise RuntimeError(
+                raise field_error(
+                    RuntimeError,
+                    "reserve",
                     f"LogitsConstraints.set: slot {s} needs {', '.join(short)}, but the tables are frozen "
                     "(a CUDA graph captured apply(), or freeze() was called) and growing them would leave the "
                     "graph reading freed memory; size them up front with LogitsConstraints(..., reserve={...}), "
-                    "or unfreeze() once no captured graph is replayed"
+                    "or unfreeze() once no captured graph is replayed",
+                    "no_room",
+                    slot=s,
                 )
             self.slots[s] = SlotHost()
             return
@@ -259,10 +278,13 @@ class DeviceTables:
         npfx = max(C_pfx, next_pow2(prefix_len))
         need = S * nb * npfx * 4
         if need > LIMITS["max_bad_words_table_bytes"]:
-            raise ValueError(
+            raise field_error(
+                ValueError,
+                "bad_words",
                 f"bad_words: {count} multi-token words of up to {prefix_len + 1} tokens would make the batch's "
                 f"bad-words table {need} bytes ({S} slots x {nb} words x {npfx} tokens); at most "
-                f"{LIMITS['max_bad_words_table_bytes']} bytes are supported"
+                f"{LIMITS['max_bad_words_table_bytes']} bytes are supported",
+                "too_many_bytes",
             )
 
     def ensure_width(self, name: str, width: int) -> None:

@@ -12,6 +12,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from stopline._caps import field_error
+
 #: Tile config per logits dtype: (DENSE_WORDS, SCAN_WORDS, NUM_WARPS,
 #: PROGS_PER_SM, WAVE_PROGS, PREFETCH). DENSE_WORDS bitmask words x 32 logits
 #: per iteration of the dense pass; SCAN_WORDS x 32 logits per block of the
@@ -74,8 +76,10 @@ class KernelTuning:
                 for dt in [name] if name else list(tiles):
                     tiles[dt] = vals + tuple(tiles[dt][len(vals):])
         except ValueError:
-            raise ValueError(
+            raise field_error(
+                ValueError,
+                ENV_TILES,
                 f"{ENV_TILES} must be 'DENSE_WORDS:SCAN_WORDS:NUM_WARPS[:PROGS_PER_SM[:WAVE_PROGS[:PREFETCH]]]' "
-                f"or 'dtype=...,dtype=...', got {text!r}"
+                f"or 'dtype=...,dtype=...', got {text!r}",
             ) from None
         return replace(self, tiles=tiles)

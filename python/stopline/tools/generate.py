@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import stopline
+from stopline._caps import field_error
 
 __all__ = ["DEMO_HINT", "GenerateResult", "Token", "compile_json_schema", "decode_tokens", "generate", "main"]
 
@@ -194,7 +195,7 @@ def compile_json_schema(lm: Any, schema: str) -> Any:
     try:
         return xgr.GrammarCompiler(info).compile_json_schema(schema)
     except RuntimeError as e:  # xgrammar reports schema errors as RuntimeError
-        raise ValueError(f"invalid JSON schema: {e}") from None
+        raise field_error(ValueError, "schema", f"invalid JSON schema: {e}", "invalid") from None
 
 
 _VOCABULARIES: dict[int, stopline.Vocabulary] = {}

@@ -26,6 +26,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from stopline._caps import field_error
 from stopline.tools.models import ModelFileError, model_cache_dir
 
 __all__ = ["VOCAB_NAMES", "tokenizer_json_path"]
@@ -83,7 +84,7 @@ def tokenizer_json_path(name: str, download: bool = True) -> Path:
             failed (no network?), or a package the conversion needs is missing.
     """
     if name not in _SOURCES:
-        raise ValueError(f"name={name!r} is not one of {', '.join(VOCAB_NAMES)}")
+        raise field_error(ValueError, "name", f"name={name!r} is not one of {', '.join(VOCAB_NAMES)}", "not_one_of")
     if name == "smollm2":
         from stopline.tools.models import load_smollm2_tokenizer, smollm2_tokenizer_dir
 
