@@ -338,6 +338,34 @@ print(json.dumps([whole, stop_only, regex_only, bad_only, set_only, control, len
     assert control == 0, out
 
 
+@pytest.mark.skipif(not getattr(sys, "_is_gil_enabled", lambda: True)(), reason="measures GIL release; this interpreter runs without a GIL")
+def test_long_decodes_and_tokenizer_files_run_without_the_gil(tmp_path: Any) -> None:
+    # Issue 22: `decode` of millions of ids and reading a large tokenizer
+    # file held the GIL for seconds. The same load-proof probe as above: each
+    # call is repeated until another thread is seen running inside one; the
+    # control, a decode under 4,096 ids (kept under the GIL on purpose), never is.
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps({"model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(200_000)}}}))
+    out = run_child(GIL_PROBE + r"""
+from stopline import Vocabulary
+v = Vocabulary.from_str(json.dumps({"model": {"vocab": {"ab": 0, "cd": 1}}}))
+ids, short = [0, 1] * 200_000, [0, 1] * 100
+obs = Observer()
+try:
+    N = 200
+    decode = obs.calls_until_seen(lambda i: (lambda: v.decode(ids)), N)
+    from_file = obs.calls_until_seen(lambda i: (lambda: Vocabulary.from_file(PATH)), N)
+    control = obs.calls_until_seen(lambda i: (lambda: v.decode(short)), N)
+finally:
+    obs.close()
+print(json.dumps([decode, from_file, control, len(v.decode(ids))]))
+""".replace("PATH", repr(str(path))))
+    decode, from_file, control, n_chars = out
+    assert n_chars == 3 * 400_000 - 1  # 400,000 two-letter tokens joined by spaces (no decoder)
+    assert decode > 0 and from_file > 0, out
+    assert control == 0, out
+
+
 class _IndexInterrupts:
     def __index__(self) -> int:
         raise KeyboardInterrupt
