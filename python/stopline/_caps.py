@@ -125,16 +125,18 @@ def items(values: Any, field_name: str, expected: str, cap: int) -> list[Any]:
     return capped(values, field_name, cap)
 
 
+def _plain_list(values: Any, typ: type, cap: int) -> bool:
+    """Whether ``values`` is a list under ``cap`` of exactly ``typ`` (no
+    subclass): the usual input, returned as is without a copy."""
+    return type(values) is list and len(values) <= cap and all(type(v) is typ for v in values)
+
+
 def int_items(values: Any, field_name: str, cap: int) -> list[int]:
     """A caller's iterable of token ids, read under ``cap``; an entry that is
     not an int is a TypeError naming ``field[i]``. A list of plain ints
     under the cap (a decoding step's usual input) is returned as is."""
-    if type(values) is list and len(values) <= cap:
-        for v in values:
-            if type(v) is not int:
-                break
-        else:
-            return values
+    if _plain_list(values, int, cap):
+        return values  # type: ignore[no-any-return]
     out = items(values, field_name, "a sequence of ints", cap)
     for i, v in enumerate(out):
         out[i] = integer(v, f"{field_name}[{i}]")
@@ -145,12 +147,8 @@ def str_items(values: Any, field_name: str, expected: str, cap: int) -> list[str
     """A caller's iterable of str, read under ``cap``; a non-str entry is a
     TypeError naming ``field[i]``. A list of str under the cap is returned
     as is."""
-    if type(values) is list and len(values) <= cap:
-        for v in values:
-            if type(v) is not str:
-                break
-        else:
-            return values
+    if _plain_list(values, str, cap):
+        return values  # type: ignore[no-any-return]
     out = items(values, field_name, expected, cap)
     for i, v in enumerate(out):
         if not isinstance(v, str):
