@@ -989,10 +989,13 @@ impl FinishTracker {
         let pending = &self.pending.ends[self.pending.head..];
         (self.emitted_bytes, self.emitted_chars) = match released {
             0 => before,
+            // From the last release or from the end, whichever is nearer
+            // (as `release`): O(new text), not O(held text).
             r => {
                 let end = pending[r - 1];
                 let tail = self.kept.text_chars - end;
-                (byte_offset_from_end(&self.kept.text, tail), end)
+                let bytes = released_bytes(&self.kept.text, before.0, end - before.1, tail);
+                (bytes, end)
             }
         };
     }
