@@ -216,3 +216,161 @@ def test_sglang_stream_and_non_stream_agree_on_one_block(sglang: Any, name: str,
     for model in ("qwen3", "deepseek-r1"):
         assert joined(sglang_stream(sglang, model, opened, tok, prompt, steps, skip=False)) == final, model
         assert sglang_whole(sglang, model, opened, text) == final, model
+
+
+# ============================================== differences, named ===
+# Each asserts the engine's output and stopline's on one stream of Qwen3 ids
+# (semantics.md 11.10 lists them with the engine's file and function).
+
+def ids(tok: Tok, text: str) -> list[int]:
+    """``text`` as Qwen3 ids (``<think>`` / ``</think>`` become the marker ids)."""
+    return list(tok.tok.encode(text, add_special_tokens=False).ids)
+
+
+def spelled(tok: Tok, which: str) -> list[int]:
+    """A marker spelled by ordinary tokens, never its id."""
+    return list((tok.start_splits if which == "start" else tok.end_splits)[0])
+
+
+def vllm_both(vllm: Any, tok: Tok, parser: str, prompt: Sequence[int], steps: Steps) -> tuple[Any, Any]:
+    """vLLM's streamed split (joined) and its non-streaming split."""
+    cls, hf = vllm.parser(parser), vllm.hf(tok)
+    skip = parser != "qwen3"
+    return joined(vllm_stream(cls, hf, tok, prompt, steps, skip)), vllm_whole(cls, hf, tok, flat(steps), skip)
+
+
+def sglang_both(sglang: Any, tok: Tok, model: str, force: bool, steps: Steps) -> tuple[Any, Any]:
+    text = tok.decode(flat(steps), False)
+    return joined(sglang_stream(sglang, model, force, tok, [], steps, False)), sglang_whole(sglang, model, force, text)
+
+
+@pytest.mark.parametrize("parser", ["qwen3", "deepseek_r1"])
+def test_vllm_assumes_thinking_without_a_start_marker(vllm: Any, qwen3: Tok, parser: str) -> None:
+    # Qwen3Parser starts in REASONING (qwen3_config(thinking=True)); the
+    # deepseek_r1 parser reads output without <think> as reasoning until
+    # </think>. stopline needs the start marker, the prompt's or
+    # reasoning_starts_in="reasoning".
+    steps = [ids(qwen3, "Hello")]
+    assert vllm_both(vllm, qwen3, parser, [64], steps) == (("Hello", ""), ("Hello", ""))
+    assert ours(qwen3, [64], steps, text=True)[1] == ("", "Hello")
+    assert ours(qwen3, [64], steps, text=True, starts_in="reasoning")[1] == ("Hello", "")
+
+
+@pytest.mark.parametrize("parser", ["qwen3", "deepseek_r1"])
+def test_vllm_stream_reads_markers_by_id_only(vllm: Any, qwen3: Tok, parser: str) -> None:
+    # Streaming, both parsers see a marker only as its id (the qwen3 engine's
+    # TokenIDScanner, BaseThinkingReasoningParser's `in delta_token_ids`); the
+    # non-streaming parse splits the text. stopline with text markers reads
+    # both ways alike; with marker ids only it agrees with vLLM's stream.
+    prompt = [64, qwen3.start]
+    steps = [ids(qwen3, "plan"), spelled(qwen3, "end"), ids(qwen3, "Hi")]
+    assert vllm_both(vllm, qwen3, parser, prompt, steps) == (("plan</think>Hi", ""), ("plan", "Hi"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("plan", "Hi")
+    assert ours(qwen3, prompt, steps, text=False)[1] == ("plan</think>Hi", "")
+
+
+def test_vllm_deepseek_r1_leaks_the_start_marker_in_an_accept_run(vllm: Any, qwen3: Tok) -> None:
+    # BaseThinkingReasoningParser.extract_reasoning_streaming drops a delta
+    # that is only the start id, but a run holding it with more ids is
+    # returned whole as reasoning ("start token in delta, no end token").
+    steps = [[qwen3.start, *ids(qwen3, "ab")], [qwen3.end, *ids(qwen3, "c")]]
+    assert vllm_both(vllm, qwen3, "deepseek_r1", [64], steps) == (("<think>ab", "c"), ("ab", "c"))
+    assert vllm_both(vllm, qwen3, "qwen3", [64], steps) == (("ab", "c"), ("ab", "c"))
+    assert ours(qwen3, [64], steps, text=False)[1] == ("ab", "c")
+
+
+def test_vllm_deepseek_r1_is_not_step_invariant_with_marker_text(vllm: Any, qwen3: Tok) -> None:
+    # The end id decides that the block closes in a delta, the first
+    # "</think>" in the delta's text decides where: spelled marker text before
+    # the id moves the cut, so one run and the same ids one by one differ.
+    out = [*ids(qwen3, "x"), *spelled(qwen3, "end"), *ids(qwen3, "y"), qwen3.end, *ids(qwen3, "z")]
+    one_run, one_by_one = [out], [[i] for i in out]
+    cls, hf = vllm.parser("deepseek_r1"), vllm.hf(qwen3)
+    prompt = [64, qwen3.start]
+    assert joined(vllm_stream(cls, hf, qwen3, prompt, one_run, True)) == ("x", "y</think>z")
+    assert joined(vllm_stream(cls, hf, qwen3, prompt, one_by_one, True)) == ("x</think>y", "z")
+    for steps in (one_run, one_by_one):
+        assert ours(qwen3, prompt, steps, text=False, skip=True)[1] == ("x</think>y", "z")
+        assert ours(qwen3, prompt, steps, text=True, skip=True)[1] == ("x", "y</think>z")
+
+
+@pytest.mark.parametrize("parser", ["qwen3", "deepseek_r1"])
+def test_vllm_drops_a_start_marker_inside_a_prompt_opened_block(vllm: Any, qwen3: Tok, parser: str) -> None:
+    # The prompt opened the block and the model writes <think> again: the
+    # qwen3 engine absorbs THINK_START in REASONING, the deepseek_r1 parser
+    # drops the lone start id. stopline keeps it as reasoning text (reported;
+    # tests/test_reasoning.py has the strict xfail).
+    prompt = [64, qwen3.start]
+    steps = [[qwen3.start], ids(qwen3, "a"), [qwen3.end], ids(qwen3, "b")]
+    assert vllm_both(vllm, qwen3, parser, prompt, steps) == (("a", "b"), ("a", "b"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("<think>a", "b")
+
+
+def test_vllm_qwen3_non_stream_drops_a_later_end_marker(vllm: Any, qwen3: Tok) -> None:
+    # qwen3_config absorbs THINK_END in CONTENT; streamed, the serving layer
+    # passes content after the block through, so the two paths differ.
+    steps = [[qwen3.start], ids(qwen3, "a"), [qwen3.end], ids(qwen3, "b"), [qwen3.end], ids(qwen3, "c")]
+    assert vllm_both(vllm, qwen3, "qwen3", [64], steps) == (("a", "b</think>c"), ("a", "bc"))
+    assert ours(qwen3, [64], steps, text=True)[1] == ("a", "b</think>c")
+
+
+def test_vllm_qwen3_tool_call_ends_reasoning(vllm: Any, qwen3: Tok) -> None:
+    # qwen3_config: (REASONING, TOOL_START) ends the block. stopline's block
+    # ends only at its end marker.
+    prompt = [64, qwen3.start]
+    steps = [ids(qwen3, "a<tool_call>x")]
+    assert vllm_both(vllm, qwen3, "qwen3", prompt, steps) == (("a", "<tool_call>x"), ("a", "<tool_call>x"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("a<tool_call>x", "")
+
+
+def test_sglang_takes_content_before_the_start_marker_as_reasoning(sglang: Any, qwen3: Tok) -> None:
+    # BaseReasoningFormatDetector._parse_streaming_increment_impl removes
+    # "<think>" from the buffer and turns the whole buffer into reasoning;
+    # _detect_and_parse_impl keeps the marker text in it too.
+    steps = [ids(qwen3, "Hi<think>a"), ids(qwen3, "</think>b")]
+    assert sglang_both(sglang, qwen3, "qwen3", False, steps) == (("Hia", "b"), ("Hi<think>a", "b"))
+    assert ours(qwen3, [64], steps, text=True)[1] == ("a", "Hib")
+
+
+def test_sglang_stream_misses_a_start_marker_cut_after_content(sglang: Any, qwen3: Tok) -> None:
+    # Outside reasoning a chunk is held only while the whole buffer is a
+    # marker prefix: "Hi<th" is released as content and "<think>" never
+    # completes in one buffer (the cut marker of vllm#45636).
+    steps = [ids(qwen3, "Hi<th"), ids(qwen3, "ink>a</think>b")]
+    assert sglang_both(sglang, qwen3, "qwen3", False, steps) == (("", "Hi<think>a</think>b"), ("Hi<think>a", "b"))
+    assert ours(qwen3, [64], steps, text=True)[1] == ("a", "Hib")
+
+
+@pytest.mark.parametrize("model", ["qwen3", "deepseek-r1"])
+def test_sglang_stream_reopens_the_block_after_it_closed(sglang: Any, qwen3: Tok, model: str) -> None:
+    # With force_reasoning the start marker was never stripped
+    # (stripped_think_start stays False), so a "<think>" after the block
+    # opens a second one in the stream; parse_non_stream keeps it as content.
+    prompt = [64, qwen3.start]
+    steps = [ids(qwen3, "a</think>b"), ids(qwen3, "<think>c")]
+    assert sglang_both(sglang, qwen3, model, True, steps) == (("ac", "b"), ("a", "b<think>c"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("a", "b<think>c")
+
+
+@pytest.mark.parametrize("model", ["qwen3", "deepseek-r1"])
+def test_sglang_strips_a_start_marker_inside_a_forced_block(sglang: Any, qwen3: Tok, model: str) -> None:
+    # As vLLM (test_vllm_drops_a_start_marker_inside_a_prompt_opened_block).
+    prompt = [64, qwen3.start]
+    steps = [ids(qwen3, "<think>a"), ids(qwen3, "</think>b")]
+    assert sglang_both(sglang, qwen3, model, True, steps) == (("a", "b"), ("a", "b"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("<think>a", "b")
+
+
+def test_sglang_deepseek_r1_assumes_thinking(sglang: Any, qwen3: Tok) -> None:
+    # DeepSeekR1Detector passes force_reasoning=True whatever it is given.
+    steps = [ids(qwen3, "Hello")]
+    assert sglang_both(sglang, qwen3, "deepseek-r1", False, steps) == (("Hello", ""), ("Hello", ""))
+    assert ours(qwen3, [64], steps, text=True)[1] == ("", "Hello")
+
+
+def test_sglang_qwen3_tool_call_ends_reasoning(sglang: Any, qwen3: Tok) -> None:
+    # Qwen3Detector's tool_start_token "<tool_call>" ends the block.
+    prompt = [64, qwen3.start]
+    steps = [ids(qwen3, "a<tool_call>x")]
+    assert sglang_both(sglang, qwen3, "qwen3", True, steps) == (("a", "<tool_call>x"), ("a", "<tool_call>x"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("a<tool_call>x", "")
