@@ -369,3 +369,105 @@ def test_marker_text_has_a_cap() -> None:
     stopline.StopParams(reasoning_end="x" * cap)
     with pytest.raises(ValueError, match=f"reasoning_end totals {cap + 1} UTF-8 bytes; at most {cap}"):
         stopline.StopParams(reasoning_end="x" * (cap + 1))
+
+
+# sglang#40529 lists five defects of thinking models with stop sequences (PRs
+# #33151-#33155); each is a named case here with stopline's output. The
+# engines job shows SGLang 0.5.23's own behaviour in test_reasoning_parity.py.
+
+def test_sglang_40529_1_user_stops_sleep_in_the_thinking_eos_does_not() -> None:
+    # Defect 1 (#33152): stop strings, regexes and stop ids checked during
+    # the thinking. Content-scoped stops wait for the content; EOS and the end
+    # marker still act inside the block.
+    p = stopline.StopParams(stop=["\n\n"], stop_regex=["Answer:"], stop_token_ids=[9], eos_token_ids=[2], **THINK)
+    t = stopline.FinishTracker(p)
+    for i, piece in [(1, "<think>"), (3, "plan\n\nAnswer: 4"), (9, "x"), (4, "</think>"), (5, "It is 4"), (6, "\n\n")]:
+        r = t.update(i, [piece])
+    assert (r.finish_reason, r.stop_reason, r.channel) == ("stop", "\n\n", "content")
+    assert (t.reasoning, t.content, t.reasoning_token_ids) == ("plan\n\nAnswer: 4x", "It is 4", [3, 9])
+    t = stopline.FinishTracker(p)
+    t.update([1, 3], ["<think>", "plan"])
+    r = t.update(2, ["</s>"])
+    assert (r.finish_reason, r.stop_reason, r.matched, r.channel) == ("stop", None, 2, "reasoning")
+
+
+def test_sglang_40529_2_a_stop_string_and_eos_finish_apart() -> None:
+    # Defect 2 (#33153): the Anthropic route reported end_turn for a matched
+    # stop sequence. stopline's result tells them apart (stop_reason is the
+    # string, or None for EOS), which is what an adapter maps to
+    # "stop_sequence" / "end_turn".
+    p = stopline.StopParams(stop=["END"], eos_token_ids=[2], **THINK)
+    by_stop = stopline.FinishTracker(p)
+    r = by_stop.update([1, 3, 4, 5], ["<think>", "a", "</think>", "b END"])
+    assert (r.finish_reason, r.stop_reason, r.matched, by_stop.content) == ("stop", "END", "END", "b ")
+    by_eos = stopline.FinishTracker(p)
+    r = by_eos.update([1, 3, 4, 5, 2], ["<think>", "a", "</think>", "b", ""])
+    assert (r.finish_reason, r.stop_reason, r.matched, by_eos.content) == ("stop", None, 2, "b")
+
+
+def test_sglang_40529_3_thinking_cut_short_keeps_it_reasoning_and_says_so() -> None:
+    # Defect 3 (#33154): thinking ended by a stop before the end marker came
+    # back as reasoning with empty content; the PR moves it to content.
+    # stopline keeps the split (the text was thinking) and names the channel
+    # the sequence finished in, so the engine decides what to show; a stop
+    # inside the block can only be EOS, a stop id or a reasoning-scoped stop.
+    p = stopline.StopParams(stop=["\n\n"], stop_scopes="reasoning", eos_token_ids=[2], **THINK)
+    for last, piece, reason in ((7, "\n\nmore", "\n\n"), (2, "", None)):
+        t = stopline.FinishTracker(p)
+        r = t.update([1, 3, last], ["<think>", "step one", piece])
+        assert (r.finish_reason, r.stop_reason, r.channel) == ("stop", reason, "reasoning")
+        assert (t.reasoning, t.content, r.content_delta) == ("step one", "", "")
+
+
+def test_sglang_40529_4_the_thinking_switch_is_never_dropped() -> None:
+    # Defect 4 (#33155): a top-level enable_thinking=false silently ignored.
+    # stopline's start state is explicit or read from the prompt: an unknown
+    # keyword is a TypeError, and Qwen3's thinking-off prompt (its template
+    # closes an empty block) starts the output in content, where the stop
+    # fires; reasoning_starts_in="content" says the same without a prompt.
+    with pytest.raises(TypeError, match="enable_thinking"):
+        stopline.StopParams(enable_thinking=False)  # type: ignore[call-arg]
+    from stopline.tools.models import ModelFileError
+    from stopline.tools.vocab_files import tokenizer_json_path
+
+    try:
+        path = tokenizer_json_path("qwen3")
+    except ModelFileError as exc:
+        pytest.skip(str(exc))
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    v = stopline.Vocabulary.from_file(path)
+    head = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    out = tok.encode("Sure.\n\nMore").ids
+    for prompt, starts_in, want in [
+        (head + "<think>\n", None, (None, "reasoning", "Sure.\n\nMore", "")),
+        (head + "<think>\n\n</think>\n\n", None, ("stop", "content", "", "Sure.")),
+        (head + "<think>\n", "content", ("stop", "content", "", "Sure.")),
+    ]:
+        p = stopline.StopParams(reasoning_start_id=151667, reasoning_end_id=151668, stop=["\n\n"],
+                                reasoning_starts_in=starts_in)  # type: ignore[arg-type]
+        t = stopline.FinishTracker(p, vocabulary=v, prompt_token_ids=tok.encode(prompt).ids)
+        for i in out:
+            if not t.finished:
+                t.update(i)
+        assert (t.finish_reason, t.channel, t.reasoning, t.content) == want, (prompt, starts_in)
+
+
+def test_sglang_40529_5_a_stop_cuts_the_content_not_an_earlier_mention_in_thinking() -> None:
+    # Defect 5 (#33151): the stop was trimmed at its first occurrence in the
+    # whole text, inside the thinking. stopline cuts where the match ended
+    # the sequence: in the content.
+    p = stopline.StopParams(stop=["END"], **THINK)
+    t = stopline.FinishTracker(p)
+    t.update([1, 3, 4, 5, 6], ["<think>", "say END at the end", "</think>", "ok END", " more"])
+    assert (t.reasoning, t.content, t.text) == ("say END at the end", "ok ", "<think>say END at the end</think>ok ")
+
+
+@pytest.mark.xfail(strict=True, reason="stopline keeps a start marker met inside an open block as reasoning text; "
+                                       "vLLM's and SGLang's parsers drop it (semantics.md 11.10)")
+def test_a_start_marker_again_inside_a_prompt_opened_block_is_a_marker() -> None:
+    p = stopline.StopParams(reasoning_starts_in="reasoning", **THINK)
+    _, t = stream(p, ["<think>", "a", "</think>", "b"])
+    t.abort()
+    assert (t.reasoning, t.content) == ("a", "b")
