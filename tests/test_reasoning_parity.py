@@ -47,7 +47,7 @@ from reasoning_peers import (
     vllm_stream,
     vllm_whole,
 )
-from test_engine_parity import _engine
+from test_engine_parity import _engine, _sglang, sglang_req  # noqa: F401 (a fixture)
 
 # Bounded so the engines job stays short; STOPLINE_PARITY_EXAMPLES for a longer hunt.
 EXAMPLES = settings(max_examples=int(os.environ.get("STOPLINE_PARITY_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -374,3 +374,54 @@ def test_sglang_qwen3_tool_call_ends_reasoning(sglang: Any, qwen3: Tok) -> None:
     steps = [ids(qwen3, "a<tool_call>x")]
     assert sglang_both(sglang, qwen3, "qwen3", True, steps) == (("a", "<tool_call>x"), ("a", "<tool_call>x"))
     assert ours(qwen3, prompt, steps, text=True)[1] == ("a<tool_call>x", "")
+
+
+# ---- sglang#40529's five defects in SGLang 0.5.23 itself (stopline's outputs:
+# the test_sglang_40529_* cases of tests/test_reasoning.py) ----
+
+def test_sglang_40529_1_a_stop_string_in_the_thinking_ends_the_request(sglang_req: Any) -> None:
+    # Req.update_finish_state runs _check_str_based_finish whatever
+    # _is_reasoning_over says.
+    pieces = {1: "<think>", 3: "plan", 4: "\n\n", 5: "</think>"}
+    assert _sglang(sglang_req, [1, 3, 4], 1, 16, pieces=pieces, stop=["\n\n"]) == (
+        {"type": "stop", "matched": "\n\n"}, 3)
+    t = stopline.FinishTracker(stopline.StopParams(stop=["\n\n"], reasoning_start="<think>", reasoning_end="</think>"))
+    assert not t.update([1, 3, 4], [pieces[i] for i in (1, 3, 4)]).finished
+
+
+def test_sglang_40529_2_anthropic_reports_a_stop_sequence_as_end_turn(sglang: Any) -> None:
+    # anthropic/serving.py maps the OpenAI finish_reason alone: "stop" is
+    # end_turn whether a stop string or EOS ended the turn.
+    serving = importlib.import_module("sglang.srt.entrypoints.anthropic.serving")
+    assert serving.STOP_REASON_MAP["stop"] == "end_turn"
+    assert "stop_sequence" not in serving.STOP_REASON_MAP.values()
+
+
+def test_sglang_40529_3_thinking_cut_short_is_all_reasoning(sglang: Any, qwen3: Tok) -> None:
+    # parse_non_stream(full_text) takes no finish reason: thinking cut by a
+    # stop is reasoning with empty content, as in stopline, which also names
+    # the channel the sequence finished in.
+    assert sglang_whole(sglang, "qwen3", True, "step one") == ("step one", "")
+    p = stopline.StopParams(reasoning_start_id=qwen3.start, reasoning_end_id=qwen3.end, eos_token_ids=[151645])
+    t = stopline.FinishTracker(p, vocabulary=qwen3.vocab, prompt_token_ids=[64, qwen3.start])
+    r = t.update([*ids(qwen3, "step one"), 151645])
+    assert (r.finish_reason, r.channel, t.reasoning, t.content) == ("stop", "reasoning", "step one", "")
+
+
+def test_sglang_40529_4_a_top_level_enable_thinking_is_dropped(sglang: Any) -> None:
+    protocol = importlib.import_module("sglang.srt.entrypoints.openai.protocol")
+    req = protocol.ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], enable_thinking=False)
+    assert req.chat_template_kwargs is None and not hasattr(req, "enable_thinking")
+    with pytest.raises(TypeError, match="enable_thinking"):
+        stopline.StopParams(enable_thinking=False)  # type: ignore[call-arg]
+
+
+def test_sglang_40529_5_stop_trim_anchors_on_the_first_occurrence(sglang: Any) -> None:
+    # DetokenizerManager.trim_matched_stop cuts at output.find(matched): the
+    # mention inside the thinking, not the match that ended the sequence.
+    manager = importlib.import_module("sglang.srt.managers.detokenizer_manager").DetokenizerManager
+    output = "<think>say END</think>ok END"
+    assert manager.trim_matched_stop(NS(), output, {"matched": "END"}, False) == "<think>say "
+    t = stopline.FinishTracker(stopline.StopParams(stop=["END"], reasoning_start="<think>", reasoning_end="</think>"))
+    t.update([1, 2, 3, 4], ["<think>", "say END", "</think>", "ok END"])
+    assert (t.text, t.reasoning, t.content) == ("<think>say END</think>ok ", "say END", "ok ")
