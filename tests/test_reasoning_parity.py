@@ -47,10 +47,11 @@ from reasoning_peers import (
     vllm_stream,
     vllm_whole,
 )
-from test_engine_parity import _engine, _sglang, sglang_req  # noqa: F401 (a fixture)
+from test_engine_parity import _engine, _sglang
 
 # Bounded so the engines job stays short; STOPLINE_PARITY_EXAMPLES for a longer hunt.
-EXAMPLES = settings(max_examples=int(os.environ.get("STOPLINE_PARITY_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=int(os.environ.get("STOPLINE_PARITY_EXAMPLES", "30")), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _tok(name: str) -> Tok:
@@ -379,9 +380,10 @@ def test_sglang_qwen3_tool_call_ends_reasoning(sglang: Any, qwen3: Tok) -> None:
 # ---- sglang#40529's five defects in SGLang 0.5.23 itself (stopline's outputs:
 # the test_sglang_40529_* cases of tests/test_reasoning.py) ----
 
-def test_sglang_40529_1_a_stop_string_in_the_thinking_ends_the_request(sglang_req: Any) -> None:
+def test_sglang_40529_1_a_stop_string_in_the_thinking_ends_the_request(sglang: Any) -> None:
     # Req.update_finish_state runs _check_str_based_finish whatever
     # _is_reasoning_over says.
+    sglang_req = importlib.import_module("sglang.srt.managers.schedule_batch").Req
     pieces = {1: "<think>", 3: "plan", 4: "\n\n", 5: "</think>"}
     assert _sglang(sglang_req, [1, 3, 4], 1, 16, pieces=pieces, stop=["\n\n"]) == (
         {"type": "stop", "matched": "\n\n"}, 3)
