@@ -465,7 +465,7 @@ def test_sglang_40529_5_a_stop_cuts_the_content_not_an_earlier_mention_in_thinki
 
 
 @pytest.mark.xfail(strict=True, reason="stopline keeps a start marker met inside an open block as reasoning text; "
-                                       "vLLM's and SGLang's parsers drop it (semantics.md 11.10)")
+                                       "vLLM's and SGLang's parsers drop it (semantics.md 11.1)")
 def test_a_start_marker_again_inside_a_prompt_opened_block_is_a_marker() -> None:
     p = stopline.StopParams(reasoning_starts_in="reasoning", **THINK)
     _, t = stream(p, ["<think>", "a", "</think>", "b"])

@@ -14,7 +14,7 @@ runs of one to four ids. stopline decodes the ids itself (a ``Vocabulary``)
 and reads the prompt ids for its start state; the engines get the same text
 per step. The property tests cover one well-formed block, where the split
 must agree; every way the engines part from it is a named test below that
-asserts the engine's output and stopline's (the list is semantics.md 11.10).
+asserts the engine's output and stopline's (the list is semantics.md 11.1).
 
 Opt-in as tests/test_engine_parity.py: ``STOPLINE_ENGINE_PARITY=1`` and the
 engine importable at the named version (``.ci/engines.sh`` runs it with
@@ -221,7 +221,7 @@ def test_sglang_stream_and_non_stream_agree_on_one_block(sglang: Any, name: str,
 
 # ============================================== differences, named ===
 # Each asserts the engine's output and stopline's on one stream of Qwen3 ids
-# (semantics.md 11.10 lists them with the engine's file and function).
+# (semantics.md 11.1 lists them with the engine's file and function).
 
 def ids(tok: Tok, text: str) -> list[int]:
     """``text`` as Qwen3 ids (``<think>`` / ``</think>`` become the marker ids)."""
