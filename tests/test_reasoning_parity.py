@@ -121,9 +121,11 @@ def cut(ids: Sequence[int], runs: Sequence[int]) -> list[list[int]]:
 
 
 @st.composite
-def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool) -> tuple[list[int], Steps, bool]:
-    """One well-formed block: the prompt ends with ``<think>`` (``opened``) or
-    the output's first run is the start marker; then reasoning, and maybe
+def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool) -> tuple[list[int], Steps, str]:
+    """One well-formed block, opened by the prompt (ending with ``<think>``),
+    by the output's first run (the start marker), or ``"assumed"`` (no start
+    marker: stopline runs with ``reasoning_starts_in="reasoning"``, the
+    engines with the parsers' own assumption); then reasoning, and maybe
     ``</think>`` and content. Markers are ids, or (``text_markers``) spelled
     by ordinary tokens too."""
     body = st.lists(st.sampled_from(tok.plain + tok.near + tok.random), max_size=8)
@@ -133,9 +135,9 @@ def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool) -> tuple[list[int],
             return list(draw(st.sampled_from(splits)))
         return [mid]
 
-    opened = draw(st.booleans())
-    prompt = [tok.plain[0], tok.start] if opened else [tok.plain[0]]
-    head = [] if opened else marker(tok.start, tok.start_splits)
+    opened = draw(st.sampled_from(["prompt", "output", "assumed"]))
+    prompt = [tok.plain[0], tok.start] if opened == "prompt" else [tok.plain[0]]
+    head = marker(tok.start, tok.start_splits) if opened == "output" else []
     reasoning = draw(body)
     content = draw(body)
     tail = marker(tok.end, tok.end_splits) + content if draw(st.booleans()) else []
@@ -148,6 +150,11 @@ def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool) -> tuple[list[int],
     runs = draw(st.lists(st.integers(1, 4), max_size=12))
     steps = ([head] if head else []) + cut(reasoning + tail, runs)
     return prompt, steps, opened
+
+
+# stopline's start state for each way a block opens: the prompt's is read from
+# the prompt ids; the engines' assumption is reasoning_starts_in="reasoning".
+STARTS_IN: dict[str, str | None] = {"prompt": None, "output": None, "assumed": "reasoning"}
 
 
 def ours(tok: Tok, prompt: Sequence[int], steps: Steps, *, text: bool, skip: bool = False,
@@ -175,8 +182,8 @@ def test_vllm_stream_agrees_on_one_block_with_marker_ids(vllm: Any, name: str, d
     step by step; the qwen3 engine defers whitespace-only content, so its
     deltas agree joined."""
     tok = _tok(name)
-    prompt, steps, _ = data.draw(blocks(tok, text_markers=False))
-    deltas, final = ours(tok, prompt, steps, text=False)
+    prompt, steps, opened = data.draw(blocks(tok, text_markers=False))
+    deltas, final = ours(tok, prompt, steps, text=False, starts_in=STARTS_IN[opened])
     hf = vllm.hf(tok)
     for parser in ("qwen3", "deepseek_r1"):
         theirs = vllm_stream(vllm.parser(parser), hf, tok, prompt, steps, skip=parser != "qwen3")
@@ -193,8 +200,8 @@ def test_vllm_non_stream_agrees_on_one_block(vllm: Any, name: str, data: st.Data
     markers spelled by ordinary tokens count: stopline with the markers as
     text and ids."""
     tok = _tok(name)
-    prompt, steps, _ = data.draw(blocks(tok, text_markers=True))
-    _, final = ours(tok, prompt, steps, text=True)
+    prompt, steps, opened = data.draw(blocks(tok, text_markers=True))
+    _, final = ours(tok, prompt, steps, text=True, starts_in=STARTS_IN[opened])
     hf = vllm.hf(tok)
     for parser in ("qwen3", "deepseek_r1"):
         assert vllm_whole(vllm.parser(parser), hf, tok, flat(steps), skip=False) == final, parser
@@ -208,15 +215,16 @@ def test_vllm_non_stream_agrees_on_one_block(vllm: Any, name: str, data: st.Data
 def test_sglang_stream_and_non_stream_agree_on_one_block(sglang: Any, name: str, data: st.DataObject) -> None:
     """SGLang's detectors read text only: stopline with the markers as text
     and ids. ``force_reasoning`` is what SGLang's serving derives from a
-    template that opens the block in the prompt (the deepseek-r1 detector
-    forces it always)."""
+    template that opens the block in the prompt, or its default for thinking
+    models (the deepseek-r1 detector forces it always)."""
     tok = _tok(name)
     prompt, steps, opened = data.draw(blocks(tok, text_markers=True))
-    _, final = ours(tok, prompt, steps, text=True)
+    _, final = ours(tok, prompt, steps, text=True, starts_in=STARTS_IN[opened])
     text = tok.decode(flat(steps), False)
+    force = opened != "output"
     for model in ("qwen3", "deepseek-r1"):
-        assert joined(sglang_stream(sglang, model, opened, tok, prompt, steps, skip=False)) == final, model
-        assert sglang_whole(sglang, model, opened, text) == final, model
+        assert joined(sglang_stream(sglang, model, force, tok, prompt, steps, skip=False)) == final, model
+        assert sglang_whole(sglang, model, force, text) == final, model
 
 
 # ============================================== differences, named ===
