@@ -427,17 +427,15 @@ def test_sglang_40529_4_the_thinking_switch_is_never_dropped() -> None:
     # fires; reasoning_starts_in="content" says the same without a prompt.
     with pytest.raises(TypeError, match="enable_thinking"):
         stopline.StopParams(enable_thinking=False)  # type: ignore[call-arg]
+    from reasoning_peers import tokenizer
+
     from stopline.tools.models import ModelFileError
-    from stopline.tools.vocab_files import tokenizer_json_path
 
     try:
-        path = tokenizer_json_path("qwen3")
+        qwen3 = tokenizer("qwen3")
     except ModelFileError as exc:
         pytest.skip(str(exc))
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(path))
-    v = stopline.Vocabulary.from_file(path)
+    tok, v = qwen3.tok, qwen3.vocab
     head = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     out = tok.encode("Sure.\n\nMore").ids
     for prompt, starts_in, want in [
