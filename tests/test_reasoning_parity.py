@@ -303,6 +303,34 @@ def test_vllm_deepseek_r1_is_not_step_invariant_with_marker_text(vllm: Any, qwen
         assert ours(qwen3, prompt, steps, text=True, skip=True)[1] == ("x", "y</think>z")
 
 
+def test_vllm_deepseek_r1_loses_text_when_the_end_marker_text_is_hidden(vllm: Any, qwen3: Tok) -> None:
+    # With the markers flagged special (as some tokenizers have them) and
+    # vLLM's default skip_special_tokens=True (this parser does not turn it
+    # off, the qwen3 one does), `</think>` has no text: find() gives -1 and
+    # extract_reasoning_streaming keeps delta_text[:-1] as reasoning and
+    # drops the rest. stopline reads the marker by id.
+    import json
+
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+    from vllm.tokenizers.hf import get_cached_tokenizer
+
+    spec = json.loads(open(qwen3.path, encoding="utf-8").read())
+    for added in spec["added_tokens"]:
+        added["special"] = added["special"] or added["content"] in ("<think>", "</think>")
+    text = json.dumps(spec)
+    hf = get_cached_tokenizer(PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(text)))
+    run = [*ids(qwen3, "ab"), qwen3.end, *ids(qwen3, "cd")]
+    parser = vllm.parser("deepseek_r1")(hf, None, chat_template_kwargs=None)
+    request = NS(include_reasoning=True, tools=None, tool_choice="none", messages=[])
+    d = parser.parse_delta("abcd", run, request, prompt_token_ids=[64, qwen3.start], finished=True)
+    assert (d.reasoning, d.content) == ("abc", None)
+    t = stopline.FinishTracker(stopline.StopParams(reasoning_start_id=qwen3.start, reasoning_end_id=qwen3.end),
+                               vocabulary=stopline.Vocabulary.from_str(text), prompt_token_ids=[64, qwen3.start])
+    r = t.update(run)
+    assert (r.text_delta, r.reasoning_delta, r.content_delta) == ("abcd", "ab", "cd")
+
+
 @pytest.mark.parametrize("parser", ["qwen3", "deepseek_r1"])
 def test_vllm_drops_a_start_marker_inside_a_prompt_opened_block(vllm: Any, qwen3: Tok, parser: str) -> None:
     # The prompt opened the block and the model writes <think> again: the
