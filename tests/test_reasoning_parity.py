@@ -265,6 +265,17 @@ def test_vllm_assumes_thinking_without_a_start_marker(vllm: Any, qwen3: Tok, par
     assert ours(qwen3, [64], steps, text=True, starts_in="reasoning")[1] == ("Hello", "")
 
 
+@pytest.mark.parametrize(("parser", "whole"), [("qwen3", ("Hia", "b")), ("deepseek_r1", ("a", "b"))])
+def test_vllm_text_before_the_start_marker(vllm: Any, qwen3: Tok, parser: str, whole: tuple[str, str]) -> None:
+    # Both read text before <think> as reasoning (the thinking they assume);
+    # the deepseek_r1 parser's whole-output path drops it
+    # (BaseThinkingReasoningParser.extract_reasoning keeps what follows the
+    # start marker's partition). stopline: content before the block.
+    steps = [ids(qwen3, "Hi"), [qwen3.start], ids(qwen3, "a"), [qwen3.end], ids(qwen3, "b")]
+    assert vllm_both(vllm, qwen3, parser, [64], steps) == (("Hia", "b"), whole)
+    assert ours(qwen3, [64], steps, text=True)[1] == ("a", "Hib")
+
+
 @pytest.mark.parametrize("parser", ["qwen3", "deepseek_r1"])
 def test_vllm_stream_reads_markers_by_id_only(vllm: Any, qwen3: Tok, parser: str) -> None:
     # Streaming, both parsers see a marker only as its id (the qwen3 engine's
