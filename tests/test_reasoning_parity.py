@@ -116,14 +116,15 @@ def cut(ids: Sequence[int], runs: Sequence[int]) -> list[list[int]]:
 
 
 @st.composite
-def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool) -> tuple[list[int], Steps, str]:
+def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool, later: bool = False) -> tuple[list[int], Steps, str]:
     """One well-formed block, opened by the prompt (ending with ``<think>``),
     by the output's first run (the start marker), or ``"assumed"`` (no start
     marker: stopline runs with ``reasoning_starts_in="reasoning"``, the
     engines with the parsers' own assumption); then reasoning, and maybe
     ``</think>`` and content. Markers are ids, or (``text_markers``) spelled
-    by ordinary tokens too."""
-    body = st.lists(st.sampled_from(tok.plain + tok.near + tok.random), max_size=8)
+    by ordinary tokens too; with ``later`` the content holds marker ids too."""
+    pool = tok.plain + tok.near + tok.random
+    body = st.lists(st.sampled_from(pool), max_size=8)
 
     def marker(mid: int, splits: list[list[int]]) -> list[int]:
         if text_markers and draw(st.booleans()):
@@ -134,11 +135,11 @@ def blocks(draw: st.DrawFn, tok: Tok, *, text_markers: bool) -> tuple[list[int],
     prompt = [tok.plain[0], tok.start] if opened == "prompt" else [tok.plain[0]]
     head = marker(tok.start, tok.start_splits) if opened == "output" else []
     reasoning = draw(body)
-    content = draw(body)
+    content = draw(st.lists(st.sampled_from(pool + [tok.start, tok.end] * 4), max_size=8) if later else body)
     tail = marker(tok.end, tok.end_splits) + content if draw(st.booleans()) else []
     # Marker text spelled by the bodies themselves is a second marker: the
     # named tests cover it.
-    for part in (reasoning, content):
+    for part in (reasoning, [] if later else content):
         assume("think>" not in tok.decode(part, False))
     output = head + reasoning + tail
     assume(output)
@@ -185,6 +186,19 @@ def test_vllm_stream_agrees_on_one_block_with_marker_ids(vllm: Any, name: str, d
         assert joined(theirs) == final, parser
         if parser == "deepseek_r1":
             assert theirs == deltas
+
+
+@EXAMPLES
+@given(data=st.data())
+def test_vllm_deepseek_r1_stream_agrees_after_the_block(vllm: Any, qwen3: Tok, data: st.DataObject) -> None:
+    """After the end id the serving layer passes the deepseek_r1 parser's
+    output through as content, later marker ids included: stopline's "one
+    block, then content for good", step by step. (The qwen3 engine absorbs a
+    second end id arriving in the closing run, and its whole-output path
+    every later one: test_vllm_qwen3_non_stream_drops_a_later_end_marker.)"""
+    prompt, steps, opened = data.draw(blocks(qwen3, text_markers=False, later=True))
+    deltas, _ = ours(qwen3, prompt, steps, text=False, skip=True, starts_in=STARTS_IN[opened])
+    assert vllm_stream(vllm.parser("deepseek_r1"), vllm.hf(qwen3), qwen3, prompt, steps, skip=True) == deltas
 
 
 @pytest.mark.parametrize("name", ["qwen3", "deepseek-v3"])
