@@ -25,8 +25,6 @@ refuses.
 from __future__ import annotations
 
 import numbers
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +33,7 @@ from stopline._caps import field_type_error, field_value_error, integer, one_of
 from stopline._core import FINISH_REASONS, FinishTracker, StopParams, Vocabulary
 
 from ._common import output_ids as read_ids
-from ._common import FinishState, replay, split, stop_list, texts, token_set
+from ._common import FinishState, replay, split, stop_list, texts, token_set, vocabulary_for
 
 __all__ = [
     "ReqFinish",
@@ -454,36 +452,6 @@ def _pieces(values: Any, count: int, field_name: str, what: str, *, required: bo
 
 
 # -------------------------------------------------------- the per-request --
-
-_VOCAB_CACHE_SIZE = 8
-_vocab_cache: OrderedDict[int, tuple[Any, Vocabulary | None]] = OrderedDict()
-_vocab_lock = threading.Lock()
-
-
-def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
-    """stopline's :class:`~stopline.Vocabulary` for a fast tokenizer
-    (``transformers``' ``PreTrainedTokenizerFast`` or a
-    ``tokenizers.Tokenizer``), built from its ``tokenizer.json``
-    (``to_str()``), or ``None`` when the core refuses its decoder
-    (docs/semantics.md 10.1). Built once per tokenizer object: the last 8
-    are kept (with the tokenizer, so an id is never reused)."""
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    key = id(backend)
-    with _vocab_lock:
-        hit = _vocab_cache.get(key)
-        if hit is not None:
-            _vocab_cache.move_to_end(key)
-            return hit[1]
-    try:
-        vocab: Vocabulary | None = Vocabulary.from_str(backend.to_str())
-    except ValueError:
-        vocab = None
-    with _vocab_lock:
-        _vocab_cache[key] = (backend, vocab)
-        while len(_vocab_cache) > _VOCAB_CACHE_SIZE:
-            _vocab_cache.popitem(last=False)
-    return vocab
-
 
 class ReqFinish:
     """Per-request finish state in SGLang's terms, decided by stopline.
