@@ -134,8 +134,11 @@ def vllm_reasoning(
     :class:`~stopline.Vocabulary`, with which ids-only checks read the prompt.
 
     Raises:
-        TypeError / ValueError: naming the field: an unknown parser name
-            (vLLM's ``KeyError`` message, as ``reasoning_parser``), a
+        TypeError / ValueError: naming the field: an unknown parser name, or
+            one vLLM cannot build on this tokenizer (vLLM's message, as
+            ``reasoning_parser``; its ``<think>`` parsers need the markers to
+            be single tokens: give other markers by
+            :func:`~stopline.engines.reasoning_from_markers`), a
             multi-token marker without ``tokenizer``, an empty marker, an
             unknown option.
     """
@@ -148,7 +151,10 @@ def vllm_reasoning(
             parser_cls = ReasoningParserManager.get_reasoning_parser(reasoning_parser)
         except KeyError as exc:
             raise field_value_error("reasoning_parser", f"={shown(reasoning_parser)}: {shown(str(exc))}") from None
-        parser = parser_cls(tokenizer)
+        try:
+            parser = parser_cls(tokenizer)
+        except (RuntimeError, ValueError) as exc:  # e.g. the tokenizer lacks the parser's marker tokens
+            raise field_value_error("reasoning_parser", f"={shown(reasoning_parser)}: {shown(str(exc))}") from None
         start, end = parser.reasoning_start_str, parser.reasoning_end_str
         if not end:
             raise field_value_error(
