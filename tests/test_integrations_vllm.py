@@ -433,7 +433,6 @@ def test_v2_refuses_multi_token_bad_words():
 # --- reasoning channels (docs/semantics.md 11) -------------------------------
 
 from vllm.config.reasoning import ReasoningConfig  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.sample.thinking_budget_state import ThinkingBudgetStateHolder  # noqa: E402
 
 from stopline.engines import reasoning_from_markers  # noqa: E402
