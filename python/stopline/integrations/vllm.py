@@ -343,9 +343,9 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 new = output_ids[fed:n]
                 self.constraints.append_tokens(slot, new)
                 self._fed[slot] = n
-                tracker = self._trackers.get(slot)
-                if tracker is not None and not tracker.finished:
-                    self.constraints.force(slot, tracker.update(new).forced_token_id)
+                counter = self._trackers.get(slot)
+                if counter is not None and not counter.finished:
+                    self.constraints.force(slot, counter.update(new).forced_token_id)
         rows = [self._blank] * self._batch_size
         positions = [0] * self._batch_size
         for index, slot in self._row_slot.items():
