@@ -13,8 +13,15 @@ SGLang decodes a tail window per stop string and per regex.
 :class:`stopline.logits.LogitsConstraints` to the rows that carry
 ``custom_params={"stopline": {...}}``.
 
+With ``reasoning=`` (:func:`stopline.engines.sglang.sglang_reasoning`, the
+server's ``--reasoning-parser`` markers) :class:`ReqFinish` scopes stops to
+content, reads a prompt-opened ``<think>`` and names the thinking budget's
+forced id (``custom_params["thinking_budget"]``); docs/integrations.md,
+"Reasoning models (SGLang)".
+
 SGLang imports are needed only for :class:`StoplineLogitProcessor` (its base
-class); :class:`ReqFinish` reads SGLang's objects by attribute.
+class) and ``sglang_reasoning``; :class:`ReqFinish` reads SGLang's objects by
+attribute.
 """
 
 from __future__ import annotations
@@ -24,11 +31,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._caps import field_type_error, field_value_error
-from ..engines.sglang import ReqFinish
+from ..engines.sglang import ReqFinish, sglang_reasoning
 
 # ReqFinish lives in the engine layer (it needs no SGLang import) and is
 # re-exported here, where it is documented.
-__all__ = ["ReqFinish", "StoplineLogitProcessor"]
+__all__ = ["ReqFinish", "StoplineLogitProcessor", "sglang_reasoning"]
 
 
 try:

@@ -45,6 +45,16 @@ the field); one-token bad words, ``allowed_token_ids``, ``min_tokens`` and
 detokenizer's stop-string step) are defined in :mod:`stopline.engines.vllm`,
 which needs no vLLM import, and re-exported here.
 
+Reasoning models (docs/semantics.md 11, docs/integrations.md "Reasoning
+models (vLLM)"): :func:`vllm_reasoning` reads the engine's
+``--reasoning-parser`` markers once; :class:`RequestStop` and
+:class:`DetokenizerStop` take them as ``reasoning=`` (stops then fire only in
+content). Both processors read ``vllm_config.reasoning_config`` themselves
+(:func:`engine_reasoning`) and force a request's end marker once its thinking
+budget is spent (:meth:`LogitsConstraints.force`): ``thinking_token_budget``
+for :class:`StoplineBuiltinsProcessor`, ``extra_args["stopline"]["max_reasoning_tokens"]``
+for :class:`StoplineLogitsProcessor`; V1 runner only.
+
 Batch rows move as vLLM condenses its persistent batch; the processor keeps a
 row -> slot map (a move or swap rewrites two map entries, never device state)
 and feeds each slot's new output tokens from the request's live
