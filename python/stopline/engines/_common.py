@@ -87,24 +87,22 @@ def split(count: int, new: int, field_name: str) -> int:
 
 
 def replay(
-    params: StopParams,
+    params: StopParams | FinishTracker,
     ids: Sequence[int],
     texts: Sequence[str] | None,
     start: int,
     grammar_at_end: bool = False,
-    tracker: FinishTracker | None = None,
 ) -> Replay:
     """Feeds ``ids[:start]`` as one step and ``ids[start:]`` as the next.
 
     The finish machine is step invariant (semantics.md 6.10), so splitting
     the history anywhere gives the same answer; the split only tells whether
     the decision was already made by the tokens before the new ones.
-    ``grammar_at_end``: the grammar ended at the last new token. ``tracker``:
-    a fresh tracker of ``params`` to use (one that read the prompt,
-    :meth:`Reasoning.tracker`) instead of a plain one.
+    ``grammar_at_end``: the grammar ended at the last new token. ``params``
+    may be a fresh tracker to use (one that read the prompt,
+    :meth:`Reasoning.tracker`) instead of a plain one of those params.
     """
-    if tracker is None:
-        tracker = FinishTracker(params)
+    tracker = params if isinstance(params, FinishTracker) else FinishTracker(params)
     before = ids[:start]
     new = ids[start:]
     if before:
@@ -209,23 +207,40 @@ class Reasoning:
             return None
         return self.tracker(StopParams(**self.options), prompt_ids).channel
 
+    def needs_decoding(self) -> bool:
+        """Whether an ids-only check must decode its ids (with
+        :attr:`vocabulary`) to see a marker: one is given only as text."""
+        o = self.options
+        text_only = (o.get("reasoning_start") and o.get("reasoning_start_id") is None) or (
+            o.get("reasoning_end") and o.get("reasoning_end_id") is None
+        )
+        return bool(text_only) and self.vocabulary is not None
+
     def stop_kwargs(
-        self, *, max_reasoning_tokens: int | None, ids_only: bool, starts_in: str | None = None
+        self,
+        *,
+        max_reasoning_tokens: int | None,
+        ids_only: bool,
+        starts_in: str | None = None,
+        decode: bool | None = None,
     ) -> dict[str, Any]:
         """The ``StopParams`` keywords for one request.
 
         ``ids_only``: the check sees token ids and no text (vLLM's scheduler,
-        a logits processor) and has no :attr:`vocabulary` to decode them, so
-        only the marker ids can be recognised: text markers are dropped, and a
-        marker that has no id is an error naming it. ``starts_in``: the
-        channel a check fed texts starts in (:meth:`prompt_channel`).
+        a logits processor). Unless its tracker decodes them (``decode``,
+        default :meth:`needs_decoding`; :meth:`tracker`), only the marker ids
+        can be recognised: text markers are dropped, and a marker that has no
+        id is an error naming it. ``starts_in``: where the output starts, for
+        a check that does not read the prompt itself (:meth:`prompt_channel`).
 
         Raises:
-            ValueError: ids only, without a vocabulary, and a marker given only
-                as text (naming ``reasoning_start`` / ``reasoning_end``).
+            ValueError: ids only, no decoding, and a marker given only as text
+                (naming ``reasoning_start`` / ``reasoning_end``).
         """
         kw = dict(self.options)
-        if ids_only and self.vocabulary is None:
+        if decode is None:
+            decode = self.needs_decoding()
+        if ids_only and not decode:
             for text_key, id_key in (("reasoning_start", "reasoning_start_id"), ("reasoning_end", "reasoning_end_id")):
                 text = kw.pop(text_key, None)
                 if text is not None and kw.get(id_key) is None:
@@ -239,6 +254,21 @@ class Reasoning:
         if starts_in is not None:
             kw["reasoning_starts_in"] = starts_in
         return kw
+
+    def ids_check(self, prompt_ids: Sequence[int] | None, *, count_prompt: bool) -> tuple[str | None, bool]:
+        """How an ids-only check follows the channels: ``(starts_in,
+        decode)`` for :meth:`stop_kwargs`, and whether to build the tracker
+        with :meth:`tracker` (``decode``) or plainly.
+
+        A decoding tracker reads the prompt itself and counts its thinking
+        for the budget (as vLLM); but it refuses an id past the tokenizer
+        (``ValueError``; engines pad the embedding past it), so it is used
+        only where it is needed: a marker given only as text, or
+        ``count_prompt`` (a thinking budget). Otherwise the markers are
+        matched by id and the prompt only says where the output starts.
+        """
+        decode = self.vocabulary is not None and (count_prompt or self.needs_decoding())
+        return (None if decode else self.prompt_channel(prompt_ids)), decode
 
     def tracker(self, params: StopParams, prompt_ids: Sequence[int] | None) -> FinishTracker:
         """An ids-only tracker for ``params``; with a vocabulary it reads

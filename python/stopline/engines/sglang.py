@@ -273,6 +273,7 @@ def finish_request(
     thinking_budget: int | None = None,
     starts_in: str | None = None,
     ids_only: bool = False,
+    decode: bool | None = None,
 ) -> SglangRequest:
     """Validates an SGLang request's finish parameters and builds its
     ``StopParams`` (the rules are listed in :func:`sglang_check_finished`).
@@ -282,7 +283,8 @@ def finish_request(
     only in content; ``thinking_budget`` (SGLang's
     ``custom_params["thinking_budget"]``) becomes ``max_reasoning_tokens``;
     ``starts_in`` is the channel a check fed texts starts in; ``ids_only``:
-    the check has the ids but no text (:meth:`Reasoning.stop_kwargs`).
+    the check has the ids but no text, and ``decode`` whether its tracker
+    decodes them (:meth:`Reasoning.stop_kwargs`).
 
     Every list is read under its cap before anything else is built
     (``LIMITS["max_stop_token_ids"]`` ids, ``"max_stop_strings"`` strings,
@@ -312,7 +314,8 @@ def finish_request(
     budget = _budget(thinking_budget)
     extra: dict[str, Any] = {}
     if reasoning is not None:
-        extra = reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=ids_only, starts_in=starts_in)
+        extra = reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=ids_only, starts_in=starts_in,
+                                      decode=decode)
     elif budget is not None:
         raise field_value_error(
             "custom_params['thinking_budget']",
@@ -506,7 +509,12 @@ def sglang_check_finished(
     # Without texts the reasoning's vocabulary decodes the ids and reads the
     # prompt; with texts the prompt only says where the output starts.
     fed_texts = output_texts is not None
-    starts_in = reasoning.prompt_channel(prompt_ids) if reasoning is not None and fed_texts else None
+    starts_in, decode = None, False
+    if reasoning is not None:
+        if fed_texts:
+            starts_in = reasoning.prompt_channel(prompt_ids)
+        else:
+            starts_in, decode = reasoning.ids_check(prompt_ids, count_prompt=_budget(thinking_budget) is not None)
     request = finish_request(
         max_new_tokens=max_new_tokens,
         min_new_tokens=min_new_tokens,
@@ -521,13 +529,13 @@ def sglang_check_finished(
         thinking_budget=thinking_budget,
         starts_in=starts_in,
         ids_only=not fed_texts,
+        decode=decode,
     )
     pieces = _pieces(output_texts, len(ids), "output_texts", "output ids", required=request.has_text_stops)
     if request.params is None:
         return request.result(None, decided_before_new=start > 0)
-    tracker = reasoning.tracker(request.params, prompt_ids) if reasoning is not None and not fed_texts else None
-    r = replay(request.params, request.engine_ids(ids), pieces, start, grammar_at_end=grammar_terminated,
-               tracker=tracker)
+    source = reasoning.tracker(request.params, prompt_ids) if reasoning is not None and decode else request.params
+    r = replay(source, request.engine_ids(ids), pieces, start, grammar_at_end=grammar_terminated)
     return request.result(r, r.decided_before_new)
 
 

@@ -227,12 +227,16 @@ def scheduler_params(
     repetition_detection: Any,
     thinking_token_budget: int | None = None,
     reasoning: Reasoning | None = None,
+    starts_in: str | None = None,
+    decode: bool | None = None,
 ) -> StopParams:
     """The ``StopParams`` of a request's scheduler-side checks (vLLM 0.33.0's
     ``check_stop``; the rules are listed in :func:`vllm_check_stop`).
     ``reasoning`` (:func:`vllm_reasoning`) turns the channels on: stop token
     ids then fire only in content, and ``thinking_token_budget`` (``None`` or
-    -1: unlimited, as vLLM) becomes ``max_reasoning_tokens``.
+    -1: unlimited, as vLLM) becomes ``max_reasoning_tokens``; ``starts_in``
+    and ``decode`` as :meth:`Reasoning.stop_kwargs` (:func:`scheduler_tracker`
+    picks them).
 
     Raises:
         TypeError: a count that is not an int (``max_tokens="5"``), a list of
@@ -274,8 +278,28 @@ def scheduler_params(
         ignore_eos=ignore_eos,
         stop_token_ids=stop_ids,
         repetition=repetition_params(repetition_detection),
-        **(reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True) if reasoning else {}),
+        **(reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in, decode=decode)
+           if reasoning else {}),
     )
+
+
+def scheduler_tracker(
+    fields: Mapping[str, Any], max_model_len: int, reasoning: Reasoning | None, prompt_token_ids: Any
+) -> FinishTracker:
+    """A fresh tracker of a request's scheduler-side checks
+    (:func:`scheduler_params` of ``fields``, :func:`request_fields`' keys).
+    With ``reasoning`` it follows the channels from the ids
+    (:meth:`Reasoning.ids_check`): it reads ``prompt_token_ids`` with the
+    reasoning's vocabulary when a thinking budget must count the prompt's
+    thinking or a marker is text only, else it is told where the output
+    starts."""
+    if reasoning is None:
+        return FinishTracker(scheduler_params(max_model_len=max_model_len, **fields))
+    budget = thinking_budget(fields.get("thinking_token_budget"), "thinking_token_budget")
+    starts_in, decode = reasoning.ids_check(prompt_token_ids, count_prompt=budget is not None)
+    params = scheduler_params(max_model_len=max_model_len, reasoning=reasoning, starts_in=starts_in, decode=decode,
+                              **fields)
+    return reasoning.tracker(params, prompt_token_ids) if decode else FinishTracker(params)
 
 
 # Stop strings are matched on per-token text; the token ids are stand-ins
@@ -528,9 +552,8 @@ def vllm_check_stop(
     """
     ids = output_ids(output_token_ids, "output_token_ids")
     start = split(len(ids), num_new_tokens, "num_new_tokens")
-    params = scheduler_params(
+    fields = dict(
         num_prompt_tokens=num_prompt_tokens,
-        max_model_len=max_model_len,
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         eos_token_id=eos_token_id,
@@ -539,10 +562,9 @@ def vllm_check_stop(
         all_stop_token_ids=all_stop_token_ids,
         repetition_detection=repetition_detection,
         thinking_token_budget=thinking_token_budget,
-        reasoning=reasoning,
     )
-    tracker = reasoning.tracker(params, prompt_token_ids) if reasoning is not None else None
-    r = replay(params, ids, None, start, tracker=tracker)
+    tracker = scheduler_tracker(fields, max_model_len, reasoning, prompt_token_ids)
+    r = replay(tracker, ids, None, start)
     return _stop_result(r, ids[start:r.num_tokens] if r.num_tokens > start else (), r.decided_before_new)
 
 
@@ -610,11 +632,8 @@ class RequestStop:
     """
 
     def __init__(self, request: Any, max_model_len: int, *, reasoning: Reasoning | None = None):
-        params = scheduler_params(max_model_len=max_model_len, reasoning=reasoning, **request_fields(request))
-        if reasoning is None:
-            self._tracker = FinishTracker(params)
-        else:
-            self._tracker = reasoning.tracker(params, getattr(request, "prompt_token_ids", None))
+        prompt = getattr(request, "prompt_token_ids", None) if reasoning is not None else None
+        self._tracker = scheduler_tracker(request_fields(request), max_model_len, reasoning, prompt)
         self._seen = 0
         self._fed_before = 0
         self._done = False

@@ -227,8 +227,11 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     thought that many tokens, one id per step, counted as vLLM's
     ``ThinkingTokenBudgetLogitsProcessor`` (docs/semantics.md 11.8). The
     markers are the engine's (:attr:`reasoning_for`, by default
-    :func:`engine_reasoning`); a prompt that ends inside ``<think>`` is read
-    when the tokenizer's vocabulary is known.
+    :func:`engine_reasoning`); a prompt that ends inside ``<think>`` is read,
+    and its thinking counted as vLLM counts it, when the tokenizer's
+    vocabulary is known. A sampled id past that vocabulary (engines pad the
+    embedding) cannot be decoded: the budget is then no longer enforced for
+    that request, rather than failing the step.
 
     Raises:
         ValueError: at construction, when this class is already loaded in the
@@ -255,8 +258,10 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
             self._init_v2(device)
             return
         _claim_engine(self, vllm_config)  # V1: one build per model runner, one vllm_config
-        self._reasoning = self.reasoning_for(vllm_config)
+        self._reasoning = reasoning = self.reasoning_for(vllm_config)
         self._trackers: dict[int, FinishTracker] = {}  # slot -> its thinking budget's tracker
+        vocabulary = None if reasoning is None else reasoning.vocabulary
+        self._decoded_ids = 2**32 if vocabulary is None else vocabulary.vocab_size
         self._req_states: Any = None
         max_slots = int(vllm_config.scheduler_config.max_num_seqs)
         vocab_size = int(vllm_config.model_config.get_vocab_size())
@@ -305,8 +310,10 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 "max_reasoning_tokens",
                 f"={budget}: this engine has no reasoning markers (start vLLM with --reasoning-parser)",
             )
-        params = StopParams(**reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True))
-        return reasoning.tracker(params, prompt)
+        starts_in, decode = reasoning.ids_check(prompt, count_prompt=True)
+        params = StopParams(**reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in,
+                                                    decode=decode))
+        return reasoning.tracker(params, prompt) if decode else FinishTracker(params)
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         """Apply vLLM's removed, added, moved lists (in that order), then feed new output tokens."""
@@ -354,8 +361,15 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 self.constraints.append_tokens(slot, new)
                 self._fed[slot] = n
                 counter = self._trackers.get(slot)
-                if counter is not None and not counter.finished:
-                    self.constraints.force(slot, counter.update(new).forced_token_id)
+                if counter is None or counter.finished:
+                    continue
+                if max(new) >= self._decoded_ids:
+                    # An id past the tokenizer (a padded embedding row) cannot be
+                    # decoded: the budget stops being enforced for this request.
+                    del self._trackers[slot]
+                    self.constraints.force(slot, None)
+                    continue
+                self.constraints.force(slot, counter.update(new).forced_token_id)
         rows = [self._blank] * self._batch_size
         positions = [0] * self._batch_size
         for index, slot in self._row_slot.items():
