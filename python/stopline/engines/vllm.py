@@ -289,14 +289,16 @@ def scheduler_tracker(
     """A fresh tracker of a request's scheduler-side checks
     (:func:`scheduler_params` of ``fields``, :func:`request_fields`' keys).
     With ``reasoning`` it follows the channels from the ids
-    (:meth:`Reasoning.ids_check`): it reads ``prompt_token_ids`` with the
-    reasoning's vocabulary when a thinking budget must count the prompt's
-    thinking or a marker is text only, else it is told where the output
-    starts."""
+    (:meth:`Reasoning.ids_check`): marker ids are matched by id and the
+    prompt (read with the reasoning's vocabulary) says where the output
+    starts, so an id past the tokenizer (a padded embedding row) is just
+    content; only a text-only marker makes it decode the ids. The thinking
+    budget is counted from the output here (``tracker.forced_token_id`` is
+    informative: the logits processors force it, counting the prompt's
+    thinking too, as vLLM)."""
     if reasoning is None:
         return FinishTracker(scheduler_params(max_model_len=max_model_len, **fields))
-    budget = thinking_budget(fields.get("thinking_token_budget"), "thinking_token_budget")
-    starts_in, decode = reasoning.ids_check(prompt_token_ids, count_prompt=budget is not None)
+    starts_in, decode = reasoning.ids_check(prompt_token_ids, count_prompt=False)
     params = scheduler_params(max_model_len=max_model_len, reasoning=reasoning, starts_in=starts_in, decode=decode,
                               **fields)
     return reasoning.tracker(params, prompt_token_ids) if decode else FinishTracker(params)
