@@ -546,6 +546,17 @@ def test_prompt_opened_thinking_starts_in_reasoning(deepseek):
     assert (res.stop_string, res.reasoning, res.content) == ("\n\n", "Let me see.\n\nOK", "Hello")
 
 
+def test_enable_thinking_false_prompt_starts_in_content(deepseek):
+    """chat_template_kwargs={"enable_thinking": False}: Qwen3's template closes
+    an empty block in the prompt (`<think>\n\n</think>\n\n`), so the output
+    starts in content and the stop string fires there at once."""
+    r = vllm_reasoning(reasoning_parser="qwen3", tokenizer=deepseek)
+    prompt = deepseek.encode("User: hi\nAssistant: <think>\n\n</think>\n\n", add_special_tokens=False)
+    out = deepseek.encode("Hello\n\nbye", add_special_tokens=False)
+    d = DetokenizerStop(SamplingParams(stop=["\n\n"], max_tokens=100), reasoning=r, prompt_token_ids=prompt)
+    assert stream_detokenizer(d, deepseek, out) == ("\n\n", "", "Hello")
+
+
 def test_text_markers_split_across_tokens_smollm2(smollm2):
     """SmolLM2 has no `<think>` token (vLLM's deepseek_r1 parser refuses it):
     markers given explicitly are matched as text across tokens, and a cut
