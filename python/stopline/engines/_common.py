@@ -270,6 +270,28 @@ class Reasoning:
         decode = self.vocabulary is not None and (count_prompt or self.needs_decoding())
         return (None if decode else self.prompt_channel(prompt_ids)), decode
 
+    def budget_counter(self, budget: int, prompt_ids: Sequence[int] | None) -> FinishTracker:
+        """An ids-only tracker that counts one request's thinking for a
+        logits processor: ``forced_token_id`` is the id to force next. With
+        a vocabulary it reads the prompt and counts its thinking, as vLLM's
+        budget does (docs/semantics.md 11.8). Feed it with :meth:`count`."""
+        starts_in, decode = self.ids_check(prompt_ids, count_prompt=True)
+        params = StopParams(
+            **self.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in, decode=decode)
+        )
+        return self.tracker(params, prompt_ids) if decode else FinishTracker(params)
+
+    def count(self, counter: FinishTracker, ids: list[int]) -> bool:
+        """Feeds a :meth:`budget_counter` the new output ids; ``False`` (and
+        nothing fed) when one lies past the vocabulary it decodes with (an
+        engine's padded embedding row has no text): the caller then stops
+        enforcing that budget rather than fail the step."""
+        if ids and self.vocabulary is not None and max(ids) >= self.vocabulary.vocab_size:
+            return False
+        if ids:
+            counter.update(ids)
+        return True
+
     def tracker(self, params: StopParams, prompt_ids: Sequence[int] | None) -> FinishTracker:
         """An ids-only tracker for ``params``; with a vocabulary it reads
         ``prompt_ids`` (prompt-opened thinking, the thinking budget's prompt

@@ -75,7 +75,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
 from .._caps import field_error, field_type_error, field_value_error, shown, unknown_keys
-from .._core import FinishTracker, StopParams
+from .._core import FinishTracker
 from ..engines._common import Reasoning, thinking_budget
 from ..engines.vllm import DetokenizerStop, RequestStop, vllm_reasoning
 from ..logits import LogitsConstraints
@@ -258,10 +258,8 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
             self._init_v2(device)
             return
         _claim_engine(self, vllm_config)  # V1: one build per model runner, one vllm_config
-        self._reasoning = reasoning = self.reasoning_for(vllm_config)
+        self._reasoning = self.reasoning_for(vllm_config)
         self._trackers: dict[int, FinishTracker] = {}  # slot -> its thinking budget's tracker
-        vocabulary = None if reasoning is None else reasoning.vocabulary
-        self._decoded_ids = 2**32 if vocabulary is None else vocabulary.vocab_size
         self._req_states: Any = None
         max_slots = int(vllm_config.scheduler_config.max_num_seqs)
         vocab_size = int(vllm_config.model_config.get_vocab_size())
@@ -310,10 +308,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 "max_reasoning_tokens",
                 f"={budget}: this engine has no reasoning markers (start vLLM with --reasoning-parser)",
             )
-        starts_in, decode = reasoning.ids_check(prompt, count_prompt=True)
-        params = StopParams(**reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in,
-                                                    decode=decode))
-        return reasoning.tracker(params, prompt) if decode else FinishTracker(params)
+        return reasoning.budget_counter(budget, prompt)
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         """Apply vLLM's removed, added, moved lists (in that order), then feed new output tokens."""
@@ -360,16 +355,12 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 new = output_ids[fed:n]
                 self.constraints.append_tokens(slot, new)
                 self._fed[slot] = n
-                counter = self._trackers.get(slot)
-                if counter is None or counter.finished:
+                counter, reasoning = self._trackers.get(slot), self._reasoning
+                if counter is None or reasoning is None or counter.finished:
                     continue
-                if max(new) >= self._decoded_ids:
-                    # An id past the tokenizer (a padded embedding row) cannot be
-                    # decoded: the budget stops being enforced for this request.
-                    del self._trackers[slot]
-                    self.constraints.force(slot, None)
-                    continue
-                self.constraints.force(slot, counter.update(new).forced_token_id)
+                if not reasoning.count(counter, new):
+                    del self._trackers[slot]  # the budget is no longer enforced for this request
+                self.constraints.force(slot, counter.forced_token_id if slot in self._trackers else None)
         rows = [self._blank] * self._batch_size
         positions = [0] * self._batch_size
         for index, slot in self._row_slot.items():
