@@ -327,3 +327,43 @@ def test_bad_reasoning_configuration_names_the_field(deepseek):
         ReqFinish(SamplingParams(max_new_tokens=5, custom_params={"thinking_budget": "3"}),
                   reasoning=sglang_reasoning("deepseek-r1", deepseek))
     assert e.value.field == "custom_params['thinking_budget']"
+
+
+def test_custom_logit_processor_forces_the_thinking_budget(deepseek):
+    """A StoplineLogitProcessor subclass with DeepSeek's marker ids (as SGLang's
+    DeepSeekR1ThinkingBudgetLogitProcessor hard-codes its ids) enforces
+    custom_params["thinking_budget"] through SGLang's apply_custom_logit_processor:
+    the prompt ends `<think>\\n` (one thinking token, read with Req.tokenizer's
+    vocabulary), so a budget of 3 forces `</think>` at the third step, then
+    nothing; a request without a budget in the same batch is untouched."""
+    think, end = deepseek.convert_tokens_to_ids(["<think>", "</think>"])
+    budgeted = type("DeepSeekBudget", (StoplineLogitProcessor,),
+                    {"reasoning_markers": {"reasoning_start_id": think, "reasoning_end_id": end}})
+    serialized = budgeted.to_str()
+    width = len(deepseek)
+    prompt = deepseek.encode("User: hi\nAssistant: <think>\n", add_special_tokens=False)
+    reqs = []
+    for i, custom in enumerate([{"thinking_budget": 3}, None]):
+        sp = SamplingParams(max_new_tokens=20, custom_params=custom)
+        req = Req(f"budget-{i}-{random.random()}", "", array("i", prompt), sp,
+                  custom_logit_processor=serialized if custom else None, vocab_size=width)
+        req.tokenizer = deepseek
+        reqs.append(req)
+    words = deepseek.encode(" one two three four", add_special_tokens=False)
+    forced = []
+    for step in range(4):
+        logits = torch.zeros(len(reqs), width)
+        apply_custom_logit_processor(logits, FakeBatchInfo(reqs, serialized))
+        assert torch.equal(logits[1], torch.zeros(width))
+        row = logits[0]
+        forced.append(int(row.argmax()) if torch.isinf(row).any() else None)
+        for req in reqs:
+            req.output_ids.append(forced[-1] if forced[-1] is not None else words[step])
+    assert forced == [None, None, end, None]
+    with pytest.raises(ValueError) as e:
+        bad = type("Bad", (StoplineLogitProcessor,), {"reasoning_markers": {"reasoning_start_id": think}})
+        sp = SamplingParams(max_new_tokens=5, custom_params={"thinking_budget": 1})
+        req = Req(f"bad-{random.random()}", "", array("i", prompt), sp, custom_logit_processor=bad.to_str(),
+                  vocab_size=width)
+        apply_custom_logit_processor(torch.zeros(1, width), FakeBatchInfo([req], bad.to_str()))
+    assert e.value.field == "reasoning_end"
