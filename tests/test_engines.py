@@ -332,7 +332,7 @@ TEXT = reasoning_config({"reasoning_start": "<think>", "reasoning_end": "</think
 
 
 def test_compat_reexports_the_reasoning_reader():
-    assert compat.reasoning_config is reasoning_config and compat.Reasoning is Reasoning
+    assert compat.reasoning_config is reasoning_config and isinstance(compat.reasoning_config(IDS), Reasoning)
     assert compat.vllm_reasoning is vl.vllm_reasoning and compat.sglang_reasoning is sg.sglang_reasoning
     assert reasoning_config(IDS) is IDS and reasoning_config(None) is None
 

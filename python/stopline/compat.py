@@ -13,9 +13,9 @@ hands the decision back in the engine's own vocabulary:
 * SGLang: :func:`sglang_check_finished`, in the shape of
   ``Req.update_finish_state`` in
   ``python/sglang/srt/managers/schedule_batch.py``.
-* Reasoning models: :func:`reasoning_config` / :func:`reasoning_from_markers`
-  (explicit markers) or :func:`vllm_reasoning` / :func:`sglang_reasoning`
-  (an engine's ``--reasoning-parser``) give the :class:`Reasoning` that the
+* Reasoning models: :func:`reasoning_config` (explicit markers) or
+  :func:`vllm_reasoning` / :func:`sglang_reasoning` (an engine's
+  ``--reasoning-parser``) give the ``stopline.engines.Reasoning`` that the
   helpers take as ``reasoning=``: stops then fire only in content
   (docs/semantics.md 11).
 * :func:`to_vllm_status` and :func:`to_sglang_finish_reason` translate a
@@ -33,7 +33,7 @@ object (``stopline.engines.vllm.RequestStop`` / ``DetokenizerStop``,
 
 from __future__ import annotations
 
-from stopline.engines._common import Reasoning, reasoning_config, reasoning_from_markers
+from stopline.engines._common import reasoning_config
 from stopline.engines.sglang import (
     SglangFinishReason,
     SglangFinishResult,
@@ -52,13 +52,11 @@ from stopline.engines.vllm import (
 )
 
 __all__ = [
-    "Reasoning",
     "SglangFinishReason",
     "SglangFinishResult",
     "VllmStopResult",
     "VllmStopStringResult",
     "reasoning_config",
-    "reasoning_from_markers",
     "sglang_check_finished",
     "sglang_reasoning",
     "to_sglang_finish_reason",

@@ -367,6 +367,8 @@ def sglang_reasoning(reasoning_parser: str, tokenizer: Any, **options: Any) -> R
         ValueError: an unknown parser name (SGLang's message, as
             ``reasoning_parser``); as :func:`~stopline.engines.reasoning_from_markers`.
     """
+    if not isinstance(reasoning_parser, str):
+        raise field_type_error("reasoning_parser", "a str (a --reasoning-parser name)", reasoning_parser)
     from sglang.srt.parser.reasoning_parser import ReasoningParser
 
     try:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stopline._caps import field_value_error, integer, one_of, shown
+from stopline._caps import field_type_error, field_value_error, integer, one_of, shown
 from stopline._core import FinishTracker, StopParams
 
 from ._common import (
@@ -143,6 +143,8 @@ def vllm_reasoning(
             unknown option.
     """
     if reasoning_parser is not None:
+        if not isinstance(reasoning_parser, str):
+            raise field_type_error("reasoning_parser", "a str (a --reasoning-parser name)", reasoning_parser)
         if tokenizer is None:
             raise field_value_error("tokenizer", " is required with reasoning_parser (the markers' ids come from it)")
         from vllm.reasoning import ReasoningParserManager
