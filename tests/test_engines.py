@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from types import SimpleNamespace as NS
 
 import pytest
@@ -318,3 +319,167 @@ def test_req_finish_falls_back_to_decode_stream_for_a_refused_decoder():
     assert not finish.update([1, 2, 3]).finished
     res = finish.update([4])
     assert res.finished and res.finished_reason.to_json() == {"type": "stop", "matched": "world stop"}
+
+
+# ------------------------------------------ reasoning: one reader (semantics 11) --
+
+import random  # noqa: E402
+
+from stopline.engines import Reasoning, reasoning_config, reasoning_from_markers  # noqa: E402
+
+IDS = reasoning_config({"reasoning_start_id": 5, "reasoning_end_id": 6})
+TEXT = reasoning_config({"reasoning_start": "<think>", "reasoning_end": "</think>"})
+
+
+def test_compat_reexports_the_reasoning_reader():
+    assert compat.reasoning_config is reasoning_config and isinstance(compat.reasoning_config(IDS), Reasoning)
+    assert compat.vllm_reasoning is vl.vllm_reasoning and compat.sglang_reasoning is sg.sglang_reasoning
+    assert reasoning_config(IDS) is IDS and reasoning_config(None) is None
+
+
+@pytest.mark.parametrize("value, raises, field, says", [
+    (["<think>"], TypeError, "reasoning", "reasoning must be a mapping"),
+    ({"reasoning_end": "</think>", "stop": ["x"]}, ValueError, "reasoning", "unknown keys ['stop']"),
+    ({"reasoning_start": "<think>"}, ValueError, "reasoning_end", "reasoning_end is required"),
+    ({"reasoning_start": "", "reasoning_end": "</think>"}, ValueError, "reasoning_start", "empty"),
+    ({"reasoning_end_id": 6, "reasoning_end_ids": [6, "7"]}, TypeError, "reasoning_end_ids[1]", "must be an int"),
+    ({"reasoning_end_id": -1}, ValueError, "reasoning_end_id", "reasoning_end_id"),
+    ({"reasoning_end_id": 6, "reasoning_starts_in": "thinking"}, ValueError, "reasoning_starts_in", "thinking"),
+])
+def test_bad_reasoning_configuration_names_the_field(value, raises, field, says):
+    with pytest.raises(raises, match=re.escape(says)) as e:
+        reasoning_config(value)
+    assert e.value.field == field
+
+
+def test_unknown_reasoning_keys_message_is_bounded():
+    with pytest.raises(ValueError) as e:
+        reasoning_config({f"k{i}" * 100: i for i in range(10_000)})
+    assert len(str(e.value)) < 1000 and e.value.kind == "unknown_key"
+
+
+def test_ids_only_check_needs_marker_ids_or_a_vocabulary():
+    """vLLM's scheduler sees ids only: a marker given only as text cannot be
+    recognised there without a vocabulary; the error names it."""
+    with pytest.raises(ValueError, match="reasoning_start='<think>' has no single token id") as e:
+        TEXT.stop_kwargs(max_reasoning_tokens=None, ids_only=True)
+    assert e.value.field == "reasoning_start"
+    assert TEXT.stop_kwargs(max_reasoning_tokens=3, ids_only=False)["max_reasoning_tokens"] == 3
+
+
+@pytest.mark.parametrize("budget, says", [(2.0, TypeError), (-2, ValueError), ("3", TypeError)])
+def test_thinking_token_budget_errors_name_the_field(budget, says):
+    with pytest.raises(says) as e:
+        vl.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=budget, reasoning=IDS)
+    assert e.value.field == "thinking_token_budget"
+
+
+def test_thinking_token_budget_minus_one_is_unlimited_and_needs_reasoning_otherwise():
+    r = vl.vllm_check_stop([5, 1, 1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=-1)
+    assert not r.stopped
+    with pytest.raises(ValueError, match="thinking_token_budget=0 needs reasoning markers"):
+        vl.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=0)
+
+
+def _request(output, **sp):
+    base = dict(max_tokens=None, min_tokens=0, eos_token_id=2, stop_token_ids=[9], ignore_eos=False,
+                all_stop_token_ids=None, repetition_detection=None, thinking_token_budget=None)
+    base.update(sp)
+    return NS(output_token_ids=output, num_prompt_tokens=3, max_tokens=base["max_tokens"], sampling_params=NS(**base),
+              pooling_params=None, prompt_token_ids=[1, 2, 3])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_request_stop_and_check_stop_agree_with_reasoning(seed):
+    """With marker ids 5/6: the stop token 9 fires only in content, EOS in
+    either channel; the stateless helper and RequestStop agree on every
+    prefix, token by token and in runs."""
+    rng = random.Random(seed)
+    stream = [rng.choice([1, 3, 4, 5, 6, 9, 9, 2] if rng.random() < 0.3 else [1, 3, 4, 5, 6, 9]) for _ in range(25)]
+    req = _request([], max_tokens=rng.randint(5, 30))
+    ours = vl.RequestStop(req, 100, reasoning=IDS)
+    pos = 0
+    while pos < len(stream):
+        k = rng.randint(1, 3)
+        req.output_token_ids = stream[:pos + k]
+        stopped = ours.feed(req.output_token_ids)
+        expect = vl.vllm_check_stop_request(req, 100, num_new_tokens=len(req.output_token_ids) - pos, reasoning=IDS)
+        assert ours.result() == expect
+        pos += k
+        if stopped:
+            kept = stream[:expect.num_output_tokens]
+            if expect.stop_reason == 9:  # the stop id arrived in content: after the block closed
+                assert 6 in kept[:-1] or 5 not in kept
+            break
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_detokenizer_stop_and_helper_agree_with_text_markers(seed):
+    """Text markers cut across pieces, stop strings scoped to content:
+    DetokenizerStop and vllm_detokenizer_stop agree, and the streamed channel
+    deltas join to the final split."""
+    rng = random.Random(seed)
+    pieces = [rng.choice(["a", "b", "<th", "ink>", "</", "think>", "ab", "\n\n", "x", "<think>", "</think>"])
+              for _ in range(20)]
+    sp = vllm_params(stop=["\n\n", "ba"], min_tokens=rng.randint(0, 3))
+    d = vl.DetokenizerStop(sp, reasoning=TEXT)
+    reasoning = content = ""
+    fed = 0
+    while fed < len(pieces):
+        run = pieces[fed:fed + rng.randint(1, 3)]
+        fed += len(run)
+        stop = d.update(run)
+        r, c = d.get_next_output_channels()
+        reasoning, content = reasoning + r, content + c
+        res = vl.vllm_detokenizer_stop(pieces[:fed], stop=sp.stop, min_tokens=sp.min_tokens,
+                                       num_new_tokens=len(run), reasoning=TEXT)
+        assert (res.stop_string, res.output_text, res.reasoning, res.content) == (
+            stop, d.output_text, d.reasoning, d.content)
+        if stop is not None:
+            break
+    assert (reasoning, content) == (d.reasoning, d.content)
+
+
+def test_detokenizer_stop_needs_ids_for_marker_ids():
+    d = vl.DetokenizerStop(vllm_params(stop=["x"]), reasoning=IDS)
+    with pytest.raises(ValueError, match="token_ids is required") as e:
+        d.update(["<think>"])
+    assert e.value.field == "token_ids"
+    with pytest.raises(ValueError, match="token_ids has 1 ids for 2 text pieces"):
+        d.update(["a", "b"], token_ids=[5])
+    assert d.update(["", "x", "", "y x"], token_ids=[5, 7, 6, 8]) == "x"
+    assert (d.reasoning, d.content) == ("x", "y ")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_req_finish_and_check_finished_agree_with_reasoning(seed):
+    rng = random.Random(seed)
+    pieces = [rng.choice(["a", "<think>", "</think>", "stop", "b", "</th", "ink>"]) for _ in range(16)]
+    ids = [rng.choice([1, 9, 3]) for _ in pieces]
+    fields = dict(max_new_tokens=rng.randint(3, 16), stop_strs=["stop"], stop_token_ids=[9])
+    finish = sg.ReqFinish(sglang_params(**fields), eos_token_ids={2}, reasoning=TEXT)
+    for n in range(1, len(ids) + 1):
+        res = finish.update(ids[n - 1:n], pieces[n - 1:n])
+        expect = sg.sglang_check_finished(ids[:n], output_texts=pieces[:n], eos_token_ids={2}, reasoning=TEXT, **fields)
+        assert res == expect
+        if res.finished:
+            break
+
+
+def test_prompt_channel_reads_a_prompt_opened_block(smollm2):
+    """With a tokenizer's vocabulary the prompt's tail decides where output
+    starts (docs/semantics.md 11.1): DeepSeek-R1 / Qwen3-thinking templates
+    end with `<think>\\n`; a closed block or none starts in content."""
+    r = reasoning_from_markers("<think>", "</think>", smollm2)
+    assert r.vocabulary is not None and "reasoning_start_id" not in r.options  # several tokens: text only
+    assert r.prompt_channel(smollm2.encode("User: hi\nAssistant: <think>\n")) == "reasoning"
+    assert r.prompt_channel(smollm2.encode("<think>\nx</think>\nAssistant:")) == "content"
+    assert r.prompt_channel(None) is None
+    assert TEXT.prompt_channel(smollm2.encode("<think>")) is None  # no vocabulary: the params decide
+    forced = reasoning_config({"reasoning_end": "</think>", "reasoning_starts_in": "reasoning"})
+    assert forced.prompt_channel(None) == "reasoning"
+    # A stop string inside a prompt-opened block does not fire (semantics 11.3).
+    d = vl.DetokenizerStop(vllm_params(stop=["\n\n"]), reasoning=r,
+                           prompt_token_ids=smollm2.encode("Assistant: <think>\n"))
+    assert d.update(["plan\n\n", "done</think>", "Hi\n\n"]) == "\n\n"
+    assert (d.reasoning, d.content) == ("plan\n\ndone", "Hi")

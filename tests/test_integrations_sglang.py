@@ -201,3 +201,169 @@ def test_docs_example_runs():
     from doc_blocks import run_python_blocks
 
     run_python_blocks("docs/integrations.md", "integrations.sglang")
+
+
+# --- reasoning channels (docs/semantics.md 11) -------------------------------
+
+from sglang.srt.parser.reasoning_parser import ReasoningParser  # noqa: E402
+
+from stopline.engines.sglang import sglang_reasoning  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    """DeepSeek-V3's tokenizer (`<think>` / `</think>` are single special tokens)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from stopline.tools.models import ModelFileError
+    from stopline.tools.vocab_files import tokenizer_json_path
+
+    try:
+        t = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json_path("deepseek-v3")))
+    except ModelFileError as exc:
+        pytest.skip(str(exc))
+    t.additional_stop_token_ids = None
+    return t
+
+
+def reasoning_pair(tokenizer, prompt, eos, reasoning, **kw):
+    sp = SamplingParams(**kw)
+    sp.normalize(tokenizer)
+    req = Req("r", "", array("i", prompt), sp, eos_token_ids={eos}, vocab_size=len(tokenizer))
+    req.tokenizer = tokenizer
+    ours = ReqFinish(sp, eos_token_ids={eos}, vocab_size=len(tokenizer), tokenizer=tokenizer, prompt_ids=prompt,
+                     reasoning=reasoning)
+    return req, ours
+
+
+def test_sglang_reasoning_from_the_parser_resolves_marker_ids(deepseek, tok):
+    think, end = deepseek.convert_tokens_to_ids(["<think>", "</think>"])
+    for name in ("deepseek-r1", "qwen3"):
+        r = sglang_reasoning(name, deepseek)
+        assert r.options == {"reasoning_start": "<think>", "reasoning_start_id": think, "reasoning_end": "</think>",
+                             "reasoning_end_id": end, "reasoning_end_ids": (end,)}
+    # SmolLM2 has no `<think>` token: the markers are text only.
+    assert set(sglang_reasoning("deepseek-r1", tok).options) == {"reasoning_start", "reasoning_end", "reasoning_end_ids"}
+
+
+def test_sglang_40529_stop_string_inside_thinking_does_not_fire(deepseek):
+    """A stop string met inside the thinking: SGLang 0.5.23 finishes there
+    (sglang#40529: the answer is lost); ReqFinish with the parser's markers
+    finishes in the content, and its reasoning / content are what SGLang's own
+    deepseek-r1 parser splits from the kept text."""
+    eos = deepseek.convert_tokens_to_ids("<｜end▁of▁sentence｜>")
+    stream = deepseek.encode("<think>Let me see.\n\nOK</think>Hello\n\nbye", add_special_tokens=False)
+    prompt = deepseek.encode("User: hi\nAssistant:", add_special_tokens=False)
+    req, ours = reasoning_pair(deepseek, prompt, eos, sglang_reasoning("deepseek-r1", deepseek),
+                               max_new_tokens=40, stop=["\n\n"])
+    req, res = run_pair_all(req, ours, stream)
+    assert deepseek.decode(req.output_ids[:req.finished_len]).startswith("<think>Let me see.")
+    assert "</think>" not in deepseek.decode(req.output_ids[:req.finished_len])  # SGLang: cut in the thinking
+    assert ours_reason(res) == ("FINISH_MATCHED_STR", {"type": "stop", "matched": "\n\n"})
+    t = ours.tracker
+    assert (t.reasoning, t.content) == ("Let me see.\n\nOK", "Hello")
+    theirs = ReasoningParser("deepseek-r1", stream_reasoning=False).parse_non_stream(t.text)
+    assert theirs == (t.reasoning, t.content)
+
+
+def test_prompt_opened_thinking_stop_token_in_thinking_does_not_fire(deepseek):
+    """DeepSeek-R1's template ends the prompt with `<think>\\n`: the output
+    starts inside the block (read from prompt_ids), so a stop token id met
+    there does not fire; after `</think>` it does. SGLang stops at the first."""
+    eos = deepseek.convert_tokens_to_ids("<｜end▁of▁sentence｜>")
+    end = deepseek.convert_tokens_to_ids("</think>")
+    prompt = deepseek.encode("User: hi\nAssistant: <think>\n", add_special_tokens=False)
+    nl = deepseek.encode("\n\n", add_special_tokens=False)
+    assert len(nl) == 1
+    stream = [*deepseek.encode("a", add_special_tokens=False), *nl, end, *deepseek.encode("b", add_special_tokens=False),
+              *nl, 7]
+    req, ours = reasoning_pair(deepseek, prompt, eos, sglang_reasoning("deepseek-r1", deepseek),
+                               max_new_tokens=40, stop_token_ids=nl)
+    req, res = run_pair_all(req, ours, stream)
+    assert req.finished_len == 2  # SGLang: the stop id inside the thinking
+    assert ours_reason(res) == ("FINISH_MATCHED_TOKEN", {"type": "stop", "matched": nl[0]})
+    assert res.finished_len == 5 and ours.tracker.reasoning_token_ids == stream[:2]
+
+
+def test_text_markers_split_across_tokens_smollm2(tok):
+    """SmolLM2 (no `<think>` token): the markers arrive over several ids and
+    are matched as text; the stop inside the thinking does not fire."""
+    stream = tok.encode("<think>\nplan a\n\nb\n</think>Done.\n\nmore")
+    req, ours = reasoning_pair(tok, tok.encode("Story: "), EOS, sglang_reasoning("deepseek-r1", tok),
+                               max_new_tokens=60, stop=["\n\n"])
+    _, res = run_pair_all(req, ours, stream)
+    assert ours_reason(res) == ("FINISH_MATCHED_STR", {"type": "stop", "matched": "\n\n"})
+    assert (ours.tracker.reasoning, ours.tracker.content) == ("\nplan a\n\nb\n", "Done.")
+
+
+def test_thinking_budget_from_custom_params(deepseek):
+    """custom_params["thinking_budget"] (what SGLang sets from max_thinking_tokens)
+    names the end marker to force once that many thinking tokens follow
+    `<think>`: counted as vLLM's budget, the prompt's "\\n" included."""
+    eos = deepseek.convert_tokens_to_ids("<｜end▁of▁sentence｜>")
+    end = deepseek.convert_tokens_to_ids("</think>")
+    prompt = deepseek.encode("User: hi\nAssistant: <think>\n", add_special_tokens=False)
+    _, ours = reasoning_pair(deepseek, prompt, eos, sglang_reasoning("deepseek-r1", deepseek),
+                             max_new_tokens=40, custom_params={"thinking_budget": 3})
+    words = deepseek.encode(" one two", add_special_tokens=False)
+    assert ours.forced_token_id is None
+    ours.update(words[:1])
+    assert ours.forced_token_id is None
+    ours.update(words[1:2])
+    assert ours.forced_token_id == end
+    ours.update([end])
+    assert ours.forced_token_id is None and ours.tracker.channel == "content"
+
+
+def test_bad_reasoning_configuration_names_the_field(deepseek):
+    with pytest.raises(ValueError, match="reasoning_parser='nope'") as e:
+        sglang_reasoning("nope", deepseek)
+    assert e.value.field == "reasoning_parser"
+    sp = SamplingParams(max_new_tokens=5, custom_params={"thinking_budget": 3})
+    with pytest.raises(ValueError, match=r"custom_params\['thinking_budget'\]=3 needs reasoning markers") as e:
+        ReqFinish(sp, vocab_size=len(deepseek), tokenizer=deepseek)
+    assert e.value.field == "custom_params['thinking_budget']"
+    with pytest.raises(TypeError) as e:
+        ReqFinish(SamplingParams(max_new_tokens=5, custom_params={"thinking_budget": "3"}),
+                  reasoning=sglang_reasoning("deepseek-r1", deepseek))
+    assert e.value.field == "custom_params['thinking_budget']"
+
+
+def test_custom_logit_processor_forces_the_thinking_budget(deepseek):
+    """A StoplineLogitProcessor subclass with DeepSeek's marker ids (as SGLang's
+    DeepSeekR1ThinkingBudgetLogitProcessor hard-codes its ids) enforces
+    custom_params["thinking_budget"] through SGLang's apply_custom_logit_processor:
+    the prompt ends `<think>\\n` (one thinking token, read with Req.tokenizer's
+    vocabulary), so a budget of 3 forces `</think>` at the third step, then
+    nothing; a request without a budget in the same batch is untouched."""
+    think, end = deepseek.convert_tokens_to_ids(["<think>", "</think>"])
+    budgeted = type("DeepSeekBudget", (StoplineLogitProcessor,),
+                    {"reasoning_markers": {"reasoning_start_id": think, "reasoning_end_id": end}})
+    serialized = budgeted.to_str()
+    width = len(deepseek)
+    prompt = deepseek.encode("User: hi\nAssistant: <think>\n", add_special_tokens=False)
+    reqs = []
+    for i, custom in enumerate([{"thinking_budget": 3}, None]):
+        sp = SamplingParams(max_new_tokens=20, custom_params=custom)
+        req = Req(f"budget-{i}-{random.random()}", "", array("i", prompt), sp,
+                  custom_logit_processor=serialized if custom else None, vocab_size=width)
+        req.tokenizer = deepseek
+        reqs.append(req)
+    words = deepseek.encode(" one two three four", add_special_tokens=False)
+    forced = []
+    for step in range(4):
+        logits = torch.zeros(len(reqs), width)
+        apply_custom_logit_processor(logits, FakeBatchInfo(reqs, serialized))
+        assert torch.equal(logits[1], torch.zeros(width))
+        row = logits[0]
+        forced.append(int(row.argmax()) if torch.isinf(row).any() else None)
+        for req in reqs:
+            req.output_ids.append(forced[-1] if forced[-1] is not None else words[step])
+    assert forced == [None, None, end, None]
+    with pytest.raises(ValueError) as e:
+        bad = type("Bad", (StoplineLogitProcessor,), {"reasoning_markers": {"reasoning_start_id": think}})
+        sp = SamplingParams(max_new_tokens=5, custom_params={"thinking_budget": 1})
+        req = Req(f"bad-{random.random()}", "", array("i", prompt), sp, custom_logit_processor=bad.to_str(),
+                  vocab_size=width)
+        apply_custom_logit_processor(torch.zeros(1, width), FakeBatchInfo([req], bad.to_str()))
+    assert e.value.field == "reasoning_end"

@@ -13,6 +13,11 @@ hands the decision back in the engine's own vocabulary:
 * SGLang: :func:`sglang_check_finished`, in the shape of
   ``Req.update_finish_state`` in
   ``python/sglang/srt/managers/schedule_batch.py``.
+* Reasoning models: :func:`reasoning_config` (explicit markers) or
+  :func:`vllm_reasoning` / :func:`sglang_reasoning` (an engine's
+  ``--reasoning-parser``) give the ``stopline.engines.Reasoning`` that the
+  helpers take as ``reasoning=``: stops then fire only in content
+  (docs/semantics.md 11).
 * :func:`to_vllm_status` and :func:`to_sglang_finish_reason` translate a
   result of a long-lived ``FinishTracker`` or ``FinishBatch`` (the hot path)
   into the same shapes.
@@ -28,10 +33,12 @@ object (``stopline.engines.vllm.RequestStop`` / ``DetokenizerStop``,
 
 from __future__ import annotations
 
+from stopline.engines._common import reasoning_config
 from stopline.engines.sglang import (
     SglangFinishReason,
     SglangFinishResult,
     sglang_check_finished,
+    sglang_reasoning,
     to_sglang_finish_reason,
 )
 from stopline.engines.vllm import (
@@ -41,6 +48,7 @@ from stopline.engines.vllm import (
     vllm_check_stop,
     vllm_check_stop_request,
     vllm_detokenizer_stop,
+    vllm_reasoning,
 )
 
 __all__ = [
@@ -48,10 +56,13 @@ __all__ = [
     "SglangFinishResult",
     "VllmStopResult",
     "VllmStopStringResult",
+    "reasoning_config",
     "sglang_check_finished",
+    "sglang_reasoning",
     "to_sglang_finish_reason",
     "to_vllm_status",
     "vllm_check_stop",
     "vllm_check_stop_request",
     "vllm_detokenizer_stop",
+    "vllm_reasoning",
 ]

@@ -11,7 +11,15 @@
 Each rule (parameter mapping, request reading, status and finish-reason
 translation) is written once here; the stateless helper and the per-request
 object of a pair both call it, and ``tests/test_engine_parity.py`` runs both
-on the same histories. Nothing here imports an engine: the adapters in
+on the same histories. Reasoning channels (docs/semantics.md 11) are read
+once, by :func:`reasoning_config` / :func:`reasoning_from_markers` into a
+:class:`Reasoning` that both engines' readers (``vllm_reasoning``,
+``sglang_reasoning``) return and every adapter takes as ``reasoning=``.
+Nothing here imports an engine: the adapters in
 :mod:`stopline.integrations` add the engines' own base classes, and
 :mod:`stopline.compat` re-exports the helpers under their old names.
 """
+
+from ._common import REASONING_KEYS, Reasoning, reasoning_config, reasoning_from_markers, vocabulary_for
+
+__all__ = ["REASONING_KEYS", "Reasoning", "reasoning_config", "reasoning_from_markers", "vocabulary_for"]

@@ -1,16 +1,19 @@
 """What both engines' modules share: reading a request's lists under the
-core's caps, and replaying a whole output history through a fresh tracker
-(what the stateless helpers compute on every call)."""
+core's caps, replaying a whole output history through a fresh tracker
+(what the stateless helpers compute on every call), building a
+:class:`~stopline.Vocabulary` for a tokenizer, and reading an engine's
+reasoning configuration (:class:`Reasoning`, docs/semantics.md 11)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stopline._caps import field_value_error, int_items, integer, str_items
-from stopline._core import LIMITS, FinishTracker, StopParams
+from stopline._caps import field_type_error, field_value_error, int_items, integer, shown, str_items, unknown_keys
+from stopline._core import LIMITS, FinishTracker, StopParams, Vocabulary
 
 
 def output_ids(values: Any, field_name: str) -> list[int]:
@@ -69,6 +72,8 @@ class Replay:
     matched: int | str | None
     num_tokens: int
     text: str
+    reasoning: str
+    content: str
     decided_before_new: bool
 
 
@@ -82,7 +87,7 @@ def split(count: int, new: int, field_name: str) -> int:
 
 
 def replay(
-    params: StopParams,
+    params: StopParams | FinishTracker,
     ids: Sequence[int],
     texts: Sequence[str] | None,
     start: int,
@@ -93,9 +98,11 @@ def replay(
     The finish machine is step invariant (semantics.md 6.10), so splitting
     the history anywhere gives the same answer; the split only tells whether
     the decision was already made by the tokens before the new ones.
-    ``grammar_at_end``: the grammar ended at the last new token.
+    ``grammar_at_end``: the grammar ended at the last new token. ``params``
+    may be a fresh tracker to use (one that read the prompt,
+    :meth:`Reasoning.tracker`) instead of a plain one of those params.
     """
-    tracker = FinishTracker(params)
+    tracker = params if isinstance(params, FinishTracker) else FinishTracker(params)
     before = ids[:start]
     new = ids[start:]
     if before:
@@ -111,5 +118,287 @@ def replay(
         matched=tracker.matched,
         num_tokens=tracker.num_tokens,
         text=tracker.text,
+        reasoning=tracker.reasoning,
+        content=tracker.content,
         decided_before_new=decided_before_new,
     )
+
+
+# ------------------------------------------------------------ vocabulary --
+
+_VOCAB_CACHE_SIZE = 8
+_vocab_cache: OrderedDict[int, tuple[Any, Vocabulary | None]] = OrderedDict()
+_vocab_lock = threading.Lock()
+
+
+def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
+    """stopline's :class:`~stopline.Vocabulary` for a fast tokenizer
+    (``transformers``' ``PreTrainedTokenizerFast`` or a
+    ``tokenizers.Tokenizer``), built from its ``tokenizer.json``
+    (``to_str()``), or ``None`` when the core refuses its decoder or the
+    tokenizer has no ``tokenizer.json`` (docs/semantics.md 10.1). Built once
+    per tokenizer object: the last 8 are kept (with the tokenizer, so an id is
+    never reused)."""
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    key = id(backend)
+    with _vocab_lock:
+        hit = _vocab_cache.get(key)
+        if hit is not None:
+            _vocab_cache.move_to_end(key)
+            return hit[1]
+    to_str = getattr(backend, "to_str", None)
+    vocab: Vocabulary | None = None
+    if callable(to_str):
+        try:
+            vocab = Vocabulary.from_str(to_str())
+        except ValueError:
+            vocab = None
+    with _vocab_lock:
+        _vocab_cache[key] = (backend, vocab)
+        while len(_vocab_cache) > _VOCAB_CACHE_SIZE:
+            _vocab_cache.popitem(last=False)
+    return vocab
+
+
+# ------------------------------------------------------------- reasoning --
+
+#: The ``StopParams`` keywords an engine-wide reasoning configuration may set
+#: (docs/semantics.md 11); ``max_reasoning_tokens`` comes per request.
+REASONING_KEYS = (
+    "reasoning_start",
+    "reasoning_start_id",
+    "reasoning_end",
+    "reasoning_end_id",
+    "reasoning_end_ids",
+    "reasoning_starts_in",
+    "keep_reasoning_markers",
+    "token_aligned",
+)
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """An engine's reasoning configuration, read once per engine: the
+    ``StopParams`` reasoning keywords (:data:`REASONING_KEYS`) shared by every
+    request, and the :class:`~stopline.Vocabulary` that lets an ids-only check
+    match text markers and read the prompt (a prompt that ends inside
+    ``<think>`` starts the output in reasoning, docs/semantics.md 11.1).
+
+    Build it with :func:`reasoning_config` (a mapping, checked),
+    :func:`reasoning_from_markers` (marker strings resolved against a
+    tokenizer), or an engine's reader (``stopline.engines.vllm.vllm_reasoning``,
+    ``stopline.engines.sglang.sglang_reasoning``).
+    """
+
+    options: Mapping[str, Any]
+    vocabulary: Vocabulary | None = field(default=None, compare=False)
+
+    def prompt_channel(self, prompt_ids: Sequence[int] | None) -> str | None:
+        """The channel output starts in after ``prompt_ids``, by the core's
+        rule (docs/semantics.md 11.1: the configured ``reasoning_starts_in``,
+        else an unclosed start marker in the prompt's tail); ``None`` when
+        it cannot be read (no vocabulary or no prompt): the params then
+        decide (content). For a check fed texts, which has no vocabulary of
+        its own to read the prompt with."""
+        starts_in = self.options.get("reasoning_starts_in")
+        if starts_in is not None:
+            return str(starts_in)
+        if self.vocabulary is None or prompt_ids is None:
+            return None
+        return self.tracker(StopParams(**self.options), prompt_ids).channel
+
+    def needs_decoding(self) -> bool:
+        """Whether an ids-only check must decode its ids (with
+        :attr:`vocabulary`) to see a marker: one is given only as text."""
+        o = self.options
+        text_only = (o.get("reasoning_start") and o.get("reasoning_start_id") is None) or (
+            o.get("reasoning_end") and o.get("reasoning_end_id") is None
+        )
+        return bool(text_only) and self.vocabulary is not None
+
+    def stop_kwargs(
+        self,
+        *,
+        max_reasoning_tokens: int | None,
+        ids_only: bool,
+        starts_in: str | None = None,
+        decode: bool | None = None,
+    ) -> dict[str, Any]:
+        """The ``StopParams`` keywords for one request.
+
+        ``ids_only``: the check sees token ids and no text (vLLM's scheduler,
+        a logits processor). Unless its tracker decodes them (``decode``,
+        default :meth:`needs_decoding`; :meth:`tracker`), only the marker ids
+        can be recognised: text markers are dropped, and a marker that has no
+        id is an error naming it. ``starts_in``: where the output starts, for
+        a check that does not read the prompt itself (:meth:`prompt_channel`).
+
+        Raises:
+            ValueError: ids only, no decoding, and a marker given only as text
+                (naming ``reasoning_start`` / ``reasoning_end``).
+        """
+        kw = dict(self.options)
+        if decode is None:
+            decode = self.needs_decoding()
+        if ids_only and not decode:
+            for text_key, id_key in (("reasoning_start", "reasoning_start_id"), ("reasoning_end", "reasoning_end_id")):
+                text = kw.pop(text_key, None)
+                if text is not None and kw.get(id_key) is None:
+                    raise field_value_error(
+                        text_key,
+                        f"={shown(text)} has no single token id, and this check sees ids only: give a "
+                        f"{id_key} or a vocabulary to decode the ids with",
+                    )
+        if max_reasoning_tokens is not None:
+            kw["max_reasoning_tokens"] = max_reasoning_tokens
+        if starts_in is not None:
+            kw["reasoning_starts_in"] = starts_in
+        return kw
+
+    def ids_check(self, prompt_ids: Sequence[int] | None, *, count_prompt: bool) -> tuple[str | None, bool]:
+        """How an ids-only check follows the channels: ``(starts_in,
+        decode)`` for :meth:`stop_kwargs`, and whether to build the tracker
+        with :meth:`tracker` (``decode``) or plainly.
+
+        A decoding tracker reads the prompt itself and counts its thinking
+        for the budget (as vLLM); but it refuses an id past the tokenizer
+        (``ValueError``; engines pad the embedding past it), so it is used
+        only where it is needed: a marker given only as text, or
+        ``count_prompt`` (a thinking budget). Otherwise the markers are
+        matched by id and the prompt only says where the output starts.
+        """
+        decode = self.vocabulary is not None and (count_prompt or self.needs_decoding())
+        return (None if decode else self.prompt_channel(prompt_ids)), decode
+
+    def budget_counter(self, budget: int, prompt_ids: Sequence[int] | None) -> FinishTracker:
+        """An ids-only tracker that counts one request's thinking for a
+        logits processor: ``forced_token_id`` is the id to force next. With
+        a vocabulary it reads the prompt and counts its thinking, as vLLM's
+        budget does (docs/semantics.md 11.8). Feed it with :meth:`count`."""
+        starts_in, decode = self.ids_check(prompt_ids, count_prompt=True)
+        params = StopParams(
+            **self.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in, decode=decode)
+        )
+        return self.tracker(params, prompt_ids) if decode else FinishTracker(params)
+
+    def count(self, counter: FinishTracker, ids: list[int]) -> bool:
+        """Feeds a :meth:`budget_counter` the new output ids; ``False`` (and
+        nothing fed) when one lies past the vocabulary it decodes with (an
+        engine's padded embedding row has no text): the caller then stops
+        enforcing that budget rather than fail the step."""
+        if ids and self.vocabulary is not None and max(ids) >= self.vocabulary.vocab_size:
+            return False
+        if ids:
+            counter.update(ids)
+        return True
+
+    def tracker(self, params: StopParams, prompt_ids: Sequence[int] | None) -> FinishTracker:
+        """An ids-only tracker for ``params``; with a vocabulary it reads
+        ``prompt_ids`` (prompt-opened thinking, the thinking budget's prompt
+        count). Special tokens are kept: marker ids match by id either way."""
+        if self.vocabulary is None:
+            return FinishTracker(params)
+        prompt = None if prompt_ids is None else output_ids(prompt_ids, "prompt_token_ids")
+        return FinishTracker(params, self.vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
+
+
+def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Vocabulary | None = None) -> Reasoning | None:
+    """An adapter's ``reasoning=`` argument as a :class:`Reasoning`: ``None``
+    (off), a :class:`Reasoning` (as is), or a mapping of :data:`REASONING_KEYS`
+    (``{"reasoning_start": "<think>", "reasoning_end": "</think>"}``), checked
+    now by building a ``StopParams`` from it, so a bad configuration fails at
+    engine start, not on the first request.
+
+    Raises:
+        TypeError: not a mapping; a value of the wrong type (naming
+            ``reasoning_start`` etc. as ``StopParams`` does).
+        ValueError: an unknown key (the first few shown), a mapping without
+            an end marker, an empty marker, an id over ``2**32``, whatever
+            ``StopParams`` refuses (naming the field).
+    """
+    if value is None or isinstance(value, Reasoning):
+        return value
+    if not isinstance(value, Mapping):
+        raise field_type_error(field_name, "a mapping of StopParams reasoning keywords, a Reasoning or None", value)
+    unknown = [k for k in value if k not in REASONING_KEYS]
+    if unknown:
+        raise unknown_keys(field_name, unknown, REASONING_KEYS)
+    options = {k: v for k, v in value.items() if v is not None}
+    if "reasoning_end_ids" in options:
+        options["reasoning_end_ids"] = tuple(
+            int_items(options["reasoning_end_ids"], "reasoning_end_ids", LIMITS["max_stop_token_ids"])
+        )
+    if not options.get("reasoning_end") and options.get("reasoning_end_id") is None:
+        # StopParams would build a params without channels from {} (or from
+        # only keep_reasoning_markers): a reasoning configuration needs its end.
+        raise field_value_error("reasoning_end", " is required: a reasoning configuration needs an end marker "
+                                "(reasoning_end text or reasoning_end_id)")
+    StopParams(**options)  # the core's checks, naming the field
+    return Reasoning(options=options, vocabulary=vocabulary)
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+
+
+def reasoning_from_markers(
+    start: str | None,
+    end: str,
+    tokenizer: Any,
+    *,
+    forced_end: str | None = None,
+    field_name: str = "reasoning",
+    **options: Any,
+) -> Reasoning:
+    """A :class:`Reasoning` from marker strings, their ids resolved against
+    ``tokenizer`` as vLLM's ``ReasoningConfig.initialize_token_ids`` does
+    (``tokenizer.encode(text, add_special_tokens=False)``): a marker that is
+    one token gets its id too (recognised by id even when
+    ``skip_special_tokens`` hides its text), a longer one is matched as text
+    only. The thinking budget forces ``forced_end``'s ids (default ``end``'s),
+    one per step. ``options``: more :data:`REASONING_KEYS`
+    (``keep_reasoning_markers=True``, ...). The vocabulary comes from
+    :func:`vocabulary_for`.
+
+    Raises:
+        TypeError / ValueError: a marker that is not a str or is empty, one
+            that tokenizes to nothing (naming ``reasoning_start`` /
+            ``reasoning_end``), as :func:`reasoning_config`.
+    """
+    kw: dict[str, Any] = dict(options)
+    for key, text in (("reasoning_start", start), ("reasoning_end", end), ("reasoning_end_ids", forced_end)):
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise field_type_error(key, "a str", text)
+        if not text and key != "reasoning_end_ids":
+            kw[key] = text  # StopParams names the empty marker
+            continue
+        ids = _encode(tokenizer, text) if text else []
+        if not ids:
+            raise field_value_error(key, f"={shown(text)} gives no token ids with this tokenizer")
+        if key == "reasoning_end_ids":
+            kw[key] = ids
+            continue
+        kw[key] = text
+        if len(ids) == 1:
+            kw[f"{key}_id"] = ids[0]
+        if key == "reasoning_end" and forced_end is None:
+            kw["reasoning_end_ids"] = ids
+    r = reasoning_config(kw, field_name, vocabulary_for(tokenizer))
+    assert r is not None
+    return r
+
+
+def thinking_budget(value: Any, field_name: str) -> int | None:
+    """A request's thinking budget in tokens: ``None`` or ``-1`` (vLLM's
+    "unlimited") is none; else an int >= 0 (TypeError / ValueError naming
+    ``field_name``)."""
+    if value is None:
+        return None
+    budget = integer(value, field_name)
+    if budget == -1:
+        return None
+    if budget < 0:
+        raise field_value_error(field_name, f" must be >= 0 or -1 (unlimited), got {budget}")
+    return budget

@@ -25,17 +25,26 @@ refuses.
 from __future__ import annotations
 
 import numbers
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stopline._caps import field_type_error, field_value_error, integer, one_of
+from stopline._caps import field_type_error, field_value_error, integer, one_of, shown
 from stopline._core import FINISH_REASONS, FinishTracker, StopParams, Vocabulary
 
 from ._common import output_ids as read_ids
-from ._common import FinishState, replay, split, stop_list, texts, token_set
+from ._common import (
+    FinishState,
+    Reasoning,
+    reasoning_from_markers,
+    replay,
+    split,
+    stop_list,
+    texts,
+    thinking_budget,
+    token_set,
+    vocabulary_for,
+)
 
 __all__ = [
     "ReqFinish",
@@ -45,6 +54,7 @@ __all__ = [
     "finish_request",
     "request_fields",
     "sglang_check_finished",
+    "sglang_reasoning",
     "to_sglang_finish_reason",
     "vocabulary_for",
 ]
@@ -259,9 +269,22 @@ def finish_request(
     stop_regex_strs: str | Sequence[str] | None = None,
     no_stop_trim: bool = False,
     vocab_size: int | None = None,
+    reasoning: Reasoning | None = None,
+    thinking_budget: int | None = None,
+    starts_in: str | None = None,
+    ids_only: bool = False,
+    decode: bool | None = None,
 ) -> SglangRequest:
     """Validates an SGLang request's finish parameters and builds its
     ``StopParams`` (the rules are listed in :func:`sglang_check_finished`).
+
+    ``reasoning`` (:func:`sglang_reasoning`) turns the channels on
+    (docs/semantics.md 11): stop strings, regexes and stop token ids then fire
+    only in content; ``thinking_budget`` (SGLang's
+    ``custom_params["thinking_budget"]``) becomes ``max_reasoning_tokens``;
+    ``starts_in`` is the channel a check fed texts starts in; ``ids_only``:
+    the check has the ids but no text, and ``decode`` whether its tracker
+    decodes them (:meth:`Reasoning.stop_kwargs`).
 
     Every list is read under its cap before anything else is built
     (``LIMITS["max_stop_token_ids"]`` ids, ``"max_stop_strings"`` strings,
@@ -288,6 +311,16 @@ def finish_request(
     regexes = stop_list(stop_regex_strs, "stop_regex_strs", "max_stop_regexes")
     if vocab_size is not None:
         vocab_size = integer(vocab_size, "vocab_size")
+    budget = _budget(thinking_budget)
+    extra: dict[str, Any] = {}
+    if reasoning is not None:
+        extra = reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=ids_only, starts_in=starts_in,
+                                      decode=decode)
+    elif budget is not None:
+        raise field_value_error(
+            "custom_params['thinking_budget']",
+            f"={budget} needs reasoning markers (SGLang's --reasoning-parser; reasoning=)",
+        )
     params = None
     if max_new > 0:
         params = StopParams(
@@ -300,6 +333,7 @@ def finish_request(
             stop_regex=regexes or None,
             include_stop_str_in_output=no_stop_trim,
             vocab_size=vocab_size,
+            **extra,
         )
     return SglangRequest(
         params=params,
@@ -310,6 +344,44 @@ def finish_request(
     )
 
 
+def _budget(value: Any) -> int | None:
+    return thinking_budget(value, "custom_params['thinking_budget']")
+
+
+def sglang_reasoning(reasoning_parser: str, tokenizer: Any, **options: Any) -> Reasoning:
+    """The reasoning markers of SGLang's ``--reasoning-parser`` ``name``, for
+    :class:`ReqFinish`'s ``reasoning=`` (built once per engine).
+
+    The parser's detector (``ReasoningParser(model_type=name).detector``,
+    ``python/sglang/srt/parser/reasoning_parser.py``) gives
+    ``think_start_token`` / ``think_end_token``; their ids come from
+    ``tokenizer`` (:func:`stopline.engines.reasoning_from_markers`: a one-token
+    marker is recognised by id, a longer one as text). The detector's
+    ``force_reasoning`` (DeepSeek-R1's: output starts in reasoning whatever
+    the prompt) is not copied: stopline reads the prompt (a template that ends
+    with ``<think>`` starts the output in reasoning) unless ``options`` give
+    ``reasoning_starts_in``. ``options``: more
+    :data:`stopline.engines.REASONING_KEYS`. Needs SGLang.
+
+    Raises:
+        ValueError: an unknown parser name (SGLang's message, as
+            ``reasoning_parser``); as :func:`~stopline.engines.reasoning_from_markers`.
+    """
+    if not isinstance(reasoning_parser, str):
+        raise field_type_error("reasoning_parser", "a str (a --reasoning-parser name)", reasoning_parser)
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    try:
+        detector = ReasoningParser(model_type=reasoning_parser, tokenizer=tokenizer).detector
+    except ValueError as exc:
+        raise field_value_error("reasoning_parser", f"={shown(reasoning_parser)}: {shown(str(exc))}") from None
+    start = getattr(detector, "think_start_token", None) or None
+    end = getattr(detector, "think_end_token", None)
+    if not end:
+        raise field_value_error("reasoning_parser", f"={shown(reasoning_parser)} names no end marker (think_end_token)")
+    return reasoning_from_markers(start, end, tokenizer, field_name="reasoning_parser", **options)
+
+
 # --------------------------------------------------------- request reading --
 
 
@@ -318,8 +390,11 @@ def request_fields(sampling_params: Any) -> dict[str, Any]:
     (after ``normalize``), as :func:`finish_request`'s keywords (all but
     ``eos_token_ids`` and ``vocab_size``, which live on the request):
     ``max_new_tokens``, ``min_new_tokens``, ``stop_strs``, ``stop_regex_strs``,
-    ``stop_token_ids``, ``ignore_eos`` and ``no_stop_trim``."""
+    ``stop_token_ids``, ``ignore_eos``, ``no_stop_trim``, and the thinking
+    budget SGLang keeps in ``custom_params["thinking_budget"]`` (set from the
+    request's ``max_thinking_tokens``)."""
     sp = sampling_params
+    custom = getattr(sp, "custom_params", None)
     return dict(
         max_new_tokens=sp.max_new_tokens,
         min_new_tokens=getattr(sp, "min_new_tokens", 0) or 0,
@@ -328,6 +403,7 @@ def request_fields(sampling_params: Any) -> dict[str, Any]:
         stop_token_ids=getattr(sp, "stop_token_ids", None),
         ignore_eos=bool(getattr(sp, "ignore_eos", False)),
         no_stop_trim=bool(getattr(sp, "no_stop_trim", False)),
+        thinking_budget=custom.get("thinking_budget") if isinstance(custom, dict) else None,
     )
 
 
@@ -349,6 +425,9 @@ def sglang_check_finished(
     vocab_size: int | None = None,
     no_stop_trim: bool = False,
     grammar_terminated: bool = False,
+    reasoning: Reasoning | None = None,
+    thinking_budget: int | None = None,
+    prompt_ids: Sequence[int] | None = None,
 ) -> SglangFinishResult:
     """SGLang's ``Req.update_finish_state(new_accepted_len)``, decided by stopline.
 
@@ -413,6 +492,13 @@ def sglang_check_finished(
       like stop strings (SGLang uses Python's ``re`` on a decoded tail); a
       regex stop reports ``FINISHED_MATCHED_REGEX(matched=pattern)``, as
       SGLang 0.5.23 does.
+    * With ``reasoning`` (:func:`sglang_reasoning`) stop strings, regexes and
+      stop token ids fire only in content (docs/semantics.md 11); SGLang
+      0.5.23 matches them in the thinking too (sglang#40529).
+      ``prompt_ids`` tell whether the output starts inside ``<think>``;
+      ``thinking_budget`` is counted as vLLM's (11.8), not as SGLang's
+      ``ThinkingBudgetLogitProcessor`` (which forces a newline before the
+      end marker).
 
     Raises:
         ValueError / TypeError: naming the field: ``max_new_tokens`` negative
@@ -422,6 +508,15 @@ def sglang_check_finished(
     """
     ids = read_ids(output_ids, "output_ids")
     start = split(len(ids), new_accepted_len, "new_accepted_len")
+    # Without texts the reasoning's vocabulary decodes the ids and reads the
+    # prompt; with texts the prompt only says where the output starts.
+    fed_texts = output_texts is not None
+    starts_in, decode = None, False
+    if reasoning is not None:
+        if fed_texts:
+            starts_in = reasoning.prompt_channel(prompt_ids)
+        else:
+            starts_in, decode = reasoning.ids_check(prompt_ids, count_prompt=_budget(thinking_budget) is not None)
     request = finish_request(
         max_new_tokens=max_new_tokens,
         min_new_tokens=min_new_tokens,
@@ -432,11 +527,17 @@ def sglang_check_finished(
         stop_regex_strs=stop_regex_strs,
         no_stop_trim=no_stop_trim,
         vocab_size=vocab_size,
+        reasoning=reasoning,
+        thinking_budget=thinking_budget,
+        starts_in=starts_in,
+        ids_only=not fed_texts,
+        decode=decode,
     )
     pieces = _pieces(output_texts, len(ids), "output_texts", "output ids", required=request.has_text_stops)
     if request.params is None:
         return request.result(None, decided_before_new=start > 0)
-    r = replay(request.params, request.engine_ids(ids), pieces, start, grammar_at_end=grammar_terminated)
+    source = reasoning.tracker(request.params, prompt_ids) if reasoning is not None and decode else request.params
+    r = replay(source, request.engine_ids(ids), pieces, start, grammar_at_end=grammar_terminated)
     return request.result(r, r.decided_before_new)
 
 
@@ -454,36 +555,6 @@ def _pieces(values: Any, count: int, field_name: str, what: str, *, required: bo
 
 
 # -------------------------------------------------------- the per-request --
-
-_VOCAB_CACHE_SIZE = 8
-_vocab_cache: OrderedDict[int, tuple[Any, Vocabulary | None]] = OrderedDict()
-_vocab_lock = threading.Lock()
-
-
-def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
-    """stopline's :class:`~stopline.Vocabulary` for a fast tokenizer
-    (``transformers``' ``PreTrainedTokenizerFast`` or a
-    ``tokenizers.Tokenizer``), built from its ``tokenizer.json``
-    (``to_str()``), or ``None`` when the core refuses its decoder
-    (docs/semantics.md 10.1). Built once per tokenizer object: the last 8
-    are kept (with the tokenizer, so an id is never reused)."""
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    key = id(backend)
-    with _vocab_lock:
-        hit = _vocab_cache.get(key)
-        if hit is not None:
-            _vocab_cache.move_to_end(key)
-            return hit[1]
-    try:
-        vocab: Vocabulary | None = Vocabulary.from_str(backend.to_str())
-    except ValueError:
-        vocab = None
-    with _vocab_lock:
-        _vocab_cache[key] = (backend, vocab)
-        while len(_vocab_cache) > _VOCAB_CACHE_SIZE:
-            _vocab_cache.popitem(last=False)
-    return vocab
-
 
 class ReqFinish:
     """Per-request finish state in SGLang's terms, decided by stopline.
@@ -507,6 +578,16 @@ class ReqFinish:
         prompt_ids: the prompt's ids, to prime the decoder (semantics.md 10.3).
         vocabulary: a :class:`stopline.Vocabulary` to decode with, instead of
             building one from ``tokenizer``.
+        reasoning: the engine's reasoning markers (:func:`sglang_reasoning`,
+            built once per engine), or ``None``. With them stop strings,
+            regexes and stop token ids fire only in content (a stop met inside
+            ``<think>`` does not end the request, where SGLang 0.5.23 stops
+            there, sglang#40529); a prompt that ends inside ``<think>`` starts
+            the output in reasoning (read from ``prompt_ids`` with the
+            vocabulary); ``tracker.reasoning`` / ``tracker.content`` hold the
+            split SGLang's reasoning parser would make, markers left out; and
+            ``custom_params["thinking_budget"]`` sets the thinking budget,
+            whose next forced id is :attr:`forced_token_id`.
 
     Rules: docs/semantics.md sections 2 and 3, as :func:`sglang_check_finished`
     (the same :func:`finish_request`); where SGLang 0.5.23 decides otherwise it
@@ -527,9 +608,19 @@ class ReqFinish:
         tokenizer: Any = None,
         prompt_ids: Sequence[int] = (),
         vocabulary: Vocabulary | None = None,
+        reasoning: Reasoning | None = None,
     ):
+        prompt = read_ids(prompt_ids, "prompt_ids")
+        if vocabulary is None and tokenizer is not None:
+            vocabulary = vocabulary_for(tokenizer)
+        v = None if vocab_size is None else integer(vocab_size, "vocab_size")
+        core_decodes = vocabulary is not None and v is not None and v <= vocabulary.vocab_size
+        # A tracker that decodes reads the prompt itself (and counts its
+        # thinking for the budget); one fed texts is told where output starts.
+        starts_in = None if reasoning is None or core_decodes else reasoning.prompt_channel(prompt)
         self._request = request = finish_request(
-            **request_fields(sampling_params), eos_token_ids=eos_token_ids, vocab_size=vocab_size
+            **request_fields(sampling_params), eos_token_ids=eos_token_ids, vocab_size=v,
+            reasoning=reasoning, starts_in=starts_in,
         )
         self.max_new_tokens = request.max_new_tokens
         self._fed = 0
@@ -543,20 +634,16 @@ class ReqFinish:
         self._decoder: Any = None
         self._backend: Any = None
         self._decoded_ids = 0  # ids below this have a text (the rest decode to "")
-        prompt = read_ids(prompt_ids, "prompt_ids")
-        if vocabulary is None and tokenizer is not None:
-            vocabulary = vocabulary_for(tokenizer)
-            if vocabulary is None:  # the core refuses this decoder
-                from tokenizers.decoders import DecodeStream
+        if vocabulary is None and tokenizer is not None:  # the core refuses this decoder
+            from tokenizers.decoders import DecodeStream
 
-                self._backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-                self._decoder = DecodeStream(ids=prompt[-8:], skip_special_tokens=False)
+            self._backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+            self._decoder = DecodeStream(ids=prompt[-8:], skip_special_tokens=False)
         params = request.params
         self._tracker: FinishTracker | None = None
         if vocabulary is not None:
             self._decoded_ids = vocabulary.vocab_size
-            v = request.vocab_size
-            if v is not None and v <= vocabulary.vocab_size:
+            if core_decodes:
                 self._mode = "ids"
                 if params is not None:
                     self._tracker = FinishTracker(params, vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
@@ -579,6 +666,14 @@ class ReqFinish:
         if self._tracker is None:
             raise field_value_error("max_new_tokens", "=0: a prefill-only request has no tracker")
         return self._tracker
+
+    @property
+    def forced_token_id(self) -> int | None:
+        """The id the thinking budget forces next (``tracker.forced_token_id``;
+        docs/semantics.md 11.8), ``None`` without a budget, outside the block,
+        or for a prefill-only request. Force it with
+        :meth:`stopline.logits.LogitsConstraints.force`."""
+        return None if self._tracker is None else self._tracker.forced_token_id
 
     def update(self, new_accepted_ids: Iterable[int], texts: Sequence[str] | None = None) -> SglangFinishResult:
         """Feed the ids accepted in this step (one, or a speculative run).

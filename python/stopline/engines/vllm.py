@@ -31,10 +31,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stopline._caps import field_value_error, integer, one_of
+from stopline._caps import field_type_error, field_value_error, integer, one_of, shown
 from stopline._core import FinishTracker, StopParams
 
-from ._common import FinishState, output_ids, replay, split, stop_list, token_set
+from ._common import (
+    FinishState,
+    Reasoning,
+    output_ids,
+    reasoning_config,
+    reasoning_from_markers,
+    replay,
+    split,
+    stop_list,
+    thinking_budget,
+    token_set,
+    vocabulary_for,
+)
 from ._common import texts as read_texts
 
 __all__ = [
@@ -50,6 +62,7 @@ __all__ = [
     "vllm_check_stop",
     "vllm_check_stop_request",
     "vllm_detokenizer_stop",
+    "vllm_reasoning",
 ]
 
 #: vLLM's ``RequestStatus`` member name for each stopline ``finish_reason``
@@ -79,6 +92,97 @@ def to_vllm_status(finish_reason: str | None) -> str | None:
     if finish_reason is None:
         return None
     return one_of(finish_reason, "finish_reason", VLLM_STATUS)
+
+
+# --------------------------------------------------------------- reasoning --
+
+
+def _ids_of(value: Any, field_name: str) -> list[int]:
+    return output_ids(value, field_name) if value is not None else []
+
+
+def vllm_reasoning(
+    vllm_config: Any = None,
+    *,
+    reasoning_parser: str | None = None,
+    tokenizer: Any = None,
+    **options: Any,
+) -> Reasoning | None:
+    """The reasoning markers a vLLM engine is configured with, for the
+    adapters' ``reasoning=`` (built once per engine).
+
+    Read, in this order:
+
+    * ``reasoning_parser`` (a ``--reasoning-parser`` name such as ``"qwen3"``
+      or ``"deepseek_r1"``) with ``tokenizer``: the parser class from vLLM's
+      ``ReasoningParserManager``, built on the tokenizer, gives
+      ``reasoning_start_str`` / ``reasoning_end_str``; their ids are resolved
+      as vLLM's ``ReasoningConfig.initialize_token_ids`` does
+      (:func:`stopline.engines.reasoning_from_markers`). Needs vLLM.
+    * else ``vllm_config.reasoning_config`` (or a ``ReasoningConfig`` itself),
+      once vLLM has initialised it (``enabled``): its
+      ``reasoning_start_token_ids``, ``natural_reasoning_end_token_ids`` (the
+      end marker) and ``reasoning_end_token_ids`` (what the thinking budget
+      forces, which may start with a transition phrase). A one-token marker is
+      recognised by id; a longer one is matched as the text ``tokenizer``
+      decodes it to (so ``tokenizer`` is then required). ``None`` when the
+      config has no reasoning (vLLM without ``--reasoning-parser``).
+
+    ``options``: more ``StopParams`` reasoning keywords
+    (:data:`stopline.engines.REASONING_KEYS`, e.g.
+    ``keep_reasoning_markers=True``). With ``tokenizer`` the result carries its
+    :class:`~stopline.Vocabulary`, with which ids-only checks read the prompt.
+
+    Raises:
+        TypeError / ValueError: naming the field: an unknown parser name, or
+            one vLLM cannot build on this tokenizer (vLLM's message, as
+            ``reasoning_parser``; its ``<think>`` parsers need the markers to
+            be single tokens: give other markers by
+            :func:`~stopline.engines.reasoning_from_markers`), a
+            multi-token marker without ``tokenizer``, an empty marker, an
+            unknown option.
+    """
+    if reasoning_parser is not None:
+        if not isinstance(reasoning_parser, str):
+            raise field_type_error("reasoning_parser", "a str (a --reasoning-parser name)", reasoning_parser)
+        if tokenizer is None:
+            raise field_value_error("tokenizer", " is required with reasoning_parser (the markers' ids come from it)")
+        from vllm.reasoning import ReasoningParserManager
+
+        try:
+            parser_cls = ReasoningParserManager.get_reasoning_parser(reasoning_parser)
+        except KeyError as exc:
+            raise field_value_error("reasoning_parser", f"={shown(reasoning_parser)}: {shown(str(exc))}") from None
+        try:
+            parser = parser_cls(tokenizer)
+        except (RuntimeError, ValueError) as exc:  # e.g. the tokenizer lacks the parser's marker tokens
+            raise field_value_error("reasoning_parser", f"={shown(reasoning_parser)}: {shown(str(exc))}") from None
+        start, end = parser.reasoning_start_str, parser.reasoning_end_str
+        if not end:
+            raise field_value_error(
+                "reasoning_parser", f"={shown(reasoning_parser)} names no end marker (reasoning_end_str)"
+            )
+        return reasoning_from_markers(start or None, end, tokenizer, field_name="reasoning_parser", **options)
+    config = getattr(vllm_config, "reasoning_config", vllm_config)
+    if config is None or not getattr(config, "enabled", False):
+        return None
+    kw: dict[str, Any] = dict(options)
+    for key, attr in (("reasoning_start", "reasoning_start_token_ids"),
+                      ("reasoning_end", "natural_reasoning_end_token_ids")):
+        field_name = f"reasoning_config.{attr}"
+        ids = _ids_of(getattr(config, attr, None), field_name)
+        if len(ids) == 1:
+            kw[f"{key}_id"] = ids[0]
+        if tokenizer is not None and ids:
+            kw[key] = tokenizer.decode(ids, skip_special_tokens=False)
+        elif len(ids) > 1:
+            raise field_value_error(
+                field_name, f"={shown(ids)} is several tokens: pass tokenizer= to match the marker as text"
+            )
+    forced = _ids_of(getattr(config, "reasoning_end_token_ids", None), "reasoning_config.reasoning_end_token_ids")
+    if forced:
+        kw["reasoning_end_ids"] = forced
+    return reasoning_config(kw, "reasoning_config", vocabulary_for(tokenizer) if tokenizer is not None else None)
 
 
 # ------------------------------------------------------- parameter mapping --
@@ -123,16 +227,32 @@ def scheduler_params(
     ignore_eos: bool,
     all_stop_token_ids: Iterable[int] | None,
     repetition_detection: Any,
+    thinking_token_budget: int | None = None,
+    reasoning: Reasoning | None = None,
+    starts_in: str | None = None,
+    decode: bool | None = None,
 ) -> StopParams:
     """The ``StopParams`` of a request's scheduler-side checks (vLLM 0.33.0's
     ``check_stop``; the rules are listed in :func:`vllm_check_stop`).
+    ``reasoning`` (:func:`vllm_reasoning`) turns the channels on: stop token
+    ids then fire only in content, and ``thinking_token_budget`` (``None`` or
+    -1: unlimited, as vLLM) becomes ``max_reasoning_tokens``; ``starts_in``
+    and ``decode`` as :meth:`Reasoning.stop_kwargs` (:func:`scheduler_tracker`
+    picks them).
 
     Raises:
         TypeError: a count that is not an int (``max_tokens="5"``), a list of
             ids holding a non-int, naming the field.
         ValueError: inconsistent ``all_stop_token_ids``; more ids than
-            ``LIMITS["max_stop_token_ids"]``; whatever ``StopParams`` refuses.
+            ``LIMITS["max_stop_token_ids"]``; a ``thinking_token_budget``
+            without ``reasoning`` (vLLM refuses it without a reasoning
+            config too); whatever ``StopParams`` refuses.
     """
+    budget = thinking_budget(thinking_token_budget, "thinking_token_budget")
+    if budget is not None and reasoning is None:
+        raise field_value_error(
+            "thinking_token_budget", f"={budget} needs reasoning markers (vLLM's --reasoning-parser; reasoning=)"
+        )
     stop_ids = token_set(stop_token_ids, "stop_token_ids")
     eos_ids = [] if eos_token_id is None else [integer(eos_token_id, "eos_token_id")]
     min_tokens = integer(min_tokens, "min_tokens")
@@ -160,37 +280,93 @@ def scheduler_params(
         ignore_eos=ignore_eos,
         stop_token_ids=stop_ids,
         repetition=repetition_params(repetition_detection),
+        **(reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in, decode=decode)
+           if reasoning else {}),
     )
 
 
-# Stop strings are matched on per-token text; the token ids are stand-ins.
-# The token that ends a stop-terminated update is sent as a stop token, so
-# the core leaves its text out unless include_stop_str_in_output and flushes
-# the text held back as a live stop-string prefix, as vLLM's detokenizer does.
+def scheduler_tracker(
+    fields: Mapping[str, Any], max_model_len: int, reasoning: Reasoning | None, prompt_token_ids: Any
+) -> FinishTracker:
+    """A fresh tracker of a request's scheduler-side checks
+    (:func:`scheduler_params` of ``fields``, :func:`request_fields`' keys).
+    With ``reasoning`` it follows the channels from the ids
+    (:meth:`Reasoning.ids_check`): marker ids are matched by id and the
+    prompt (read with the reasoning's vocabulary) says where the output
+    starts, so an id past the tokenizer (a padded embedding row) is just
+    content; only a text-only marker makes it decode the ids. The thinking
+    budget is counted from the output here (``tracker.forced_token_id`` is
+    informative: the logits processors force it, counting the prompt's
+    thinking too, as vLLM)."""
+    if reasoning is None:
+        return FinishTracker(scheduler_params(max_model_len=max_model_len, **fields))
+    starts_in, decode = reasoning.ids_check(prompt_token_ids, count_prompt=False)
+    params = scheduler_params(max_model_len=max_model_len, reasoning=reasoning, starts_in=starts_in, decode=decode,
+                              **fields)
+    return reasoning.tracker(params, prompt_token_ids) if decode else FinishTracker(params)
+
+
+# Stop strings are matched on per-token text; the token ids are stand-ins
+# unless the reasoning markers are ids (then the real ids are needed). The
+# token that ends a stop-terminated update is sent as a stop token (in any
+# channel: the scheduler decided it), so the core leaves its text out unless
+# include_stop_str_in_output and flushes the text held back as a live
+# stop-string prefix, as vLLM's detokenizer does.
 _PLAIN_ID = 0
-_TERMINATOR_ID = 1
+_TERMINATOR_ID = 2**32 - 1
 
 
-def detokenizer_params(*, stop: Any, include_stop_str_in_output: bool, min_tokens: int) -> StopParams:
+def detokenizer_params(
+    *,
+    stop: Any,
+    include_stop_str_in_output: bool,
+    min_tokens: int,
+    reasoning: Reasoning | None = None,
+    starts_in: str | None = None,
+) -> StopParams:
     """The ``StopParams`` of the detokenizer's stop-string step (the rules are
     listed in :func:`vllm_detokenizer_stop`). ``stop``: ``None``, one str or an
-    iterable of str (as ``SamplingParams.stop``).
+    iterable of str (as ``SamplingParams.stop``). ``reasoning``
+    (:func:`vllm_reasoning`): stop strings then apply to content only;
+    ``starts_in``: the channel the output starts in
+    (:meth:`Reasoning.prompt_channel`).
 
     Raises:
         TypeError / ValueError: naming the field (``stop``, ``min_tokens``,
-            ``include_stop_str_in_output``).
+            ``include_stop_str_in_output``, a reasoning keyword).
     """
     stops = stop_list(stop, "stop")
+    extra: dict[str, Any] = {}
+    if reasoning is not None:
+        extra = reasoning.stop_kwargs(max_reasoning_tokens=None, ids_only=False, starts_in=starts_in)
+        extra["stop_token_id_scopes"] = ["any"]
     return StopParams(
         stop=stops or None,
         include_stop_str_in_output=include_stop_str_in_output,
         min_tokens=integer(min_tokens, "min_tokens"),
         stop_token_ids=[_TERMINATOR_ID],
+        **extra,
     )
 
 
-def _detokenizer_ids(count: int, stop_terminated: bool) -> list[int]:
-    ids = [_PLAIN_ID] * count
+def _needs_ids(params: StopParams) -> bool:
+    """Whether the reasoning markers include ids, so the real token ids must
+    be fed (stand-ins would never match them)."""
+    r = params.reasoning
+    return r is not None and (r["reasoning_start_id"] is not None or r["reasoning_end_id"] is not None)
+
+
+def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_ids: bool) -> list[int]:
+    if token_ids is None:
+        if needs_ids:
+            raise field_value_error(
+                "token_ids", " is required: the reasoning markers are token ids, recognised by id"
+            )
+        ids = [_PLAIN_ID] * count
+    else:
+        ids = list(output_ids(token_ids, "token_ids"))
+        if len(ids) != count:
+            raise field_value_error("token_ids", f" has {len(ids)} ids for {count} text pieces; pass one id per piece")
     if stop_terminated and ids:
         ids[-1] = _TERMINATOR_ID
     return ids
@@ -206,7 +382,8 @@ def request_fields(request: Any) -> dict[str, Any]:
     Read, duck-typed: ``request.num_prompt_tokens``, ``request.max_tokens``
     (falling back to ``sampling_params.max_tokens``), ``request.sampling_params``
     with ``min_tokens``, ``eos_token_id``, ``stop_token_ids``, ``ignore_eos``,
-    ``all_stop_token_ids`` and ``repetition_detection`` where present, and
+    ``all_stop_token_ids``, ``repetition_detection`` and
+    ``thinking_token_budget`` where present, and
     ``request.eos_token_id`` when the sampling params carry none (older vLLM
     v1 kept the EOS id on the request).
 
@@ -237,6 +414,7 @@ def request_fields(request: Any) -> dict[str, Any]:
         ignore_eos=bool(getattr(sp, "ignore_eos", False)),
         all_stop_token_ids=getattr(sp, "all_stop_token_ids", None),
         repetition_detection=getattr(sp, "repetition_detection", None),
+        thinking_token_budget=getattr(sp, "thinking_token_budget", None),
     )
 
 
@@ -313,6 +491,9 @@ def vllm_check_stop(
     all_stop_token_ids: Iterable[int] | None = None,
     repetition_detection: Any = None,
     num_new_tokens: int = 1,
+    thinking_token_budget: int | None = None,
+    reasoning: Reasoning | None = None,
+    prompt_token_ids: Sequence[int] | None = None,
 ) -> VllmStopResult:
     """vLLM v1's ``check_stop(request, max_model_len)``, decided by stopline.
 
@@ -361,6 +542,12 @@ def vllm_check_stop(
     Stop strings are not part of vLLM's ``check_stop`` (its detokenizer
     handles them); use :func:`vllm_detokenizer_stop`.
 
+    With ``reasoning`` (:func:`vllm_reasoning`; docs/semantics.md 11) a stop
+    token id fires only in content; EOS and the length caps in either
+    channel. ``prompt_token_ids`` tells, with the reasoning's vocabulary,
+    whether the output starts inside ``<think>``. vLLM's ``check_stop`` has
+    no channels: a stop token id met while thinking stops the request there.
+
     Raises:
         ValueError / TypeError: naming the field, for inputs stopline rejects
             (negative ids, a count that is not an int, ``num_prompt_tokens >=
@@ -369,9 +556,8 @@ def vllm_check_stop(
     """
     ids = output_ids(output_token_ids, "output_token_ids")
     start = split(len(ids), num_new_tokens, "num_new_tokens")
-    params = scheduler_params(
+    fields = dict(
         num_prompt_tokens=num_prompt_tokens,
-        max_model_len=max_model_len,
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         eos_token_id=eos_token_id,
@@ -379,12 +565,16 @@ def vllm_check_stop(
         ignore_eos=ignore_eos,
         all_stop_token_ids=all_stop_token_ids,
         repetition_detection=repetition_detection,
+        thinking_token_budget=thinking_token_budget,
     )
-    r = replay(params, ids, None, start)
+    tracker = scheduler_tracker(fields, max_model_len, reasoning, prompt_token_ids)
+    r = replay(tracker, ids, None, start)
     return _stop_result(r, ids[start:r.num_tokens] if r.num_tokens > start else (), r.decided_before_new)
 
 
-def vllm_check_stop_request(request: Any, max_model_len: int, *, num_new_tokens: int = 1) -> VllmStopResult:
+def vllm_check_stop_request(
+    request: Any, max_model_len: int, *, num_new_tokens: int = 1, reasoning: Reasoning | None = None
+) -> VllmStopResult:
     """:func:`vllm_check_stop` reading its inputs from a vLLM ``Request``
     (:func:`request_fields` says what is read).
 
@@ -398,7 +588,15 @@ def vllm_check_stop_request(request: Any, max_model_len: int, *, num_new_tokens:
             :func:`vllm_check_stop`.
     """
     fields = request_fields(request)  # refuses pooling requests before reading their ids
-    return vllm_check_stop(request.output_token_ids, max_model_len=max_model_len, num_new_tokens=num_new_tokens, **fields)
+    prompt = getattr(request, "prompt_token_ids", None) if reasoning is not None else None
+    return vllm_check_stop(
+        request.output_token_ids,
+        max_model_len=max_model_len,
+        num_new_tokens=num_new_tokens,
+        reasoning=reasoning,
+        prompt_token_ids=prompt,
+        **fields,
+    )
 
 
 class RequestStop:
@@ -423,14 +621,23 @@ class RequestStop:
     then the length caps (``num_tokens >= max_model_len`` or
     ``num_output_tokens >= max_tokens``); then repetition from ``min_tokens`` on.
 
+    ``reasoning`` (:func:`vllm_reasoning`, once per engine): the output is
+    split into reasoning and content (``tracker.reasoning_token_ids`` /
+    ``content_token_ids``), a stop token id fires only in content, the
+    request's ``prompt_token_ids`` tell (with the reasoning's vocabulary)
+    whether the output starts inside ``<think>``, and
+    ``sampling_params.thinking_token_budget`` sets ``max_reasoning_tokens``
+    (``tracker.forced_token_id``; the logits processors force it).
+
     Raises:
         ValueError / TypeError: a pooling request, one without sampling params
             or with inconsistent ``all_stop_token_ids``, a field of the wrong
             type (at construction, naming the field).
     """
 
-    def __init__(self, request: Any, max_model_len: int):
-        self._tracker = FinishTracker(scheduler_params(max_model_len=max_model_len, **request_fields(request)))
+    def __init__(self, request: Any, max_model_len: int, *, reasoning: Reasoning | None = None):
+        prompt = getattr(request, "prompt_token_ids", None) if reasoning is not None else None
+        self._tracker = scheduler_tracker(request_fields(request), max_model_len, reasoning, prompt)
         self._seen = 0
         self._fed_before = 0
         self._done = False
@@ -513,11 +720,16 @@ class VllmStopStringResult:
             stop string completes is the last one. vLLM 0.33.0 drops the ids
             after it too (``BaseIncrementalDetokenizer.update``, since PR
             #47616); see docs/semantics.md 6.10.
+        reasoning, content: ``output_text`` split as vLLM's reasoning parser
+            splits it (``DeltaMessage.reasoning`` / ``content``), markers left
+            out; without reasoning, ``""`` and ``output_text``.
     """
 
     stop_string: str | None
     output_text: str
     num_output_tokens: int
+    reasoning: str = ""
+    content: str = ""
 
 
 def vllm_detokenizer_stop(
@@ -528,6 +740,9 @@ def vllm_detokenizer_stop(
     min_tokens: int = 0,
     num_new_tokens: int = 1,
     stop_terminated: bool = False,
+    reasoning: Reasoning | None = None,
+    token_ids: Sequence[int] | None = None,
+    prompt_token_ids: Sequence[int] | None = None,
 ) -> VllmStopStringResult:
     """The stop-string step of vLLM v1's incremental detokenizer, by stopline.
 
@@ -558,22 +773,36 @@ def vllm_detokenizer_stop(
       matching unless ``include_stop_str_in_output`` (docs/semantics.md
       section 3, check 4); passing ``""`` as its piece does the same.
 
+    * With ``reasoning`` (:func:`vllm_reasoning`) stop strings apply to
+      content only (docs/semantics.md 11): one met inside ``<think>`` does
+      not fire (vllm#52393, where vLLM 0.33 stops in the thinking). The
+      output starts in reasoning when ``prompt_token_ids`` end inside the
+      block (read with the reasoning's vocabulary). ``token_ids`` (one per
+      piece) are required when the markers are token ids.
+
     Streaming hold-back is not reported here: vLLM 0.33.0 holds back
     ``max(len(stop)) - 1`` characters, stopline exactly the live prefix
     (``StopMatcher.holdback``, ``StepResult.text_delta``).
 
     Raises:
         TypeError / ValueError: naming the field (``texts``, ``stop``,
-            ``min_tokens``, ``num_new_tokens``).
+            ``min_tokens``, ``num_new_tokens``, ``token_ids``).
     """
     pieces = read_texts(texts, "texts")
     start = split(len(pieces), num_new_tokens, "num_new_tokens")
-    params = detokenizer_params(stop=stop, include_stop_str_in_output=include_stop_str_in_output, min_tokens=min_tokens)
-    r = replay(params, _detokenizer_ids(len(pieces), bool(stop_terminated)), pieces, start)
+    starts_in = reasoning.prompt_channel(prompt_token_ids) if reasoning is not None else None
+    params = detokenizer_params(
+        stop=stop, include_stop_str_in_output=include_stop_str_in_output, min_tokens=min_tokens,
+        reasoning=reasoning, starts_in=starts_in,
+    )
+    ids = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, _needs_ids(params))
+    r = replay(params, ids, pieces, start)
     return VllmStopStringResult(
         stop_string=r.stop_reason if isinstance(r.stop_reason, str) else None,
         output_text=r.text,
         num_output_tokens=r.num_tokens,
+        reasoning=r.reasoning,
+        content=r.content,
     )
 
 
@@ -591,6 +820,15 @@ class DetokenizerStop:
     Args:
         sampling_params: reads ``stop`` (a string or a list), ``min_tokens``
             and ``include_stop_str_in_output`` (:func:`detokenizer_fields`).
+        reasoning: the engine's reasoning configuration (:func:`vllm_reasoning`,
+            built once per engine), or ``None``. With it stop strings apply to
+            content only, and the output is also reported per channel
+            (:attr:`reasoning`, :attr:`content`,
+            :meth:`get_next_output_channels`), as vLLM's reasoning parser
+            would split it, markers left out.
+        prompt_token_ids: the request's prompt ids: with the reasoning's
+            vocabulary, a prompt that ends inside ``<think>`` (Qwen3's
+            thinking templates, DeepSeek-R1) starts the output in reasoning.
 
     Rules (vLLM 0.33 agrees on each; docs/semantics.md sections 2 and 3): the
     stop string that ends first wins, ties by list order; a stop string counts
@@ -609,33 +847,51 @@ class DetokenizerStop:
         TypeError / ValueError: naming the field (at construction).
     """
 
-    def __init__(self, sampling_params: Any):
-        self._tracker = FinishTracker(detokenizer_params(**detokenizer_fields(sampling_params)))
+    def __init__(
+        self,
+        sampling_params: Any,
+        *,
+        reasoning: Reasoning | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+    ):
+        starts_in = reasoning.prompt_channel(prompt_token_ids) if reasoning is not None else None
+        params = detokenizer_params(**detokenizer_fields(sampling_params), reasoning=reasoning, starts_in=starts_in)
+        self._tracker = FinishTracker(params)
+        self._needs_ids = _needs_ids(params)
         self._released: list[str] = []
+        self._channels: list[tuple[str, str]] = []
         self._done = False
 
-    def update(self, new_texts: Sequence[str], stop_terminated: bool = False) -> str | None:
+    def update(
+        self, new_texts: Sequence[str], stop_terminated: bool = False, token_ids: Sequence[int] | None = None
+    ) -> str | None:
         """Append the text of each new output token; return the stop string that finished, or None.
 
         ``new_texts[i]`` is the decoded text of the i-th new token (``""``
         while a character is incomplete), as vLLM's ``decode_next`` returns it.
+        ``token_ids``: the new tokens' ids (vLLM's ``new_token_ids``), one per
+        piece; required when the reasoning markers are token ids.
 
         Raises:
             TypeError / ValueError: ``new_texts`` not a sequence of str, or
-                longer than ``LIMITS["max_step_tokens"]``.
+                longer than ``LIMITS["max_step_tokens"]``; ``token_ids``
+                missing while required, or not one per piece.
         """
         if self._done:
             return None
         pieces = read_texts(new_texts, "new_texts")
         if not pieces:
             return None
-        if len(pieces) == 1:  # plain decoding: one token, passed as an int
+        if len(pieces) == 1 and token_ids is None and not self._needs_ids:  # plain decoding, passed as an int
             r = self._tracker.update(_TERMINATOR_ID if stop_terminated else _PLAIN_ID, pieces)
         else:
-            r = self._tracker.update(_detokenizer_ids(len(pieces), bool(stop_terminated)), pieces)
+            ids = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, self._needs_ids)
+            r = self._tracker.update(ids, pieces)
         delta = r.text_delta
         if delta:
             self._released.append(delta)
+            if r.channel is not None:
+                self._channels.append((r.reasoning_delta, r.content_delta))
         if not r.finished:
             return None
         self._done = True
@@ -658,9 +914,37 @@ class DetokenizerStop:
         reason = self._tracker.stop_reason
         return reason if isinstance(reason, str) else None
 
+    @property
+    def reasoning(self) -> str:
+        """The reasoning kept, markers left out (``""`` without reasoning):
+        what vLLM's reasoning parser returns as ``reasoning``."""
+        return self._tracker.reasoning
+
+    @property
+    def content(self) -> str:
+        """The content kept (``output_text`` without reasoning): what vLLM's
+        reasoning parser returns as ``content``."""
+        return self._tracker.content
+
+    def get_next_output_channels(self) -> tuple[str, str]:
+        """``(reasoning_delta, content_delta)`` released since the last call,
+        as a streaming ``DeltaMessage(reasoning=..., content=...)`` carries
+        them; a partial marker (``<thin``) is held back, never streamed cut.
+        Without reasoning: ``("", get_next_output_text())``. Read one of this
+        and :meth:`get_next_output_text` per step: each empties the same
+        buffer."""
+        if self._tracker.channel is None:
+            return "", self.get_next_output_text()
+        out = ("".join(r for r, _ in self._channels), "".join(c for _, c in self._channels))
+        self._channels.clear()
+        self._released.clear()
+        return out
+
     def get_next_output_text(self) -> str:
-        """The text released since the last call (exact hold-back); after a
-        finish, everything up to ``output_text``'s end."""
+        """The text released since the last call (exact hold-back; marker
+        text included); after a finish, everything up to ``output_text``'s
+        end."""
         out = "".join(self._released)
         self._released.clear()
+        self._channels.clear()
         return out

@@ -13,22 +13,31 @@ SGLang decodes a tail window per stop string and per regex.
 :class:`stopline.logits.LogitsConstraints` to the rows that carry
 ``custom_params={"stopline": {...}}``.
 
+With ``reasoning=`` (:func:`stopline.engines.sglang.sglang_reasoning`, the
+server's ``--reasoning-parser`` markers) :class:`ReqFinish` scopes stops to
+content, reads a prompt-opened ``<think>`` and names the thinking budget's
+forced id (``custom_params["thinking_budget"]``); docs/integrations.md,
+"Reasoning models (SGLang)".
+
 SGLang imports are needed only for :class:`StoplineLogitProcessor` (its base
-class); :class:`ReqFinish` reads SGLang's objects by attribute.
+class) and ``sglang_reasoning``; :class:`ReqFinish` reads SGLang's objects by
+attribute.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from .._caps import field_type_error, field_value_error
-from ..engines.sglang import ReqFinish
+from .._core import FinishTracker
+from ..engines._common import Reasoning, reasoning_config, thinking_budget, vocabulary_for
+from ..engines.sglang import ReqFinish, sglang_reasoning
 
 # ReqFinish lives in the engine layer (it needs no SGLang import) and is
 # re-exported here, where it is documented.
-__all__ = ["ReqFinish", "StoplineLogitProcessor"]
+__all__ = ["ReqFinish", "StoplineLogitProcessor", "sglang_reasoning"]
 
 
 try:
@@ -52,22 +61,41 @@ class _SharedConstraints:
         self.constraints = LogitsConstraints(max_slots, vocab_size, device)
         self.max_slots = max_slots
         self.by_rid: OrderedDict[Any, tuple[int, int]] = OrderedDict()  # rid -> (slot, ids fed)
+        # rid -> (the markers, the thinking-budget counter) of requests with a budget
+        self.counters: dict[Any, tuple[Reasoning, FinishTracker]] = {}
 
-    def slot_for(self, rid: Any, kw: dict[str, Any], output_ids: Sequence[int]) -> int:
+    def slot_for(
+        self,
+        rid: Any,
+        kw: dict[str, Any],
+        output_ids: Sequence[int],
+        counter: Callable[[], tuple[Reasoning, FinishTracker]] | None = None,
+    ) -> int:
         entry = self.by_rid.pop(rid, None)
         if entry is None:
             if len(self.by_rid) >= self.max_slots:
-                _, (slot, _) = self.by_rid.popitem(last=False)
+                old, (slot, _) = self.by_rid.popitem(last=False)
+                self.counters.pop(old, None)
             else:
                 slot = len(self.by_rid)  # slots 0..len-1 are all taken while none was recycled
             self.constraints.set(slot, **kw)
             fed = 0
+            if counter is not None:
+                self.counters[rid] = counter()
         else:
             slot, fed = entry
         n = len(output_ids)
         if n > fed:
-            self.constraints.append_tokens(slot, list(output_ids[fed:n]))
+            new = list(output_ids[fed:n])
+            self.constraints.append_tokens(slot, new)
+            held = self.counters.get(rid)
+            if held is not None and not held[1].finished and not held[0].count(held[1], new):
+                del self.counters[rid]  # an id past the vocabulary: the budget is no longer enforced
         self.by_rid[rid] = (slot, n)
+        held = self.counters.get(rid)
+        forced = None if held is None else held[1].forced_token_id
+        if self.constraints.forced_token(slot) != forced:
+            self.constraints.force(slot, forced)
         return slot
 
 
@@ -85,6 +113,16 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
     each row's params; the output ids are read from it, and only the ids new
     since the last step are appended (O(new tokens)).
 
+    Thinking budget: a subclass that sets :attr:`reasoning_markers` (as
+    SGLang's ``Qwen3ThinkingBudgetLogitProcessor`` hard-codes Qwen3's ids)
+    also enforces ``custom_params["thinking_budget"]`` (what SGLang sets from
+    ``max_thinking_tokens``): once the request has thought that many tokens
+    after the start marker (the prompt's included, read with the vocabulary
+    of ``Req.tokenizer``), its rows are forced to the end marker's ids, one
+    per step (:meth:`LogitsConstraints.force`; counted as vLLM's budget,
+    docs/semantics.md 11.8, where SGLang's processor forces a newline first).
+    Without markers the key is left to SGLang (its reasoner grammar backend).
+
     Under speculative decoding SGLang passes one row per draft position with
     the same params; the k-th row of a request samples output position
     ``len(output_ids) + k``. Draft tokens are not visible to the processor, so
@@ -100,6 +138,20 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
 
     #: Slots per (device, vocabulary width); least recently used requests are recycled.
     max_slots = 4096
+    #: The reasoning markers for ``custom_params["thinking_budget"]``: a
+    #: mapping of :data:`stopline.engines.REASONING_KEYS` (plain data: SGLang
+    #: pickles the class with ``dill``), e.g. ``{"reasoning_start_id": 151667,
+    #: "reasoning_end_id": 151668}``; ``None``: budgets are not enforced here.
+    reasoning_markers: ClassVar[Mapping[str, Any] | None] = None
+
+    def _counter(self, req: Any, budget: int) -> tuple[Reasoning, FinishTracker]:
+        tokenizer = getattr(req, "tokenizer", None)
+        vocabulary = None if tokenizer is None else vocabulary_for(tokenizer)
+        reasoning = reasoning_config(self.reasoning_markers, "reasoning_markers", vocabulary)
+        if reasoning is None:
+            raise field_value_error("reasoning_markers", " is None: this class enforces no thinking budget")
+        prompt = list(getattr(req, "origin_input_ids", ()) or ())
+        return reasoning, reasoning.budget_counter(budget, prompt)
 
     def __call__(self, logits: Any, custom_param_list: list[dict[str, Any] | None] | None = None) -> Any:
         if not custom_param_list:
@@ -114,12 +166,17 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
         last_rid: Any = object()
         offset = 0
         for row, params in enumerate(custom_param_list):
-            if not params or "stopline" not in params:
+            if not params:
+                continue
+            budget = None
+            if self.reasoning_markers is not None:
+                budget = thinking_budget(params.get("thinking_budget"), "custom_params['thinking_budget']")
+            if "stopline" not in params and budget is None:
                 continue
             req = params.get("__req__")
             if req is None:
                 raise field_value_error("custom_params", " has no '__req__': SGLang passes the request with each row")
-            kw = params["stopline"]
+            kw = params.get("stopline", {})
             if not isinstance(kw, dict):
                 raise field_type_error("custom_params['stopline']", "a dict", kw)
             rid = req.rid
@@ -127,7 +184,8 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
             last_rid = rid
             output_ids = req.output_ids
             rows.append(row)
-            slots.append(shared.slot_for(rid, kw, output_ids))
+            counter = None if budget is None else (lambda req=req, budget=budget: self._counter(req, budget))
+            slots.append(shared.slot_for(rid, kw, output_ids, counter))
             positions.append(len(output_ids) + offset)
         if not rows:
             return logits

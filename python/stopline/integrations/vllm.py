@@ -45,6 +45,16 @@ the field); one-token bad words, ``allowed_token_ids``, ``min_tokens`` and
 detokenizer's stop-string step) are defined in :mod:`stopline.engines.vllm`,
 which needs no vLLM import, and re-exported here.
 
+Reasoning models (docs/semantics.md 11, docs/integrations.md "Reasoning
+models (vLLM)"): :func:`vllm_reasoning` reads the engine's
+``--reasoning-parser`` markers once; :class:`RequestStop` and
+:class:`DetokenizerStop` take them as ``reasoning=`` (stops then fire only in
+content). Both processors read ``vllm_config.reasoning_config`` themselves
+(:func:`engine_reasoning`) and force a request's end marker once its thinking
+budget is spent (:meth:`LogitsConstraints.force`): ``thinking_token_budget``
+for :class:`StoplineBuiltinsProcessor`, ``extra_args["stopline"]["max_reasoning_tokens"]``
+for :class:`StoplineLogitsProcessor`; V1 runner only.
+
 Batch rows move as vLLM condenses its persistent batch; the processor keeps a
 row -> slot map (a move or swap rewrites two map entries, never device state)
 and feeds each slot's new output tokens from the request's live
@@ -65,7 +75,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
 from .._caps import field_error, field_type_error, field_value_error, shown, unknown_keys
-from ..engines.vllm import DetokenizerStop, RequestStop
+from .._core import FinishTracker
+from ..engines._common import Reasoning, thinking_budget
+from ..engines.vllm import DetokenizerStop, RequestStop, vllm_reasoning
 from ..logits import LogitsConstraints
 
 if TYPE_CHECKING:
@@ -73,7 +85,15 @@ if TYPE_CHECKING:
 
 # RequestStop and DetokenizerStop live in the engine layer (they need no vLLM
 # import) and are re-exported here, where they are documented.
-__all__ = ["DetokenizerStop", "RequestStop", "StoplineLogitsProcessor", "StoplineBuiltinsProcessor", "constraints_from_params"]
+__all__ = [
+    "DetokenizerStop",
+    "RequestStop",
+    "StoplineBuiltinsProcessor",
+    "StoplineLogitsProcessor",
+    "constraints_from_params",
+    "engine_reasoning",
+    "vllm_reasoning",
+]
 
 EXTRA_ARGS_KEY = "stopline"
 
@@ -87,14 +107,52 @@ def constraints_from_extra_args(params: SamplingParams) -> dict[str, Any] | None
     field = f"extra_args[{EXTRA_ARGS_KEY!r}]"
     if not isinstance(kw, dict):
         raise field_type_error(field, "a dict of LogitsConstraints.set arguments", kw)
-    unknown = [key for key in kw if key not in _SET_ARGUMENTS]
+    unknown = [key for key in kw if key not in _EXTRA_ARGUMENTS]
     if unknown:
-        raise unknown_keys(field, unknown, _SET_ARGUMENTS)
-    return dict(kw) or None
+        raise unknown_keys(field, unknown, _EXTRA_ARGUMENTS)
+    return {k: v for k, v in kw.items() if k != _BUDGET_KEY} or None
+
+
+def budget_from_extra_args(params: SamplingParams) -> int | None:
+    """``extra_args["stopline"]["max_reasoning_tokens"]``: the request's
+    thinking budget in tokens (``None`` / -1: none)."""
+    kw = (params.extra_args or {}).get(EXTRA_ARGS_KEY)
+    if not isinstance(kw, dict):
+        return None
+    return thinking_budget(kw.get(_BUDGET_KEY), f"extra_args[{EXTRA_ARGS_KEY!r}][{_BUDGET_KEY!r}]")
+
+
+def budget_from_params(params: SamplingParams) -> int | None:
+    """``SamplingParams.thinking_token_budget`` (``None`` / -1: none)."""
+    return thinking_budget(getattr(params, "thinking_token_budget", None), "thinking_token_budget")
 
 
 #: The keywords of LogitsConstraints.set a request may pass in extra_args.
 _SET_ARGUMENTS = frozenset({"min_tokens", "stop_token_ids", "allowed_token_ids", "bad_words", "logit_bias", "restore"})
+#: The thinking budget beside them (forced through LogitsConstraints.force).
+_BUDGET_KEY = "max_reasoning_tokens"
+_EXTRA_ARGUMENTS = _SET_ARGUMENTS | {_BUDGET_KEY}
+
+
+def engine_reasoning(vllm_config: Any) -> Reasoning | None:
+    """The engine's reasoning markers for a logits processor:
+    ``vllm_config.reasoning_config`` once vLLM has initialised it
+    (``--reasoning-parser`` / ``--reasoning-config``), read by
+    :func:`vllm_reasoning` with the engine's tokenizer (so multi-token markers
+    are matched as text and a prompt that ends inside ``<think>`` is read);
+    ``None`` without reasoning."""
+    config = getattr(vllm_config, "reasoning_config", None)
+    if config is None or not getattr(config, "enabled", False):
+        return None
+    from vllm.config import ModelConfig
+
+    tokenizer = None
+    model_config = getattr(vllm_config, "model_config", None)
+    if isinstance(model_config, ModelConfig):
+        from vllm.tokenizers import cached_tokenizer_from_config
+
+        tokenizer = cached_tokenizer_from_config(model_config)
+    return vllm_reasoning(config, tokenizer=tokenizer)
 
 
 def constraints_from_params(params: SamplingParams) -> dict[str, Any] | None:
@@ -163,17 +221,35 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         device: the logits' device.
         is_pin_memory: unused (the constraints keep their own host staging).
 
+    Thinking budget: a request with ``extra_args["stopline"]["max_reasoning_tokens"]``
+    (this class) or ``thinking_token_budget`` (:class:`StoplineBuiltinsProcessor`)
+    gets its end marker forced (:meth:`LogitsConstraints.force`) once it has
+    thought that many tokens, one id per step, counted as vLLM's
+    ``ThinkingTokenBudgetLogitsProcessor`` (docs/semantics.md 11.8). The
+    markers are the engine's (:attr:`reasoning_for`, by default
+    :func:`engine_reasoning`); a prompt that ends inside ``<think>`` is read,
+    and its thinking counted as vLLM counts it, when the tokenizer's
+    vocabulary is known. A sampled id past that vocabulary (engines pad the
+    embedding) cannot be decoded: the budget is then no longer enforced for
+    that request, rather than failing the step.
+
     Raises:
         ValueError: at construction, when this class is already loaded in the
             same engine (the entry point and ``logits_processors=[...]`` both
             naming it); from :meth:`update_state` for a request whose constraints
-            are invalid for this model (an id outside the vocabulary, ...),
+            are invalid for this model (an id outside the vocabulary, ...) or
+            that has a thinking budget in an engine without reasoning markers,
             naming the field; :meth:`validate_params` catches the
             model-independent ones at admission.
     """
 
     #: Where a request's constraints come from (None: the request has none).
     constraints_for = staticmethod(constraints_from_extra_args)
+    #: Where a request's thinking budget comes from (None: no budget).
+    budget_for = staticmethod(budget_from_extra_args)
+    #: The engine's reasoning markers, read once at construction; override
+    #: to give them explicitly (a :class:`stopline.engines.Reasoning`).
+    reasoning_for = staticmethod(engine_reasoning)
 
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool = False):
         if not isinstance(device, (torch.device, str)):
@@ -182,6 +258,8 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
             self._init_v2(device)
             return
         _claim_engine(self, vllm_config)  # V1: one build per model runner, one vllm_config
+        self._reasoning = self.reasoning_for(vllm_config)
+        self._trackers: dict[int, FinishTracker] = {}  # slot -> its thinking budget's tracker
         self._req_states: Any = None
         max_slots = int(vllm_config.scheduler_config.max_num_seqs)
         vocab_size = int(vllm_config.model_config.get_vocab_size())
@@ -200,6 +278,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         """Refuse, at admission, constraints no model could take (vLLM calls this in the frontend)."""
         kw = cls.constraints_for(sampling_params) or {}
+        cls.budget_for(sampling_params)  # type and range of the budget
         # ValueError throughout: vLLM turns it (not TypeError) into a client error.
         bias = kw.get("logit_bias") or {}
         if not isinstance(bias, dict):
@@ -218,7 +297,18 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         self.constraints.clear(slot)
         self._outputs.pop(slot, None)
         self._fed.pop(slot, None)
+        self._trackers.pop(slot, None)
         self._free.append(slot)
+
+    def _budget_tracker(self, budget: int, prompt: Any) -> FinishTracker:
+        """A tracker that counts the thinking tokens of one request (ids only)."""
+        reasoning = self._reasoning
+        if reasoning is None:
+            raise field_value_error(
+                "max_reasoning_tokens",
+                f"={budget}: this engine has no reasoning markers (start vLLM with --reasoning-parser)",
+            )
+        return reasoning.budget_counter(budget, prompt)
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         """Apply vLLM's removed, added, moved lists (in that order), then feed new output tokens."""
@@ -232,12 +322,17 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 if old is not None:
                     self._release(old)
                 kw = self.constraints_for(params)
-                if kw is None:
+                budget = self.budget_for(params)
+                if kw is None and budget is None:
                     continue
                 slot = self._free.pop()
                 try:
-                    self.constraints.set(slot, **kw)
+                    self.constraints.set(slot, **(kw or {}))
+                    if budget is not None:
+                        tracker = self._trackers[slot] = self._budget_tracker(budget, _prompt)
+                        self.constraints.force(slot, tracker.forced_token_id)
                 except (TypeError, ValueError):
+                    self.constraints.clear(slot)
                     self._free.append(slot)
                     raise
                 self._row_slot[index] = slot
@@ -257,8 +352,15 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         for slot, output_ids in self._outputs.items():
             n, fed = len(output_ids), self._fed[slot]
             if n > fed:
-                self.constraints.append_tokens(slot, output_ids[fed:n])
+                new = output_ids[fed:n]
+                self.constraints.append_tokens(slot, new)
                 self._fed[slot] = n
+                counter, reasoning = self._trackers.get(slot), self._reasoning
+                if counter is None or reasoning is None or counter.finished:
+                    continue
+                if not reasoning.count(counter, new):
+                    del self._trackers[slot]  # the budget is no longer enforced for this request
+                self.constraints.force(slot, counter.forced_token_id if slot in self._trackers else None)
         rows = [self._blank] * self._batch_size
         positions = [0] * self._batch_size
         for index, slot in self._row_slot.items():
@@ -278,6 +380,12 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """V2: (re)initialize slot ``req_idx``; True if this request has constraints."""
         kw = self.constraints_for(sampling_params)
+        if self.budget_for(sampling_params) is not None:
+            raise field_value_error(
+                "max_reasoning_tokens",
+                ": a thinking budget needs the committed tokens on the host, which vLLM's model runner V2 does "
+                "not give logits processors; use the V1 runner (vLLM's own thinking_token_budget works there)",
+            )
         if kw is None:
             if self._active[req_idx]:
                 self.constraints.clear(req_idx)
@@ -324,3 +432,4 @@ class StoplineBuiltinsProcessor(StoplineLogitsProcessor):
     allowed-ids and bad-words steps in one pass."""
 
     constraints_for = staticmethod(constraints_from_params)
+    budget_for = staticmethod(budget_from_params)
