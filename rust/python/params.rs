@@ -135,6 +135,7 @@ fn extract_reasoning(
             "stop_token_id_scopes",
             p.stop_token_ids.len(),
         )?,
+        spans: Vec::new(),
     };
     let r = Reasoning::new(
         spec,
