@@ -1567,6 +1567,265 @@ mod tests {
         );
     }
 
+    const CALL: u32 = 80;
+    const CALL_END: u32 = 81;
+
+    fn pair(start: &str, end: &str) -> [Marker; 2] {
+        [start, end].map(|t| Marker {
+            text: Some(t.into()),
+            token_id: None,
+        })
+    }
+
+    fn id_pair(start: u32, end: u32) -> [Marker; 2] {
+        [start, end].map(|id| Marker {
+            text: None,
+            token_id: Some(id),
+        })
+    }
+
+    /// Tool-call spans alone (no reasoning block).
+    fn spans_only(spans: Vec<[Marker; 2]>) -> ReasoningSpec {
+        ReasoningSpec {
+            spans,
+            ..ReasoningSpec::default()
+        }
+    }
+
+    /// What a run with spans streamed: joined text, joined ids, every text
+    /// delta, the finish and whether a span was open at the end.
+    type SpanRun = (
+        String,
+        Vec<u32>,
+        Vec<String>,
+        Option<(FinishReason, Option<Matched>)>,
+        bool,
+    );
+
+    fn drive_spans(p: &Arc<StopParams>, toks: &[(u32, &str)], bounds: &[usize]) -> SpanRun {
+        let mut t = FinishTracker::new(Arc::clone(p)).unwrap();
+        let (mut text, mut ids, mut deltas) = (String::new(), vec![], vec![]);
+        let mut prev = 0;
+        for &b in bounds.iter().chain(&[usize::MAX]) {
+            if t.is_finished() {
+                break;
+            }
+            let st = if b == usize::MAX {
+                t.abort()
+            } else {
+                let run: Vec<u32> = toks[prev..b].iter().map(|x| x.0).collect();
+                let texts: Vec<&str> = toks[prev..b].iter().map(|x| x.1).collect();
+                prev = b;
+                t.update(&run, Some(&texts), None).unwrap()
+            };
+            if p.token_aligned && !t.is_finished() {
+                let whole: String = toks[st.token_ids_delta.clone()]
+                    .iter()
+                    .map(|x| x.1)
+                    .collect();
+                assert_eq!(&t.text()[st.text_delta.clone()], whole);
+            }
+            text.push_str(&t.text()[st.text_delta.clone()]);
+            ids.extend_from_slice(&t.token_ids()[st.token_ids_delta]);
+            deltas.push(t.text()[st.text_delta].to_string());
+        }
+        assert_eq!((text.as_str(), ids.as_slice()), (t.text(), t.token_ids()));
+        assert_eq!(t.channel(), None);
+        let finish = t.finish().map(|f| (f.reason, f.matched));
+        (text, ids, deltas, finish, t.in_tool_call())
+    }
+
+    #[test]
+    fn literal_end_marker_and_stop_inside_tool_call_json_do_not_end_the_call() {
+        // vllm#45167: a literal `</tool_call>` inside a JSON string argument.
+        // The end marker by id: the literal, in ordinary tokens, is span text,
+        // and a client stop equal to it fires only outside the span.
+        let p = params(
+            &["</tool_call>"],
+            spans_only(vec![id_pair(CALL, CALL_END)]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (CALL, "<tool_call>"),
+            (5, "{\"x\": \""),
+            (6, "</tool_"),
+            (7, "call>"),
+            (8, "\"}"),
+            (CALL_END, "</tool_call>"),
+            (9, "ok</tool_call>more"),
+        ];
+        let (text, _, _, finish, open) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(text, "<tool_call>{\"x\": \"</tool_call>\"}</tool_call>ok");
+        assert_eq!(
+            finish,
+            Some((FinishReason::Stop, Some(Matched::StopString(0))))
+        );
+        assert!(!open);
+        // A stop id inside the span is an ordinary token; after it, it ends.
+        let p = params(&[], spans_only(vec![id_pair(CALL, CALL_END)]), |p| {
+            p.stop_token_ids = vec![7]
+        })
+        .unwrap();
+        let toks = [(CALL, ""), (7, "a"), (CALL_END, ""), (7, "b")];
+        let (text, ids, _, finish, _) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!((text.as_str(), ids), ("a", vec![CALL, 7, CALL_END, 7]));
+        assert_eq!(
+            finish,
+            Some((FinishReason::Stop, Some(Matched::TokenId(7))))
+        );
+    }
+
+    #[test]
+    fn stop_string_in_tool_call_arguments_does_not_cut_the_call() {
+        // The case vllm#34101 reports: a client stop string met inside a
+        // call's arguments ended the request with the call cut.
+        let p = params(
+            &["\n\n"],
+            spans_only(vec![pair("<tool_call>", "</tool_call>")]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (5, "Sure.<tool"),
+            (6, "_call>{\"code\": \"a\n"),
+            (7, "\nb\"}</tool_call>"),
+            (8, "\n\nrest"),
+        ];
+        let (text, _, _, finish, open) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(text, "Sure.<tool_call>{\"code\": \"a\n\nb\"}</tool_call>");
+        assert_eq!(
+            finish,
+            Some((FinishReason::Stop, Some(Matched::StopString(0))))
+        );
+        assert!(!open);
+    }
+
+    #[test]
+    fn stop_never_matches_across_span_markers_and_spans_repeat() {
+        let p = params(
+            &["ab"],
+            spans_only(vec![pair("<t>", "</t>"), pair("[C]", "[/C]")]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (5, "a<t>ab</t>b"),
+            (6, "a[C]x[/C]"),
+            (7, "b<t>"),
+            (8, "y</t>a"),
+            (9, "b"),
+        ];
+        let (text, _, _, finish, _) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(text, "a<t>ab</t>ba[C]x[/C]b<t>y</t>");
+        assert_eq!(finish.unwrap().0, FinishReason::Stop);
+    }
+
+    #[test]
+    fn partial_span_marker_is_held_back_exactly() {
+        let p = params(
+            &[],
+            spans_only(vec![pair("<tool_call>", "</tool_call>")]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (5, "hi <tool_"),
+            (6, "call>{}</tool"),
+            (7, "_call>"),
+            (8, "<to"),
+            (9, "ol"),
+        ];
+        let (_, _, deltas, finish, open) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            deltas,
+            ["hi ", "<tool_call>{}", "</tool_call>", "", "", "<tool"]
+        );
+        assert_eq!((finish.unwrap().0, open), (FinishReason::Abort, false));
+        // A span still open at finish: the held partial end is released.
+        let toks = [(5, "<tool_call>{"), (6, "</tool_ca")];
+        let (text, _, _, _, open) = drive_spans(&p, &toks, &[2]);
+        assert_eq!((text.as_str(), open), ("<tool_call>{</tool_ca", true));
+    }
+
+    #[test]
+    fn spans_open_only_in_content_with_reasoning() {
+        let mut s = spec(|s| s.stop_scopes = vec![Scope::Any]);
+        s.spans = vec![pair("<tool_call>", "</tool_call>")];
+        let p = params(&["!"], s, |_| {}).unwrap();
+        // In the thinking a span marker is reasoning text: the stop fires.
+        let toks = [(5, "<think>a<tool_call>b!"), (6, "c")];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            (s.reasoning.as_str(), s.channel),
+            ("a<tool_call>b", Some(Channel::Reasoning))
+        );
+        // In content the span protects it; markers stay in content.
+        let toks = [
+            (5, "<think>a</think>"),
+            (6, "<tool_call>b!"),
+            (7, "</tool_call>c!d"),
+        ];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("a", "<tool_call>b!</tool_call>c")
+        );
+        assert_eq!(s.content_ids, vec![6, 7]);
+    }
+
+    #[test]
+    fn bad_span_definitions_name_the_field() {
+        let msg = |stops: &[&str], spans: Vec<[Marker; 2]>, f: fn(&mut StopParams)| {
+            params(stops, spans_only(spans), f)
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let none: fn(&mut StopParams) = |_| {};
+        let e = msg(&[], vec![pair("", "b")], none);
+        assert!(
+            e.starts_with("tool_call_markers[0][0]=\"\" is an empty string"),
+            "{e}"
+        );
+        let e = msg(&[], vec![pair("<a>", "b"), pair("x<a>", "c")], none);
+        assert!(
+            e.starts_with("tool_call_markers[0][0]=\"<a>\" overlaps tool_call_markers[1][0]"),
+            "{e}"
+        );
+        let e = msg(&["x</t>"], vec![pair("<t>", "</t>")], none);
+        assert!(
+            e.starts_with("stop[0]=\"x</t>\" overlaps tool_call_markers"),
+            "{e}"
+        );
+        let e = msg(&[], vec![id_pair(3, 4)], |p| p.stop_token_ids = vec![4]);
+        assert!(
+            e.starts_with("stop_token_ids[0]=4 overlaps tool_call_marker_ids"),
+            "{e}"
+        );
+        let e = msg(&[], vec![id_pair(3, 99)], |p| p.vocab_size = Some(50));
+        assert!(
+            e.starts_with("tool_call_marker_ids[0][1]=99 is outside [0, vocab_size=50)"),
+            "{e}"
+        );
+        let e = msg(&[], vec![pair("a", "b"); 9], none);
+        assert!(
+            e.starts_with("tool_call_markers has 9 entries; at most 8"),
+            "{e}"
+        );
+        let mut s = spec(|_| {});
+        s.spans = vec![pair("<think>", "x")];
+        let e = params(&[], s, |_| {}).err().unwrap().to_string();
+        assert!(
+            e.starts_with("tool_call_markers[0][0]=\"<think>\" overlaps reasoning_start"),
+            "{e}"
+        );
+        // A toggle (start equal to end) is accepted.
+        let p = params(&["q"], spans_only(vec![pair("|", "|")]), |_| {}).unwrap();
+        let (text, _, _, _, _) = drive_spans(&p, &[(5, "a|q|bq")], &[1]);
+        assert_eq!(text, "a|q|b");
+    }
+
     fn piece() -> impl Strategy<Value = &'static str> {
         prop::sample::select(vec![
             "",
@@ -1585,6 +1844,29 @@ mod tests {
             "\n",
             "x</think>y",
             "<think>z",
+        ])
+    }
+
+    fn span_piece() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "",
+            "a",
+            "b",
+            "<",
+            "<t",
+            "c>",
+            "</",
+            "tc>",
+            "<tc>",
+            "</tc>",
+            "[C",
+            "C]",
+            "[",
+            "C",
+            "\n",
+            "x<tc>ab</tc>y",
+            "é",
+            "ab",
         ])
     }
 
@@ -1625,6 +1907,32 @@ mod tests {
                 // No delta carries a cut marker into a channel.
                 prop_assert!(!a.reasoning.contains("</think>") || a.reasoning.contains("<think>"));
             }
+        }
+
+        #[test]
+        fn step_invariance_with_tool_call_spans(
+            toks in prop::collection::vec((0u32..12, span_piece()), 1..30),
+            cuts in prop::collection::vec(1usize..30, 0..6),
+            (aligned, include, ids) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        ) {
+            let mut spans = vec![pair("<tc>", "</tc>"), pair("[C", "C]")];
+            if ids {
+                spans[0][0].token_id = Some(10);
+                spans[0][1].token_id = Some(11);
+            }
+            let p = params(&["ab", "\na"], spans_only(spans), |p| {
+                p.token_aligned = aligned;
+                p.include_stop_str_in_output = include;
+                p.max_tokens = Some(25);
+                p.stop_token_ids = vec![3];
+            }).unwrap();
+            let mut b: Vec<usize> = cuts.into_iter().filter(|&c| c < toks.len()).collect();
+            b.push(toks.len());
+            b.sort_unstable();
+            b.dedup();
+            let a = drive_spans(&p, &toks, &singles(toks.len()));
+            let c = drive_spans(&p, &toks, &b);
+            prop_assert_eq!((&a.0, &a.1, a.3, a.4), (&c.0, &c.1, c.3, c.4));
         }
     }
 }
