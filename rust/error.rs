@@ -591,7 +591,7 @@ impl Problem {
             Problem::IdOutside { index, .. } | Problem::NotInVocabulary { index, .. } => {
                 Some(*index)
             }
-            Problem::OutsideRun { index, .. } => *index,
+            Problem::OutsideRun { index, .. } | Problem::Overlaps { index, .. } => *index,
             Problem::PairMarker { index, .. } => Some(*index),
             _ => None,
         }
