@@ -469,7 +469,8 @@ class StopParams:
                 raise _err(StoplineValueError, f"{name} has {len(lst)} entries; at most 8 are accepted", name, "too_many")
             for i, pair in enumerate(lst):
                 if len(pair) != 2:
-                    raise _err(StoplineValueError, f"{name}[{i}] has {len(pair)} markers for 2 a (start, end) pair", f"{name}[{i}]", "count")
+                    raise _err(StoplineValueError, f"{name}[{i}] has {len(pair)} markers for 2 a (start, end) pair",
+                               f"{name}[{i}]", "count")
         if texts and ids and len(texts) != len(ids):
             raise _err(StoplineValueError, f"tool_call_marker_ids has {len(ids)} pairs for {len(texts)} pairs of tool_call_markers",
                        "tool_call_marker_ids", "count")
