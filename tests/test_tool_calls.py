@@ -188,3 +188,28 @@ def test_marker_pair_shape_and_type_errors() -> None:
     cap = stopline.LIMITS["max_marker_bytes"]
     with pytest.raises(ValueError, match=f"tool_call_markers totals {cap + 1} UTF-8 bytes"):
         stopline.StopParams(tool_call_markers=[("x" * (cap + 1), "y")])
+
+
+def test_real_tokenizer_ids_only_with_a_split_span_marker() -> None:
+    # SmolLM2 has no `<tool_call>` token: the marker comes in several
+    # ordinary tokens, decoded by the tracker's vocabulary (ids-only steps),
+    # and a stop string inside the call's JSON does not cut it.
+    from stopline.tools.models import ModelFileError
+    from stopline.tools.vocab_files import tokenizer_json_path
+
+    try:
+        path = tokenizer_json_path("smollm2")
+    except ModelFileError as exc:
+        pytest.skip(str(exc))
+    v = stopline.Vocabulary.from_file(path)
+    from tokenizers import Tokenizer
+
+    text = 'Calling.<tool_call>{"args": {"a": "x\n\ny"}}</tool_call>\n\nafter'
+    ids = Tokenizer.from_file(str(path)).encode(text).ids
+    t = stopline.FinishTracker(stopline.StopParams(stop=["\n\n"], **TC), vocabulary=v)
+    deltas = [t.update(i).text_delta for i in ids if not t.finished]
+    assert t.text == 'Calling.<tool_call>{"args": {"a": "x\n\ny"}}</tool_call>'
+    assert (t.finish_reason, t.in_tool_call) == ("stop", False)
+    assert not any(d.endswith(("<", "<tool", "</")) for d in deltas)
+    with pytest.raises(ValueError, match=r"tool_call_marker_ids\[0\]\[1\]=1000000 is outside \[0, vocabulary size="):
+        stopline.FinishTracker(stopline.StopParams(tool_call_marker_ids=[(1, 10**6)]), vocabulary=v)
