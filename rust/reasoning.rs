@@ -961,6 +961,26 @@ impl Channels {
         })
     }
 
+    /// Marker `w` found at bytes `[start, end)` of `kept + piece`: the held
+    /// text before it, from `from`, is decided as channel text (a stop there
+    /// wins and the marker does not count), then the marker is entered.
+    fn found(
+        &mut self,
+        w: usize,
+        at: &Cut<'_>,
+        from: usize,
+        start: usize,
+        end: usize,
+        allow: bool,
+    ) -> Option<Hit> {
+        self.clear_partial();
+        if let Some(h) = self.feed(at.kept, at.piece, from, start, allow) {
+            return Some(h);
+        }
+        self.enter(w, at, start, end);
+        None
+    }
+
     /// Which markers are awaited now: an index into `Reasoning::awaits`.
     #[inline]
     fn state(&self) -> usize {
@@ -1081,25 +1101,20 @@ impl Channels {
         let total = n + piece.len();
         let spec = Arc::clone(&self.spec);
         let awaited = &spec.awaits[self.state()];
+        let at = Cut {
+            kept,
+            kept_chars,
+            piece,
+            unreleased_ends,
+            k,
+        };
         if let Some(&w) = awaited
             .iter()
             .find(|&&w| spec.marker(w).token_id == Some(id))
         {
             // A marker id: held partial text is decided as channel text.
             let held = n - self.partial;
-            self.clear_partial();
-            if let Some(h) = self.feed(kept, "", held, n, allow) {
-                return Some(h);
-            }
-            let at = Cut {
-                kept,
-                kept_chars,
-                piece,
-                unreleased_ends,
-                k,
-            };
-            self.enter(w, &at, n, total);
-            return None;
+            return self.found(w, &at, held, n, total, allow);
         }
         let mut confirmed = n - self.partial;
         let bytes = piece.as_bytes();
@@ -1128,19 +1143,9 @@ impl Channels {
                     // Start markers awaited together never contain each
                     // other, so no other partial match began before this one.
                     let end = n + i;
-                    let start = end - m.len();
-                    self.clear_partial();
-                    if let Some(h) = self.feed(kept, piece, confirmed, start, allow) {
+                    if let Some(h) = self.found(w, &at, confirmed, end - m.len(), end, allow) {
                         return Some(h);
                     }
-                    let at = Cut {
-                        kept,
-                        kept_chars,
-                        piece,
-                        unreleased_ends,
-                        k,
-                    };
-                    self.enter(w, &at, start, end);
                     confirmed = end;
                     continue 'bytes;
                 }
@@ -1678,7 +1683,7 @@ mod tests {
 
     #[test]
     fn stop_string_in_tool_call_arguments_does_not_cut_the_call() {
-        // The case vllm#34101 reports: a client stop string met inside a
+        // vllm#34101 as issue 21 cites it: a client stop string met inside a
         // call's arguments ended the request with the call cut.
         let p = params(
             &["\n\n"],
