@@ -196,15 +196,14 @@ fn marker_of(spec: &ReasoningSpec, w: usize) -> &Marker {
 const SPAN_TEXTS: &str = "tool_call_markers";
 const SPAN_IDS: &str = "tool_call_marker_ids";
 
-/// A problem with marker `side` of span pair `index`.
-fn pair_err(field: &'static str, index: usize, side: usize, shown: String, what: String) -> Error {
-    let kind = if what.starts_with("is an empty") {
-        "empty_marker"
-    } else if what.starts_with("overlaps") {
-        "overlaps"
-    } else {
-        "required"
-    };
+/// A problem of `kind` with marker `side` of span pair `index`.
+fn pair_err(
+    field: &'static str,
+    (index, side): (usize, usize),
+    shown: String,
+    what: String,
+    kind: &'static str,
+) -> Error {
     Error::param(
         field,
         Problem::PairMarker {
@@ -245,13 +244,25 @@ fn check_spans(
             let Some(t) = m.text.as_deref() else {
                 if m.token_id.is_none() {
                     let what = "is required: a span marker is a text or a token id".into();
-                    return Err(pair_err(SPAN_TEXTS, i, side, "None".into(), what));
+                    return Err(pair_err(
+                        SPAN_TEXTS,
+                        (i, side),
+                        "None".into(),
+                        what,
+                        "required",
+                    ));
                 }
                 continue;
             };
             if t.is_empty() {
                 let what = "is an empty string; a marker must be non-empty".into();
-                return Err(pair_err(SPAN_TEXTS, i, side, "\"\"".into(), what));
+                return Err(pair_err(
+                    SPAN_TEXTS,
+                    (i, side),
+                    "\"\"".into(),
+                    what,
+                    "empty_marker",
+                ));
             }
             crate::limits::check_bytes(SPAN_TEXTS, t.len(), crate::limits::MAX_MARKER_BYTES)?;
             let shown = crate::error::shown(t);
@@ -263,20 +274,15 @@ fn check_spans(
                             && (rt.contains(t) || t.contains(rt)))
                 });
                 if clash {
-                    return Err(pair_err(
-                        SPAN_TEXTS,
-                        i,
-                        side,
-                        shown,
-                        format!("overlaps {name}"),
-                    ));
+                    let what = format!("overlaps {name}");
+                    return Err(pair_err(SPAN_TEXTS, (i, side), shown, what, "overlaps"));
                 }
             }
             if side == 0 {
                 for (j, other) in spans.iter().enumerate().filter(|&(j, _)| j != i) {
                     if other[0].text.as_deref().is_some_and(|o| o.contains(t)) {
                         let what = format!("overlaps {SPAN_TEXTS}[{j}][0]: two start markers awaited at once may not contain each other");
-                        return Err(pair_err(SPAN_TEXTS, i, side, shown, what));
+                        return Err(pair_err(SPAN_TEXTS, (i, side), shown, what, "overlaps"));
                     }
                 }
             }
@@ -301,12 +307,13 @@ fn check_spans(
                 ("reasoning_end_id", &spec.end),
             ] {
                 if r.token_id == Some(id) {
+                    let what = format!("overlaps {name}");
                     return Err(pair_err(
                         SPAN_IDS,
-                        i,
-                        side,
+                        (i, side),
                         id.to_string(),
-                        format!("overlaps {name}"),
+                        what,
+                        "overlaps",
                     ));
                 }
             }
@@ -317,7 +324,13 @@ fn check_spans(
                     .any(|(j, o)| j != i && o[0].token_id == Some(id));
             if shared {
                 let what = format!("overlaps another pair's start in {SPAN_IDS}");
-                return Err(pair_err(SPAN_IDS, i, side, id.to_string(), what));
+                return Err(pair_err(
+                    SPAN_IDS,
+                    (i, side),
+                    id.to_string(),
+                    what,
+                    "overlaps",
+                ));
             }
             for (list, ids) in [
                 ("stop_token_ids", stop_token_ids),
@@ -605,16 +618,8 @@ impl Reasoning {
             for (side, m) in pair.iter().enumerate() {
                 if let Some(id) = m.token_id.filter(|&id| u64::from(id) >= vocab_size) {
                     let what = format!("is outside [0, {bound_name}={vocab_size})");
-                    return Err(Error::param(
-                        SPAN_IDS,
-                        Problem::PairMarker {
-                            index,
-                            side,
-                            shown: id.to_string(),
-                            what,
-                            kind: "id_outside",
-                        },
-                    ));
+                    let shown = id.to_string();
+                    return Err(pair_err(SPAN_IDS, (index, side), shown, what, "id_outside"));
                 }
             }
         }
