@@ -1640,7 +1640,10 @@ mod tests {
             deltas.push(t.text()[st.text_delta].to_string());
         }
         assert_eq!((text.as_str(), ids.as_slice()), (t.text(), t.token_ids()));
-        assert_eq!(t.channel(), None);
+        assert_eq!(
+            t.channel().is_some(),
+            p.reasoning.as_ref().unwrap().has_block()
+        );
         let finish = t.finish().map(|f| (f.reason, f.matched));
         (text, ids, deltas, finish, t.in_tool_call())
     }
@@ -1877,6 +1880,10 @@ mod tests {
             "x<tc>ab</tc>y",
             "é",
             "ab",
+            "<think>",
+            "</think>",
+            "<th",
+            "ink>",
         ])
     }
 
@@ -1923,14 +1930,22 @@ mod tests {
         fn step_invariance_with_tool_call_spans(
             toks in prop::collection::vec((0u32..12, span_piece()), 1..30),
             cuts in prop::collection::vec(1usize..30, 0..6),
-            (aligned, include, ids) in (any::<bool>(), any::<bool>(), any::<bool>()),
+            (aligned, include, ids, think) in (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
         ) {
             let mut spans = vec![pair("<tc>", "</tc>"), pair("[C", "C]")];
             if ids {
                 spans[0][0].token_id = Some(10);
                 spans[0][1].token_id = Some(11);
             }
-            let p = params(&["ab", "\na"], spans_only(spans), |p| {
+            // With a reasoning block too: spans open only in content.
+            let s = if think {
+                let mut s = spec(|s| s.stop_scopes = vec![Scope::Any, Scope::Content]);
+                s.spans = spans;
+                s
+            } else {
+                spans_only(spans)
+            };
+            let p = params(&["ab", "\na"], s, |p| {
                 p.token_aligned = aligned;
                 p.include_stop_str_in_output = include;
                 p.max_tokens = Some(25);
