@@ -17,7 +17,10 @@ reading ``finished_slots`` and ``text_deltas`` each step, or 5 000
 ids-only step (no texts, no stop strings) and ``ids-reasoning`` the same with
 reasoning marker ids, every sequence inside the block (issue 21's 1.15x
 target; benches/bench_reasoning.py times the two); ``vocab`` the ids-only
-step of a batch with the SmolLM2 ``Vocabulary`` (each slot decodes its ids).
+step of a batch with the SmolLM2 ``Vocabulary`` (each slot decodes its ids);
+``ids-spans`` / ``lists-spans``: ``ids`` / ``lists`` with tool-call span
+markers (ids ``(5, 6)`` / texts ``<tool_call>``, ``</tool_call>``; no span
+ever opens), the cost of configuring spans (docs/semantics.md 11.10).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ BATCH, STEPS = 256, 50
 
 def main(mode: str) -> int:
     pieces = list(data.text_pieces(200_000)[0])
-    params = stopline.StopParams(**finish_params(pieces))
+    spans = {"tool_call_markers": [("<tool_call>", "</tool_call>")]} if mode == "lists-spans" else {}
+    params = stopline.StopParams(**finish_params(pieces), **spans)  # type: ignore[arg-type]
     done = 0
     if mode == "vocab":
         from stopline.tools.models import smollm2_tokenizer_dir
@@ -47,10 +51,12 @@ def main(mode: str) -> int:
             r = vb.step(order, [100 + (s * 31 + k) % 30_000 for s in order])
             done += len(r.finished_slots) + len(r.text_deltas)
         return done
-    if mode in ("ids", "ids-reasoning"):
+    if mode in ("ids", "ids-reasoning", "ids-spans"):
         kw: dict[str, object] = {"eos_token_ids": [2], "stop_token_ids": [3, 4], "max_tokens": 1 << 30}
         if mode == "ids-reasoning":
             kw.update(reasoning_start_id=5, reasoning_end_id=6, reasoning_starts_in="reasoning")
+        if mode == "ids-spans":
+            kw.update(tool_call_marker_ids=[(5, 6)])
         ids_params = stopline.StopParams(**kw)  # type: ignore[arg-type]
         b = stopline.FinishBatch(BATCH)
         for s in range(BATCH):

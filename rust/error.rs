@@ -357,6 +357,16 @@ pub enum Problem {
     },
     /// `{field}: expected {expected}, got {got}` (a repr; a TypeError).
     NotASequence { expected: &'static str, got: String },
+    /// `{field}[{index}][{side}]={shown} {what}`: one marker of a pair list
+    /// (`tool_call_markers`), with the problem's `kind` (`empty_marker`,
+    /// `overlaps`, `required`).
+    PairMarker {
+        index: usize,
+        side: usize,
+        shown: String,
+        what: String,
+        kind: &'static str,
+    },
 }
 
 impl Problem {
@@ -520,12 +530,19 @@ impl Problem {
                 }
                 write!(
                     f,
-                    "={shown} overlaps {other}; a stop string may not contain a reasoning marker (it could never match), and a marker id may not be a stop or EOS id"
+                    "={shown} overlaps {other}; a stop string may not contain a marker (it could never match), and a marker id may not be a stop or EOS id"
                 )
             }
             Problem::NotASequence { expected, got } => {
                 write!(f, "{field}: expected {expected}, got {got}")
             }
+            Problem::PairMarker {
+                index,
+                side,
+                shown,
+                what,
+                ..
+            } => write!(f, "{field}[{index}][{side}]={shown} {what}"),
         }
     }
 
@@ -563,6 +580,7 @@ impl Problem {
             Problem::EmptyMarker => "empty_marker",
             Problem::Overlaps { .. } => "overlaps",
             Problem::NotASequence { .. } => "not_a_sequence",
+            Problem::PairMarker { kind, .. } => kind,
         }
     }
 
@@ -573,7 +591,8 @@ impl Problem {
             Problem::IdOutside { index, .. } | Problem::NotInVocabulary { index, .. } => {
                 Some(*index)
             }
-            Problem::OutsideRun { index, .. } => *index,
+            Problem::OutsideRun { index, .. } | Problem::Overlaps { index, .. } => *index,
+            Problem::PairMarker { index, .. } => Some(*index),
             _ => None,
         }
     }

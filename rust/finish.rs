@@ -413,6 +413,8 @@ pub struct FinishTracker {
     /// Reasoning channels, when configured (the stop matchers then live
     /// there, one pair per channel, and `matcher` / `regex` are `None`).
     channels: Option<Box<Channels>>,
+    /// `channels` has a reasoning block (not tool-call spans alone).
+    block: bool,
     /// Steps must carry text pieces.
     text_required: bool,
     /// `params.token_aligned`, read on every release.
@@ -478,6 +480,7 @@ impl FinishTracker {
                 .as_ref()
                 .is_some_and(|c| c.reasoning().needs_text());
         let token_aligned = params.token_aligned;
+        let block = params.reasoning.as_ref().is_some_and(|r| r.has_block());
         let vocab_limit = params.vocab_size.map_or(u64::MAX, u64::from);
         let plain = regex.is_none() && params.repetition.is_none();
         Ok(FinishTracker {
@@ -496,6 +499,7 @@ impl FinishTracker {
             emitted_tokens: 0,
             finish: None,
             channels,
+            block,
             text_required,
             token_aligned,
         })
@@ -978,7 +982,8 @@ impl FinishTracker {
     fn scoped_stop_id_fires(&self, c: &Channels, id: u32) -> bool {
         let ids = &self.params.stop_token_ids;
         let (r, ch) = (c.reasoning(), c.channel());
-        (0..ids.len()).any(|i| ids[i] == id && r.stop_id_applies(i, ch))
+        // Inside a tool-call span no stop id fires (semantics.md 11.10).
+        !c.in_span() && (0..ids.len()).any(|i| ids[i] == id && r.stop_id_applies(i, ch))
     }
 
     /// Moves the release back to the end of the last whole token released
@@ -1000,10 +1005,25 @@ impl FinishTracker {
         };
     }
 
-    /// Whether reasoning channels are configured.
+    /// Whether reasoning channels are configured (a reasoning block, not
+    /// tool-call spans alone).
     #[inline(always)]
     pub fn has_channels(&self) -> bool {
-        self.channels.is_some()
+        self.block
+    }
+
+    /// The channel state when a reasoning block is configured.
+    #[inline(always)]
+    fn block_channels(&self) -> Option<&Channels> {
+        self.channels.as_deref().filter(|_| self.block)
+    }
+
+    /// Whether a tool-call span is open now, after the last step (at
+    /// finish: whether the sequence finished inside one); `false` without
+    /// spans (docs/semantics.md 11.10).
+    #[inline]
+    pub fn in_tool_call(&self) -> bool {
+        self.channels.as_deref().is_some_and(Channels::in_span)
     }
 
     /// The channel that holds all of `text` (a byte range of
@@ -1011,7 +1031,7 @@ impl FinishTracker {
     /// channel, the usual step); `None` without reasoning.
     #[inline]
     pub fn whole_channel(&self, text: &Range<usize>, tokens: &Range<usize>) -> Option<Channel> {
-        self.channels.as_deref().and_then(|c| c.whole(text, tokens))
+        self.block_channels().and_then(|c| c.whole(text, tokens))
     }
 
     /// For a sequence with reasoning and no thinking budget whose step
@@ -1025,7 +1045,7 @@ impl FinishTracker {
         text: &Range<usize>,
         tokens: &Range<usize>,
     ) -> Option<(Channel, Channel)> {
-        let c = self.channels.as_deref()?;
+        let c = self.block_channels()?;
         if c.has_budget() {
             return None;
         }
@@ -1036,7 +1056,7 @@ impl FinishTracker {
     /// `None` without reasoning configured.
     #[inline]
     pub fn channel(&self) -> Option<Channel> {
-        self.channels.as_deref().map(Channels::channel)
+        self.block_channels().map(Channels::channel)
     }
 
     /// The reasoning and content parts of `text` (byte range of
@@ -1048,7 +1068,7 @@ impl FinishTracker {
         text: Range<usize>,
         tokens: Range<usize>,
     ) -> Option<ChannelRanges> {
-        self.channels.as_deref().map(|c| c.split(text, tokens))
+        self.block_channels().map(|c| c.split(text, tokens))
     }
 
     /// Reasoning tokens kept while the reasoning block is open (0 once it

@@ -18,9 +18,11 @@ pub const MAX_STOP_REGEXES: usize = 64;
 pub const MAX_STOP_REGEX_BYTES: usize = 16 * 1024;
 /// Token ids in `eos_token_ids` or `stop_token_ids`.
 pub const MAX_STOP_TOKEN_IDS: usize = 1 << 16;
-/// UTF-8 bytes of one reasoning marker text (`reasoning_start`,
-/// `reasoning_end`).
+/// UTF-8 bytes of one marker text (`reasoning_start`, `reasoning_end`, each
+/// of `tool_call_markers`).
 pub const MAX_MARKER_BYTES: usize = 1024;
+/// Tool-call span marker pairs per request (`tool_call_markers`).
+pub const MAX_TOOL_CALL_SPANS: usize = 8;
 /// Token ids (and text pieces) in one `FinishTracker.update` or one
 /// `FinishBatch.step`.
 pub const MAX_STEP_TOKENS: usize = 1 << 22;
@@ -62,6 +64,7 @@ pub const ALL: &[(&str, usize)] = &[
     ("max_stop_regex_bytes", MAX_STOP_REGEX_BYTES),
     ("max_stop_token_ids", MAX_STOP_TOKEN_IDS),
     ("max_marker_bytes", MAX_MARKER_BYTES),
+    ("max_tool_call_spans", MAX_TOOL_CALL_SPANS),
     ("max_step_tokens", MAX_STEP_TOKENS),
     ("max_decode_bytes", MAX_DECODE_BYTES),
     ("max_slots", MAX_SLOTS),

@@ -125,6 +125,15 @@ pub struct ReasoningSpec {
     pub stop_scopes: Vec<Scope>,
     pub stop_regex_scopes: Vec<Scope>,
     pub stop_token_id_scopes: Vec<Scope>,
+    /// Tool-call span marker pairs `[start, end]` (docs/semantics.md 11.10);
+    /// with no reasoning option set, spans alone (no reasoning block).
+    pub spans: Vec<[Marker; 2]>,
+}
+
+impl Marker {
+    fn is_empty(&self) -> bool {
+        self.text.is_none() && self.token_id.is_none()
+    }
 }
 
 /// One channel's share of a stop list: the compiled sub-list and each
@@ -138,8 +147,17 @@ struct Share<T> {
 /// (once per request, shared by its trackers).
 pub struct Reasoning {
     spec: ReasoningSpec,
-    /// KMP failure tables of the start and end marker texts.
-    fail: [Vec<usize>; 2],
+    /// Whether a reasoning block is configured (else spans alone).
+    block: bool,
+    /// KMP failure tables of every marker text, by marker index: 0 the
+    /// reasoning start, 1 its end, `2 + 2i` / `3 + 2i` span `i`'s start / end.
+    fail: Vec<Vec<usize>>,
+    /// Marker indices awaited in each state ([`Channels::state`]): before
+    /// the block, inside it, after it (or no block), inside span `i` (`3 + i`).
+    awaits: Vec<Vec<usize>>,
+    /// Per state: whether an awaited marker has text (else the text
+    /// automaton is skipped).
+    await_text: Vec<bool>,
     /// Per channel (`Channel::index`).
     stops: [Option<Share<StopStrings>>; 2],
     regexes: [Option<Share<StopRegexes>>; 2],
@@ -164,6 +182,175 @@ const FIELDS: [[&str; 2]; 2] = [
     ["reasoning_start", "reasoning_start_id"],
     ["reasoning_end", "reasoning_end_id"],
 ];
+
+/// Marker `w` of `spec` by index: 0 the reasoning start, 1 its end, `2 + 2i`
+/// / `3 + 2i` span `i`'s start / end.
+fn marker_of(spec: &ReasoningSpec, w: usize) -> &Marker {
+    match w {
+        0 => &spec.start,
+        1 => &spec.end,
+        _ => &spec.spans[(w - 2) / 2][w % 2],
+    }
+}
+
+const SPAN_TEXTS: &str = "tool_call_markers";
+const SPAN_IDS: &str = "tool_call_marker_ids";
+
+/// A problem of `kind` with marker `side` of span pair `index`.
+fn pair_err(
+    field: &'static str,
+    (index, side): (usize, usize),
+    shown: String,
+    what: String,
+    kind: &'static str,
+) -> Error {
+    Error::param(
+        field,
+        Problem::PairMarker {
+            index,
+            side,
+            shown,
+            what,
+            kind,
+        },
+    )
+}
+
+/// Checks the tool-call span pairs (docs/semantics.md 11.10): their count,
+/// each marker, start texts that could match at once, ids shared with the
+/// reasoning markers or another pair's start, and stops that contain a
+/// span marker or are a span marker id.
+fn check_spans(
+    spec: &ReasoningSpec,
+    stops: &[String],
+    stop_token_ids: &[u32],
+    eos_token_ids: &[u32],
+) -> Result<(), Error> {
+    let spans = &spec.spans;
+    let field = if spans.iter().flatten().any(|m| m.text.is_some()) {
+        SPAN_TEXTS
+    } else {
+        SPAN_IDS
+    };
+    let n = spans.len();
+    Problem::at_most_entries(n, crate::limits::MAX_TOOL_CALL_SPANS, false)
+        .map_err(|p| Error::param(field, p))?;
+    let reasoning = [
+        ("reasoning_start", &spec.start),
+        ("reasoning_end", &spec.end),
+    ];
+    for (i, pair) in spans.iter().enumerate() {
+        for (side, m) in pair.iter().enumerate() {
+            let Some(t) = m.text.as_deref() else {
+                if m.token_id.is_none() {
+                    let what = "is required: a span marker is a text or a token id".into();
+                    return Err(pair_err(
+                        SPAN_TEXTS,
+                        (i, side),
+                        "None".into(),
+                        what,
+                        "required",
+                    ));
+                }
+                continue;
+            };
+            if t.is_empty() {
+                let what = "is an empty string; a marker must be non-empty".into();
+                return Err(pair_err(
+                    SPAN_TEXTS,
+                    (i, side),
+                    "\"\"".into(),
+                    what,
+                    "empty_marker",
+                ));
+            }
+            crate::limits::check_bytes(SPAN_TEXTS, t.len(), crate::limits::MAX_MARKER_BYTES)?;
+            let shown = crate::error::shown(t);
+            for (name, r) in reasoning {
+                let clash = r.text.as_deref().is_some_and(|rt| {
+                    rt == t
+                        || (side == 0
+                            && name == "reasoning_start"
+                            && (rt.contains(t) || t.contains(rt)))
+                });
+                if clash {
+                    let what = format!("overlaps {name}");
+                    return Err(pair_err(SPAN_TEXTS, (i, side), shown, what, "overlaps"));
+                }
+            }
+            if side == 0 {
+                for (j, other) in spans.iter().enumerate().filter(|&(j, _)| j != i) {
+                    if other[0].text.as_deref().is_some_and(|o| o.contains(t)) {
+                        let what = format!("overlaps {SPAN_TEXTS}[{j}][0]: two start markers awaited at once may not contain each other");
+                        return Err(pair_err(SPAN_TEXTS, (i, side), shown, what, "overlaps"));
+                    }
+                }
+            }
+            if let Some(k) = stops.iter().position(|s| s.contains(t)) {
+                return Err(Error::param(
+                    "stop",
+                    Problem::Overlaps {
+                        index: Some(k),
+                        shown: crate::error::shown(&stops[k]),
+                        other: SPAN_TEXTS,
+                    },
+                ));
+            }
+        }
+        for (side, id) in pair
+            .iter()
+            .enumerate()
+            .filter_map(|(s, m)| Some((s, m.token_id?)))
+        {
+            for (name, r) in [
+                ("reasoning_start_id", &spec.start),
+                ("reasoning_end_id", &spec.end),
+            ] {
+                if r.token_id == Some(id) {
+                    let what = format!("overlaps {name}");
+                    return Err(pair_err(
+                        SPAN_IDS,
+                        (i, side),
+                        id.to_string(),
+                        what,
+                        "overlaps",
+                    ));
+                }
+            }
+            let shared = side == 0
+                && spans
+                    .iter()
+                    .enumerate()
+                    .any(|(j, o)| j != i && o[0].token_id == Some(id));
+            if shared {
+                let what = format!("overlaps another pair's start in {SPAN_IDS}");
+                return Err(pair_err(
+                    SPAN_IDS,
+                    (i, side),
+                    id.to_string(),
+                    what,
+                    "overlaps",
+                ));
+            }
+            for (list, ids) in [
+                ("stop_token_ids", stop_token_ids),
+                ("eos_token_ids", eos_token_ids),
+            ] {
+                if let Some(k) = ids.iter().position(|&x| x == id) {
+                    return Err(Error::param(
+                        list,
+                        Problem::Overlaps {
+                            index: Some(k),
+                            shown: id.to_string(),
+                            other: SPAN_IDS,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Scopes given for a list of `n`: exactly `n`, or none (all content).
 fn scopes(field: &'static str, given: &[Scope], n: usize) -> Result<Vec<Scope>, Error> {
@@ -222,6 +409,16 @@ impl Reasoning {
         stop_token_ids: &[u32],
         eos_token_ids: &[u32],
     ) -> Result<Self, Error> {
+        let block = spec.spans.is_empty()
+            || !(spec.start.is_empty()
+                && spec.end.is_empty()
+                && spec.starts_in.is_none()
+                && !spec.keep_markers
+                && spec.max_reasoning_tokens.is_none()
+                && spec.end_ids.is_empty()
+                && spec.stop_scopes.is_empty()
+                && spec.stop_regex_scopes.is_empty()
+                && spec.stop_token_id_scopes.is_empty());
         let markers = [&spec.start, &spec.end];
         for (m, [text_field, _]) in markers.iter().zip(FIELDS) {
             if m.text.as_deref() == Some("") {
@@ -230,7 +427,7 @@ impl Reasoning {
             let bytes = m.text.as_ref().map_or(0, String::len);
             crate::limits::check_bytes(text_field, bytes, crate::limits::MAX_MARKER_BYTES)?;
         }
-        if spec.end.text.is_none() && spec.end.token_id.is_none() {
+        if block && spec.end.is_empty() {
             return Err(Error::param(
                 "reasoning_end",
                 Problem::Required {
@@ -277,6 +474,7 @@ impl Reasoning {
             ));
         }
         let stop_list: &[String] = stop.map_or(&[], |s| s.stops());
+        check_spans(&spec, stop_list, stop_token_ids, eos_token_ids)?;
         for (i, s) in stop_list.iter().enumerate() {
             for (m, [text_field, _]) in markers.iter().zip(FIELDS) {
                 if let Some(t) = m.text.as_deref() {
@@ -334,11 +532,28 @@ impl Reasoning {
                 })?;
             }
         }
-        let fail = [&spec.start, &spec.end].map(|m| {
-            m.text
-                .as_deref()
-                .map_or_else(Vec::new, |t| kmp_table(t.as_bytes()))
-        });
+        let all = [&spec.start, &spec.end]
+            .into_iter()
+            .chain(spec.spans.iter().flatten());
+        let fail = all
+            .map(|m| {
+                m.text
+                    .as_deref()
+                    .map_or_else(Vec::new, |t| kmp_table(t.as_bytes()))
+            })
+            .collect();
+        let span_starts = (0..spec.spans.len()).map(|i| 2 + 2 * i);
+        let before = std::iter::once(0)
+            .filter(|_| !spec.start.is_empty())
+            .chain(span_starts.clone())
+            .collect();
+        let mut awaits = vec![before, vec![1], span_starts.collect()];
+        awaits.extend((0..spec.spans.len()).map(|i| vec![3 + 2 * i]));
+        let marker_at = |w: usize| marker_of(&spec, w).text.is_some();
+        let await_text = awaits
+            .iter()
+            .map(|a| a.iter().any(|&w| marker_at(w)))
+            .collect();
         let end_ids = if spec.end_ids.is_empty() {
             spec.end.token_id.into_iter().collect()
         } else {
@@ -353,7 +568,10 @@ impl Reasoning {
         };
         Ok(Reasoning {
             spec,
+            block,
             fail,
+            awaits,
+            await_text,
             stops,
             regexes,
         })
@@ -361,6 +579,12 @@ impl Reasoning {
 
     pub fn spec(&self) -> &ReasoningSpec {
         &self.spec
+    }
+
+    /// Marker `w` by index (see `fail`).
+    #[inline]
+    fn marker(&self, w: usize) -> &Marker {
+        marker_of(&self.spec, w)
     }
 
     /// Checks marker ids against a vocabulary of `vocab_size` ids.
@@ -390,7 +614,23 @@ impl Reasoning {
                 ));
             }
         }
+        for (index, pair) in self.spec.spans.iter().enumerate() {
+            for (side, m) in pair.iter().enumerate() {
+                if let Some(id) = m.token_id.filter(|&id| u64::from(id) >= vocab_size) {
+                    let what = format!("is outside [0, {bound_name}={vocab_size})");
+                    let shown = id.to_string();
+                    return Err(pair_err(SPAN_IDS, (index, side), shown, what, "id_outside"));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Whether a reasoning block is configured (else tool-call spans alone:
+    /// the output is all content and `channel` is `None`).
+    #[inline]
+    pub fn has_block(&self) -> bool {
+        self.block
     }
 
     /// Whether a stop token id at list index `i` applies in channel `c`.
@@ -406,6 +646,7 @@ impl Reasoning {
     pub fn needs_text(&self) -> bool {
         self.spec.start.text.is_some()
             || self.spec.end.text.is_some()
+            || self.spec.spans.iter().flatten().any(|m| m.text.is_some())
             || self.stops.iter().any(Option::is_some)
             || self.regexes.iter().any(Option::is_some)
     }
@@ -413,10 +654,13 @@ impl Reasoning {
     /// The lowest and highest marker id (to fold into a tracker's special-id
     /// screen), if any.
     pub fn id_range(&self) -> Option<(u32, u32)> {
-        let ids = [self.spec.start.token_id, self.spec.end.token_id];
-        let lo = ids.iter().flatten().min()?;
-        let hi = ids.iter().flatten().max()?;
-        Some((*lo, *hi))
+        let ids = [&self.spec.start, &self.spec.end]
+            .into_iter()
+            .chain(self.spec.spans.iter().flatten())
+            .filter_map(|m| m.token_id);
+        let lo = ids.clone().min()?;
+        let hi = ids.max()?;
+        Some((lo, hi))
     }
 
     /// Whether a prompt ends inside an open reasoning block: the last start
@@ -501,9 +745,13 @@ pub struct ChannelRanges {
 pub(crate) struct Channels {
     spec: Arc<Reasoning>,
     phase: Phase,
+    /// The open tool-call span's pair index.
+    span: Option<usize>,
     /// Bytes of the awaited text marker matched at the end of the kept text
-    /// (held back, fed to no stop matcher yet).
+    /// (held back, fed to no stop matcher yet): the longest of `q`.
     partial: usize,
+    /// KMP state of each marker awaited now (`Reasoning::awaits` order).
+    q: [usize; MAX_AWAITED],
     strings: [Option<StopMatcher>; 2],
     regexes: [Option<StopRegexMatcher>; 2],
     /// Code point of the kept text where each channel's matchers start.
@@ -526,6 +774,31 @@ pub(crate) struct Channels {
 }
 
 const UNSET: usize = usize::MAX;
+
+/// Markers awaited at once: the reasoning start and every span start.
+const MAX_AWAITED: usize = 1 + crate::limits::MAX_TOOL_CALL_SPANS;
+
+/// Where a marker was found: the kept text, the token's piece and the
+/// tokens not yet released.
+struct Cut<'a> {
+    kept: &'a str,
+    kept_chars: usize,
+    piece: &'a str,
+    unreleased_ends: &'a [usize],
+    k: usize,
+}
+
+impl Cut<'_> {
+    /// Code points of `kept + piece` before byte `x`.
+    fn chars_at(&self, x: usize) -> usize {
+        let n = self.kept.len();
+        if x >= n {
+            self.kept_chars + char_len(&self.piece[..x - n])
+        } else {
+            self.kept_chars - char_len(&self.kept[x..])
+        }
+    }
+}
 
 fn clip(r: Range<usize>, lo: usize, hi: usize) -> Range<usize> {
     let a = r.start.max(lo);
@@ -568,12 +841,15 @@ impl Channels {
         let strings = [0, 1].map(|c| spec.stops[c].as_ref().map(|s| s.list.matcher(include)));
         let regexes = [0, 1].map(|c| spec.regexes[c].as_ref().map(|s| s.list.matcher(include)));
         let (keep_markers, budget) = (spec.spec.keep_markers, spec.spec.max_reasoning_tokens);
+        let block = spec.block;
         let mut ch = Channels {
             spec,
             keep_markers,
             budget,
-            phase: Phase::Before,
+            phase: if block { Phase::Before } else { Phase::After },
+            span: None,
             partial: 0,
+            q: [0; MAX_AWAITED],
             strings,
             regexes,
             base: [0, 0],
@@ -605,23 +881,6 @@ impl Channels {
             Channel::Reasoning
         } else {
             Channel::Content
-        }
-    }
-
-    /// The marker awaited now: 0 start, 1 end.
-    fn awaited(&self) -> Option<usize> {
-        match self.phase {
-            Phase::Before => Some(0),
-            Phase::Inside => Some(1),
-            Phase::After => None,
-        }
-    }
-
-    fn marker(&self, which: usize) -> &Marker {
-        if which == 0 {
-            &self.spec.spec.start
-        } else {
-            &self.spec.spec.end
         }
     }
 
@@ -669,7 +928,7 @@ impl Channels {
             return None;
         }
         let c = self.channel().index();
-        if self.strings[c].is_none() && self.regexes[c].is_none() {
+        if (self.strings[c].is_none() && self.regexes[c].is_none()) || self.span.is_some() {
             return None;
         }
         let text = joined(&mut self.scratch, kept, piece, a, b);
@@ -707,28 +966,81 @@ impl Channels {
         })
     }
 
-    /// Records the awaited marker at bytes `[start, end)` of `kept + piece`,
-    /// found in token `k`, and enters the next phase.
-    #[allow(clippy::too_many_arguments)]
-    fn enter_next(
+    /// Marker `w` found at bytes `[start, end)` of `kept + piece`: the held
+    /// text before it, from `from`, is decided as channel text (a stop there
+    /// wins and the marker does not count), then the marker is entered.
+    fn found(
         &mut self,
-        kept: &str,
-        kept_chars: usize,
-        piece: &str,
-        unreleased_ends: &[usize],
-        k: usize,
+        w: usize,
+        at: &Cut<'_>,
+        from: usize,
         start: usize,
         end: usize,
-    ) {
+        allow: bool,
+    ) -> Option<Hit> {
+        self.clear_partial();
+        if let Some(h) = self.feed(at.kept, at.piece, from, start, allow) {
+            return Some(h);
+        }
+        self.enter(w, at, start, end);
+        None
+    }
+
+    /// Which markers are awaited now: an index into `Reasoning::awaits`.
+    #[inline]
+    fn state(&self) -> usize {
+        self.span.map_or(self.phase as usize, |i| 3 + i)
+    }
+
+    /// Whether a tool-call span is open (docs/semantics.md 11.10).
+    #[inline]
+    pub(crate) fn in_span(&self) -> bool {
+        self.span.is_some()
+    }
+
+    fn clear_partial(&mut self) {
+        self.partial = 0;
+        self.q = [0; MAX_AWAITED];
+    }
+
+    /// Restarts channel `c`'s matchers at code point `at`: a stop never
+    /// matches across a marker.
+    fn restart(&mut self, c: usize, at: usize) {
+        self.base[c] = at;
+        if let Some(m) = self.strings[c].as_mut() {
+            m.reset();
+        }
+        if let Some(r) = self.regexes[c].as_mut() {
+            r.reset();
+        }
+    }
+
+    /// Records marker `w`, found at bytes `[start, end)` of `kept + piece`,
+    /// and enters the state after it.
+    fn enter(&mut self, w: usize, at: &Cut<'_>, start: usize, end: usize) {
+        let c1 = at.chars_at(end);
+        match w {
+            0 | 1 => self.enter_block(at, start, end),
+            // A span opens: its text reaches no matcher (restarted at its
+            // end).
+            _ if w % 2 == 0 => self.span = Some((w - 2) / 2),
+            _ => self.span = None,
+        }
+        self.restart(self.channel().index(), c1);
+    }
+
+    /// Records the reasoning marker at bytes `[start, end)` of `kept +
+    /// piece`, found in token `at.k`, and enters the next phase.
+    fn enter_block(&mut self, at: &Cut<'_>, start: usize, end: usize) {
+        let Cut {
+            kept,
+            kept_chars,
+            piece,
+            unreleased_ends,
+            k,
+        } = *at;
         let n = kept.len();
-        let chars_at = |x: usize| {
-            if x >= n {
-                kept_chars + char_len(&piece[..x - n])
-            } else {
-                kept_chars - char_len(&kept[x..])
-            }
-        };
-        let (c0, c1) = (chars_at(start), chars_at(end));
+        let c0 = at.chars_at(start);
         // Tokens before `k` whose text ends past the marker's start are
         // still unreleased (the partial marker was held back). The first of
         // them (or `k`) keeps its channel when its text starts before the
@@ -755,15 +1067,6 @@ impl Channels {
         self.tokens[slot] = lo;
         self.tokens[slot + 1] = hi;
         self.phase = next;
-        self.partial = 0;
-        let c = self.channel().index();
-        self.base[c] = c1;
-        if let Some(m) = self.strings[c].as_mut() {
-            m.reset();
-        }
-        if let Some(r) = self.regexes[c].as_mut() {
-            r.reset();
-        }
     }
 
     /// Takes token `k` (not yet kept) with its `piece` (`""` when its text
@@ -801,52 +1104,60 @@ impl Channels {
     ) -> Option<Hit> {
         let n = kept.len();
         let total = n + piece.len();
-        if let Some(w) = self.awaited() {
-            if self.marker(w).token_id == Some(id) {
-                // A marker id: held partial text is decided as channel text.
-                let held = n - self.partial;
-                self.partial = 0;
-                if let Some(h) = self.feed(kept, "", held, n, allow) {
-                    return Some(h);
-                }
-                self.enter_next(kept, kept_chars, piece, unreleased_ends, k, n, total);
-                return None;
-            }
+        let spec = Arc::clone(&self.spec);
+        let awaited = &spec.awaits[self.state()];
+        let at = Cut {
+            kept,
+            kept_chars,
+            piece,
+            unreleased_ends,
+            k,
+        };
+        if let Some(&w) = awaited
+            .iter()
+            .find(|&&w| spec.marker(w).token_id == Some(id))
+        {
+            // A marker id: held partial text is decided as channel text.
+            let held = n - self.partial;
+            return self.found(w, &at, held, n, total, allow);
         }
         let mut confirmed = n - self.partial;
         let bytes = piece.as_bytes();
-        let spec = Arc::clone(&self.spec);
         let mut i = 0;
-        while i < bytes.len() {
-            let Some(w) = self.awaited() else { break };
-            let marker = if w == 0 {
-                &spec.spec.start
-            } else {
-                &spec.spec.end
-            };
-            let Some(m) = marker.text.as_deref().map(str::as_bytes) else {
+        'bytes: while i < bytes.len() {
+            let state = self.state();
+            if !spec.await_text[state] {
                 break;
-            };
-            let fail = &spec.fail[w];
+            }
             let b = bytes[i];
             i += 1;
-            let mut q = self.partial;
-            while q > 0 && m[q] != b {
-                q = fail[q - 1];
-            }
-            if m[q] == b {
-                q += 1;
-            }
-            self.partial = q;
-            if q == m.len() {
-                let end = n + i;
-                let start = end - m.len();
-                if let Some(h) = self.feed(kept, piece, confirmed, start, allow) {
-                    return Some(h);
+            let mut longest = 0;
+            for (slot, &w) in spec.awaits[state].iter().enumerate() {
+                let Some(m) = spec.marker(w).text.as_deref().map(str::as_bytes) else {
+                    continue;
+                };
+                let fail = &spec.fail[w];
+                let mut q = self.q[slot];
+                while q > 0 && m[q] != b {
+                    q = fail[q - 1];
                 }
-                self.enter_next(kept, kept_chars, piece, unreleased_ends, k, start, end);
-                confirmed = end;
+                if m[q] == b {
+                    q += 1;
+                }
+                if q == m.len() {
+                    // Start markers awaited together never contain each
+                    // other, so no other partial match began before this one.
+                    let end = n + i;
+                    if let Some(h) = self.found(w, &at, confirmed, end - m.len(), end, allow) {
+                        return Some(h);
+                    }
+                    confirmed = end;
+                    continue 'bytes;
+                }
+                self.q[slot] = q;
+                longest = longest.max(q);
             }
+            self.partial = longest;
         }
         let upto = total - self.partial;
         self.feed(kept, piece, confirmed, upto, allow)
@@ -1266,6 +1577,268 @@ mod tests {
         );
     }
 
+    const CALL: u32 = 80;
+    const CALL_END: u32 = 81;
+
+    fn pair(start: &str, end: &str) -> [Marker; 2] {
+        [start, end].map(|t| Marker {
+            text: Some(t.into()),
+            token_id: None,
+        })
+    }
+
+    fn id_pair(start: u32, end: u32) -> [Marker; 2] {
+        [start, end].map(|id| Marker {
+            text: None,
+            token_id: Some(id),
+        })
+    }
+
+    /// Tool-call spans alone (no reasoning block).
+    fn spans_only(spans: Vec<[Marker; 2]>) -> ReasoningSpec {
+        ReasoningSpec {
+            spans,
+            ..ReasoningSpec::default()
+        }
+    }
+
+    /// What a run with spans streamed: joined text, joined ids, every text
+    /// delta, the finish and whether a span was open at the end.
+    type SpanRun = (
+        String,
+        Vec<u32>,
+        Vec<String>,
+        Option<(FinishReason, Option<Matched>)>,
+        bool,
+    );
+
+    fn drive_spans(p: &Arc<StopParams>, toks: &[(u32, &str)], bounds: &[usize]) -> SpanRun {
+        let mut t = FinishTracker::new(Arc::clone(p)).unwrap();
+        let (mut text, mut ids, mut deltas) = (String::new(), vec![], vec![]);
+        let mut prev = 0;
+        for &b in bounds.iter().chain(&[usize::MAX]) {
+            if t.is_finished() {
+                break;
+            }
+            let st = if b == usize::MAX {
+                t.abort()
+            } else {
+                let run: Vec<u32> = toks[prev..b].iter().map(|x| x.0).collect();
+                let texts: Vec<&str> = toks[prev..b].iter().map(|x| x.1).collect();
+                prev = b;
+                t.update(&run, Some(&texts), None).unwrap()
+            };
+            if p.token_aligned && !t.is_finished() {
+                let whole: String = toks[st.token_ids_delta.clone()]
+                    .iter()
+                    .map(|x| x.1)
+                    .collect();
+                assert_eq!(&t.text()[st.text_delta.clone()], whole);
+            }
+            text.push_str(&t.text()[st.text_delta.clone()]);
+            ids.extend_from_slice(&t.token_ids()[st.token_ids_delta]);
+            deltas.push(t.text()[st.text_delta].to_string());
+        }
+        assert_eq!((text.as_str(), ids.as_slice()), (t.text(), t.token_ids()));
+        assert_eq!(
+            t.channel().is_some(),
+            p.reasoning.as_ref().unwrap().has_block()
+        );
+        let finish = t.finish().map(|f| (f.reason, f.matched));
+        (text, ids, deltas, finish, t.in_tool_call())
+    }
+
+    #[test]
+    fn literal_end_marker_and_stop_inside_tool_call_json_do_not_end_the_call() {
+        // vllm#45167: a literal `</tool_call>` inside a JSON string argument.
+        // The end marker by id: the literal, in ordinary tokens, is span text,
+        // and a client stop equal to it fires only outside the span.
+        let p = params(
+            &["</tool_call>"],
+            spans_only(vec![id_pair(CALL, CALL_END)]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (CALL, "<tool_call>"),
+            (5, "{\"x\": \""),
+            (6, "</tool_"),
+            (7, "call>"),
+            (8, "\"}"),
+            (CALL_END, "</tool_call>"),
+            (9, "ok</tool_call>more"),
+        ];
+        let (text, _, _, finish, open) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(text, "<tool_call>{\"x\": \"</tool_call>\"}</tool_call>ok");
+        assert_eq!(
+            finish,
+            Some((FinishReason::Stop, Some(Matched::StopString(0))))
+        );
+        assert!(!open);
+        // A stop id inside the span is an ordinary token; after it, it ends.
+        let p = params(&[], spans_only(vec![id_pair(CALL, CALL_END)]), |p| {
+            p.stop_token_ids = vec![7]
+        })
+        .unwrap();
+        let toks = [(CALL, ""), (7, "a"), (CALL_END, ""), (7, "b")];
+        let (text, ids, _, finish, _) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!((text.as_str(), ids), ("a", vec![CALL, 7, CALL_END, 7]));
+        assert_eq!(
+            finish,
+            Some((FinishReason::Stop, Some(Matched::TokenId(7))))
+        );
+    }
+
+    #[test]
+    fn stop_string_in_tool_call_arguments_does_not_cut_the_call() {
+        // vllm#34101 as issue 21 cites it: a client stop string met inside a
+        // call's arguments ended the request with the call cut.
+        let p = params(
+            &["\n\n"],
+            spans_only(vec![pair("<tool_call>", "</tool_call>")]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (5, "Sure.<tool"),
+            (6, "_call>{\"code\": \"a\n"),
+            (7, "\nb\"}</tool_call>"),
+            (8, "\n\nrest"),
+        ];
+        let (text, _, _, finish, open) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(text, "Sure.<tool_call>{\"code\": \"a\n\nb\"}</tool_call>");
+        assert_eq!(
+            finish,
+            Some((FinishReason::Stop, Some(Matched::StopString(0))))
+        );
+        assert!(!open);
+    }
+
+    #[test]
+    fn stop_never_matches_across_span_markers_and_spans_repeat() {
+        let p = params(
+            &["ab"],
+            spans_only(vec![pair("<t>", "</t>"), pair("[C]", "[/C]")]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (5, "a<t>ab</t>b"),
+            (6, "a[C]x[/C]"),
+            (7, "b<t>"),
+            (8, "y</t>a"),
+            (9, "b"),
+        ];
+        let (text, _, _, finish, _) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(text, "a<t>ab</t>ba[C]x[/C]b<t>y</t>");
+        assert_eq!(finish.unwrap().0, FinishReason::Stop);
+    }
+
+    #[test]
+    fn partial_span_marker_is_held_back_exactly() {
+        let p = params(
+            &[],
+            spans_only(vec![pair("<tool_call>", "</tool_call>")]),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (5, "hi <tool_"),
+            (6, "call>{}</tool"),
+            (7, "_call>"),
+            (8, "<to"),
+            (9, "ol"),
+        ];
+        let (_, _, deltas, finish, open) = drive_spans(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            deltas,
+            ["hi ", "<tool_call>{}", "</tool_call>", "", "", "<tool"]
+        );
+        assert_eq!((finish.unwrap().0, open), (FinishReason::Abort, false));
+        // A span still open at finish: the held partial end is released.
+        let toks = [(5, "<tool_call>{"), (6, "</tool_ca")];
+        let (text, _, _, _, open) = drive_spans(&p, &toks, &[2]);
+        assert_eq!((text.as_str(), open), ("<tool_call>{</tool_ca", true));
+    }
+
+    #[test]
+    fn spans_open_only_in_content_with_reasoning() {
+        let mut s = spec(|s| s.stop_scopes = vec![Scope::Any]);
+        s.spans = vec![pair("<tool_call>", "</tool_call>")];
+        let p = params(&["!"], s, |_| {}).unwrap();
+        // In the thinking a span marker is reasoning text: the stop fires.
+        let toks = [(5, "<think>a<tool_call>b!"), (6, "c")];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            (s.reasoning.as_str(), s.channel),
+            ("a<tool_call>b", Some(Channel::Reasoning))
+        );
+        // In content the span protects it; markers stay in content.
+        let toks = [
+            (5, "<think>a</think>"),
+            (6, "<tool_call>b!"),
+            (7, "</tool_call>c!d"),
+        ];
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("a", "<tool_call>b!</tool_call>c")
+        );
+        assert_eq!(s.content_ids, vec![6, 7]);
+    }
+
+    #[test]
+    fn bad_span_definitions_name_the_field() {
+        let msg = |stops: &[&str], spans: Vec<[Marker; 2]>, f: fn(&mut StopParams)| {
+            params(stops, spans_only(spans), f)
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let none: fn(&mut StopParams) = |_| {};
+        let e = msg(&[], vec![pair("", "b")], none);
+        assert!(
+            e.starts_with("tool_call_markers[0][0]=\"\" is an empty string"),
+            "{e}"
+        );
+        let e = msg(&[], vec![pair("<a>", "b"), pair("x<a>", "c")], none);
+        assert!(
+            e.starts_with("tool_call_markers[0][0]=\"<a>\" overlaps tool_call_markers[1][0]"),
+            "{e}"
+        );
+        let e = msg(&["x</t>"], vec![pair("<t>", "</t>")], none);
+        assert!(
+            e.starts_with("stop[0]=\"x</t>\" overlaps tool_call_markers"),
+            "{e}"
+        );
+        let e = msg(&[], vec![id_pair(3, 4)], |p| p.stop_token_ids = vec![4]);
+        assert!(
+            e.starts_with("stop_token_ids[0]=4 overlaps tool_call_marker_ids"),
+            "{e}"
+        );
+        let e = msg(&[], vec![id_pair(3, 99)], |p| p.vocab_size = Some(50));
+        assert!(
+            e.starts_with("tool_call_marker_ids[0][1]=99 is outside [0, vocab_size=50)"),
+            "{e}"
+        );
+        let e = msg(&[], vec![pair("a", "b"); 9], none);
+        assert!(
+            e.starts_with("tool_call_markers has 9 entries; at most 8"),
+            "{e}"
+        );
+        let mut s = spec(|_| {});
+        s.spans = vec![pair("<think>", "x")];
+        let e = params(&[], s, |_| {}).err().unwrap().to_string();
+        assert!(
+            e.starts_with("tool_call_markers[0][0]=\"<think>\" overlaps reasoning_start"),
+            "{e}"
+        );
+        // A toggle (start equal to end) is accepted.
+        let p = params(&["q"], spans_only(vec![pair("|", "|")]), |_| {}).unwrap();
+        let (text, _, _, _, _) = drive_spans(&p, &[(5, "a|q|bq")], &[1]);
+        assert_eq!(text, "a|q|b");
+    }
+
     fn piece() -> impl Strategy<Value = &'static str> {
         prop::sample::select(vec![
             "",
@@ -1284,6 +1857,33 @@ mod tests {
             "\n",
             "x</think>y",
             "<think>z",
+        ])
+    }
+
+    fn span_piece() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "",
+            "a",
+            "b",
+            "<",
+            "<t",
+            "c>",
+            "</",
+            "tc>",
+            "<tc>",
+            "</tc>",
+            "[C",
+            "C]",
+            "[",
+            "C",
+            "\n",
+            "x<tc>ab</tc>y",
+            "é",
+            "ab",
+            "<think>",
+            "</think>",
+            "<th",
+            "ink>",
         ])
     }
 
@@ -1324,6 +1924,40 @@ mod tests {
                 // No delta carries a cut marker into a channel.
                 prop_assert!(!a.reasoning.contains("</think>") || a.reasoning.contains("<think>"));
             }
+        }
+
+        #[test]
+        fn step_invariance_with_tool_call_spans(
+            toks in prop::collection::vec((0u32..12, span_piece()), 1..30),
+            cuts in prop::collection::vec(1usize..30, 0..6),
+            (aligned, include, ids, think) in (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        ) {
+            let mut spans = vec![pair("<tc>", "</tc>"), pair("[C", "C]")];
+            if ids {
+                spans[0][0].token_id = Some(10);
+                spans[0][1].token_id = Some(11);
+            }
+            // With a reasoning block too: spans open only in content.
+            let s = if think {
+                let mut s = spec(|s| s.stop_scopes = vec![Scope::Any, Scope::Content]);
+                s.spans = spans;
+                s
+            } else {
+                spans_only(spans)
+            };
+            let p = params(&["ab", "\na"], s, |p| {
+                p.token_aligned = aligned;
+                p.include_stop_str_in_output = include;
+                p.max_tokens = Some(25);
+                p.stop_token_ids = vec![3];
+            }).unwrap();
+            let mut b: Vec<usize> = cuts.into_iter().filter(|&c| c < toks.len()).collect();
+            b.push(toks.len());
+            b.sort_unstable();
+            b.dedup();
+            let a = drive_spans(&p, &toks, &singles(toks.len()));
+            let c = drive_spans(&p, &toks, &b);
+            prop_assert_eq!((&a.0, &a.1, a.3, a.4), (&c.0, &c.1, c.3, c.4));
         }
     }
 }

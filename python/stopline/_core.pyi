@@ -473,6 +473,8 @@ class StopParams:
         stop_regex_scopes: _Scope | Iterable[_Scope] | None = None,
         stop_token_id_scopes: _Scope | Iterable[_Scope] | None = None,
         token_aligned: bool = False,
+        tool_call_markers: Iterable[tuple[str, str]] | None = None,
+        tool_call_marker_ids: Iterable[tuple[int, int]] | None = None,
     ) -> StopParams:
         """Builds and validates the parameters; all arguments are
         keyword-only, ``None`` meaning "not set".
@@ -536,6 +538,16 @@ class StopParams:
                 length caps finish in either channel.
             token_aligned: release text only in whole tokens: while running,
                 ``text_delta`` is exactly the text of ``token_ids_delta``.
+            tool_call_markers: tool-call span marker pairs as text, e.g.
+                ``[("<tool_call>", "</tool_call>")]`` (at most 8 pairs, each
+                marker non-empty, at most ``max_marker_bytes``): inside a span
+                (in content only) no stop string, stop regex or stop token id
+                fires; span text and markers stay in the content
+                (semantics.md 11.10). Spans alone need no reasoning markers.
+            tool_call_marker_ids: the same pairs as single token ids, e.g.
+                ``[(151657, 151658)]``; with both lists, pair i of each is the
+                same markers (same length). An end marker given by id is not
+                closed by its text spelled in ordinary tokens (vllm#45167).
 
         Raises:
             TypeError: a positional argument or unknown keyword; a count or id
@@ -555,7 +567,13 @@ class StopParams:
                 missing end marker, a stop string that contains a marker, a
                 marker id that is a stop or EOS id or lies
                 outside ``vocab_size``, a scope list of the wrong length or an
-                unknown scope name.
+                unknown scope name; ``tool_call_markers`` /
+                ``tool_call_marker_ids`` with an empty marker, more than 8
+                pairs, lists of different lengths, start texts that contain
+                each other or a reasoning marker, an id shared with a
+                reasoning marker or another pair's start, a stop string that
+                contains a span marker, a span id that is a stop or EOS id or
+                lies outside ``vocab_size``.
         """
     @property
     def reasoning(self) -> dict[str, Any] | None:
@@ -564,6 +582,14 @@ class StopParams:
     @property
     def token_aligned(self) -> bool:
         """Whether text is released only in whole tokens."""
+    @property
+    def tool_call_markers(self) -> list[tuple[str, str]]:
+        """Tool-call span marker texts as ``(start, end)`` pairs, a new list
+        on every read (empty when not set)."""
+    @property
+    def tool_call_marker_ids(self) -> list[tuple[int, int]]:
+        """Tool-call span marker ids as ``(start, end)`` pairs, a new list on
+        every read (empty when not set)."""
     @property
     def max_tokens(self) -> int | None:
         """Output-token budget; ``None`` for no cap."""
@@ -783,6 +809,11 @@ class FinishTracker:
         """The channel output is in now (at finish, the one it finished in);
         ``None`` without reasoning channels."""
     @property
+    def in_tool_call(self) -> bool:
+        """Whether a tool-call span is open now, after the last step (at
+        finish: whether the sequence finished inside one, the call cut);
+        ``False`` without tool-call markers (semantics.md 11.10)."""
+    @property
     def reasoning(self) -> str:
         """The reasoning kept (markers excluded unless kept)."""
     @property
@@ -956,6 +987,15 @@ class FinishBatch:
         """
     def text(self, slot: int) -> str:
         """Output text kept in a slot (as ``FinishTracker.text``).
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or empty.
+            TypeError: ``slot`` is not an int.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def in_tool_call(self, slot: int) -> bool:
+        """Whether a slot's sequence is inside a tool-call span now (as
+        ``FinishTracker.in_tool_call``).
 
         Raises:
             ValueError: ``slot`` is outside ``[0, max_slots)`` or empty.

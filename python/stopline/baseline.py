@@ -446,6 +446,76 @@ class StopParams:
     stop_regex_scopes: str | Sequence[str] | None = None
     stop_token_id_scopes: str | Sequence[str] | None = None
     token_aligned: bool = False
+    tool_call_markers: Sequence[tuple[str, str]] = ()
+    tool_call_marker_ids: Sequence[tuple[int, int]] = ()
+
+    @property
+    def spans(self) -> tuple[tuple[tuple[str | None, int | None], tuple[str | None, int | None]], ...]:
+        """Tool-call span pairs ``((start text, start id), (end text, end id))``."""
+        texts, ids = tuple(self.tool_call_markers), tuple(self.tool_call_marker_ids)
+        n = max(len(texts), len(ids))
+        return tuple(
+            tuple(
+                (texts[i][side] if texts else None, ids[i][side] if ids else None) for side in (0, 1)
+            )  # type: ignore[misc]
+            for i in range(n)
+        )
+
+    def _check_spans(self) -> None:
+        """Tool-call span pairs (semantics.md 11.10), as the core checks them."""
+        texts, ids = self.tool_call_markers, self.tool_call_marker_ids
+        for name, lst in (("tool_call_markers", texts), ("tool_call_marker_ids", ids)):
+            if len(lst) > 8:
+                raise _err(StoplineValueError, f"{name} has {len(lst)} entries; at most 8 are accepted", name, "too_many")
+            for i, pair in enumerate(lst):
+                if len(pair) != 2:
+                    raise _err(StoplineValueError, f"{name}[{i}] has {len(pair)} markers for 2 a (start, end) pair",
+                               f"{name}[{i}]", "count")
+        if texts and ids and len(texts) != len(ids):
+            raise _err(StoplineValueError, f"tool_call_marker_ids has {len(ids)} pairs for {len(texts)} pairs of tool_call_markers",
+                       "tool_call_marker_ids", "count")
+
+        def bad(field: str, i: int, side: int, shown: str, what: str, kind: str) -> StoplineValueError:
+            return _err(StoplineValueError, f"{field}[{i}][{side}]={shown} {what}", f"{field}[{i}]", kind)
+
+        spans = self.spans
+        for i, pair in enumerate(spans):
+            for side, (t, _) in enumerate(pair):
+                if t is None:
+                    continue
+                if t == "":
+                    raise bad("tool_call_markers", i, side, '""', "is an empty string; a marker must be non-empty", "empty_marker")
+                if len(t.encode()) > 1024:
+                    raise _err(StoplineValueError, "tool_call_markers is too long", "tool_call_markers", "too_many_bytes")
+                shown = '"' + t + '"'
+                for name in ("reasoning_start", "reasoning_end"):
+                    rt = getattr(self, name) if self.has_reasoning else None
+                    if rt is not None and (rt == t or (side == 0 and name == "reasoning_start" and (rt in t or t in rt))):
+                        raise bad("tool_call_markers", i, side, shown, f"overlaps {name}", "overlaps")
+                if side == 0:
+                    for j, other in enumerate(spans):
+                        if j != i and other[0][0] is not None and t in other[0][0]:
+                            raise bad("tool_call_markers", i, side, shown, f"overlaps tool_call_markers[{j}][0]", "overlaps")
+                for k, st in enumerate(self.stop):
+                    if t in st:
+                        raise _err(StoplineValueError, f"stop[{k}]={st!r} overlaps tool_call_markers", f"stop[{k}]", "overlaps")
+            for side, (_, d) in enumerate(pair):
+                if d is None:
+                    continue
+                for name in ("reasoning_start_id", "reasoning_end_id"):
+                    if self.has_reasoning and getattr(self, name) == d:
+                        raise bad("tool_call_marker_ids", i, side, str(d), f"overlaps {name}", "overlaps")
+                if side == 0 and any(j != i and o[0][1] == d for j, o in enumerate(spans)):
+                    raise bad("tool_call_marker_ids", i, side, str(d), "overlaps another pair's start", "overlaps")
+                for lst_name in ("stop_token_ids", "eos_token_ids"):
+                    lst = getattr(self, lst_name)
+                    if d in lst:
+                        k = lst.index(d)
+                        raise _err(StoplineValueError, f"{lst_name}[{k}]={d} overlaps tool_call_marker_ids", f"{lst_name}[{k}]", "overlaps")
+        for i, pair in enumerate(spans):
+            for side, (_, d) in enumerate(pair):
+                if d is not None and self.vocab_size is not None and d >= self.vocab_size:
+                    raise bad("tool_call_marker_ids", i, side, str(d), f"is outside [0, vocab_size={self.vocab_size})", "id_outside")
 
     @property
     def has_reasoning(self) -> bool:
@@ -495,6 +565,7 @@ class StopParams:
                 "reasoning_end_ids", "required",
             )
         put("reasoning_end_ids", end_ids)
+        self._check_spans()
         for name in ("reasoning_start_id", "reasoning_end_id"):
             v = getattr(self, name)
             if v is not None and self.vocab_size is not None and v >= self.vocab_size:
@@ -595,7 +666,11 @@ class StopParams:
                 raise _err(StoplineValueError, f"repetition.min_count must be >= 2, got {cnt}", "repetition.min_count", "below")
             rep = {"max_pattern_size": mx, "min_pattern_size": mnp, "min_count": cnt}
         put("repetition", rep)
+        put("tool_call_markers", tuple(tuple(p) for p in self.tool_call_markers))
+        put("tool_call_marker_ids", tuple(tuple(_id_list("tool_call_marker_ids", p, None)) for p in self.tool_call_marker_ids))
         self._check_reasoning(put)
+        if not self.has_reasoning:
+            self._check_spans()
 
 
 @dataclass(slots=True)
@@ -628,22 +703,31 @@ class _Channels:
     points."""
 
     def __init__(self, p: StopParams, include: bool) -> None:
-        self.markers = ((p.reasoning_start, p.reasoning_start_id), (p.reasoning_end, p.reasoning_end_id))
+        # Markers by index: 0 the reasoning start, 1 its end, 2 + 2i / 3 + 2i
+        # tool-call span i's start / end (semantics.md 11.10).
+        block = ((p.reasoning_start, p.reasoning_start_id), (p.reasoning_end, p.reasoning_end_id))
+        self.markers: tuple[tuple[str | None, int | None], ...] = block + tuple(m for pair in p.spans for m in pair)
+        self.block = p.has_reasoning
+        self.n_spans = len(p.spans)
+        self.span: int | None = None
         self.keep = p.keep_reasoning_markers
         self.budget = p.max_reasoning_tokens
         self.end_ids = tuple(p.reasoning_end_ids)
         self.id_scopes = tuple(p.stop_token_id_scopes or ())
-        self.phase = 0  # 0 before the block, 1 inside, 2 after
+        self.phase = 0 if self.block else 2  # 0 before the block, 1 inside, 2 after (or no block)
         self.partial = 0
         self.base = [0, 0]  # per channel: 0 content, 1 reasoning
         self.chars = [_UNSET] * 4
         self.bounds = [_UNSET] * 4
         self.strings: list[tuple[StopMatcher | None, list[int]]] = []
         self.regexes: list[tuple[StopRegexMatcher | None, list[int]]] = []
+        # Spans alone: every stop is content-scoped.
+        stop_scopes = p.stop_scopes if self.block else ("content",) * len(p.stop)
+        regex_scopes = p.stop_regex_scopes if self.block else ("content",) * len(p.stop_regex)
         for c in ("content", "reasoning"):
-            idx = [i for i, sc in enumerate(p.stop_scopes or ()) if sc in (c, "any")]
+            idx = [i for i, sc in enumerate(stop_scopes or ()) if sc in (c, "any")]
             self.strings.append((StopMatcher([p.stop[i] for i in idx], include) if idx else None, idx))
-            idx = [i for i, sc in enumerate(p.stop_regex_scopes or ()) if sc in (c, "any")]
+            idx = [i for i, sc in enumerate(regex_scopes or ()) if sc in (c, "any")]
             self.regexes.append((StopRegexMatcher([p.stop_regex[i] for i in idx], include) if idx else None, idx))
         if p.reasoning_starts_in == "reasoning":
             self.start_inside()
@@ -657,7 +741,19 @@ class _Channels:
         return "reasoning" if self.phase == 1 else "content"
 
     def stop_id_applies(self, i: int) -> bool:
+        if self.span is not None:
+            return False
         return i >= len(self.id_scopes) or self.id_scopes[i] in (self.channel, "any")
+
+    def awaited(self) -> list[int]:
+        """Indices of the markers awaited now."""
+        if self.span is not None:
+            return [3 + 2 * self.span]
+        if self.phase == 1:
+            return [1]
+        starts = [2 + 2 * i for i in range(self.n_spans)]
+        m = self.markers[0]
+        return ([0] if self.phase == 0 and (m[0] is not None or m[1] is not None) else []) + starts
 
     def holdback(self) -> int:
         c = 1 if self.phase == 1 else 0
@@ -674,7 +770,7 @@ class _Channels:
         return self.end_ids[used] if 0 <= used < len(self.end_ids) else None
 
     def _feed(self, text: str, a: int, b: int, allow: bool) -> tuple[StopMatch, bool] | None:
-        if a >= b:
+        if a >= b or self.span is not None:
             return None
         c = 1 if self.phase == 1 else 0
         (sm, si), (rm, ri) = self.strings[c], self.regexes[c]
@@ -690,7 +786,19 @@ class _Channels:
         found = StopMatch(idx[hit.index], hit.stop, hit.start + base, hit.end + base, hit.truncate_to + base)
         return found, idx is ri
 
-    def _enter(self, k: int, start: int, end: int, total: int, ends: list[int]) -> None:
+    def _enter(self, w: int, k: int, start: int, end: int, total: int, ends: list[int]) -> None:
+        if w < 2:
+            self._enter_block(k, start, end, total, ends)
+        else:
+            self.span = (w - 2) // 2 if w % 2 == 0 else None
+        self.partial = 0
+        c = 1 if self.phase == 1 else 0
+        self.base[c] = end
+        for m in (self.strings[c][0], self.regexes[c][0]):
+            if m is not None:
+                m.reset()
+
+    def _enter_block(self, k: int, start: int, end: int, total: int, ends: list[int]) -> None:
         inside = sum(1 for e in ends[:k] if e > start)
         first = k - inside
         # Where the first token the marker overlaps starts (tokens are kept whole).
@@ -701,12 +809,6 @@ class _Channels:
         self.chars[slot], self.chars[slot + 1] = start, end
         self.bounds[slot], self.bounds[slot + 1] = lo, hi
         self.phase += 1
-        self.partial = 0
-        c = 1 if self.phase == 1 else 0
-        self.base[c] = end
-        for m in (self.strings[c][0], self.regexes[c][0]):
-            if m is not None:
-                m.reset()
 
     def token(
         self, kept: str, ends: list[int], t: int, piece: str, allow: bool
@@ -714,28 +816,36 @@ class _Channels:
         """Token ``len(ends)`` (not yet kept) with its output text ``piece``."""
         k, n = len(ends), len(kept)
         text = kept + piece
-        if self.phase < 2 and self.markers[self.phase][1] == t:
-            held, self.partial = n - self.partial, 0
-            hit = self._feed(text, held, n, allow)
-            if hit is None:
-                self._enter(k, n, len(text), len(text), ends)
-            return hit
+        for w in self.awaited():
+            if self.markers[w][1] == t:
+                held, self.partial = n - self.partial, 0
+                hit = self._feed(text, held, n, allow)
+                if hit is None:
+                    self._enter(w, k, n, len(text), len(text), ends)
+                return hit
         confirmed = n - self.partial
-        while self.phase < 2 and self.markers[self.phase][0] is not None:
-            m = self.markers[self.phase][0]
-            assert m is not None
-            j = text.find(m, confirmed)
-            if j < 0:
+        while True:
+            found = [
+                (j, w, m)
+                for w in self.awaited()
+                if (m := self.markers[w][0]) is not None and (j := text.find(m, confirmed)) >= 0
+            ]
+            if not found:
                 break
+            # Start markers awaited together never contain each other: the
+            # first to start is the first to end.
+            j, w, m = min(found)
             hit = self._feed(text, confirmed, j, allow)
             if hit is not None:
                 return hit
-            self._enter(k, j, j + len(m), len(text), ends)
+            self._enter(w, k, j, j + len(m), len(text), ends)
             confirmed = j + len(m)
         self.partial = 0
-        m = self.markers[self.phase][0] if self.phase < 2 else None
-        if m is not None:
-            for q in range(min(len(m) - 1, len(text) - confirmed), 0, -1):
+        for w in self.awaited():
+            m = self.markers[w][0]
+            if m is None:
+                continue
+            for q in range(min(len(m) - 1, len(text) - confirmed), self.partial, -1):
                 if text.endswith(m[:q]):
                     self.partial = q
                     break
@@ -776,7 +886,7 @@ class FinishTracker:
         "_params", "_vocab", "_min_tokens", "_limit", "_eos", "_stop_ids", "_include",
         "_matcher", "_rx_matcher", "_rep", "_tokens", "_ends", "_emitted_parts", "_pending",
         "_emitted_len", "_emitted_tokens", "_text_len", "_finished", "_reason",
-        "_stop_reason", "_matched", "_channels", "_aligned",
+        "_stop_reason", "_matched", "_channels", "_block", "_aligned",
     )
 
     def __init__(self, params: StopParams, starts_in: str | None = None) -> None:
@@ -816,10 +926,13 @@ class FinishTracker:
         self._stop_reason: str | int | None = None
         self._matched: str | int | None = None
         self._aligned = p.token_aligned
-        self._channels = _Channels(p, self._include) if p.has_reasoning else None
+        self._channels = _Channels(p, self._include) if p.has_reasoning or p.spans else None
+        # The channel state when a reasoning block is configured (spans alone
+        # have no channels to report).
+        self._block = self._channels if p.has_reasoning else None
         if self._channels is not None:
             self._matcher = self._rx_matcher = None
-            if p.reasoning_starts_in is None and starts_in == "reasoning":
+            if self._block is not None and p.reasoning_starts_in is None and starts_in == "reasoning":
                 self._channels.start_inside()
 
     # -- read-only state
@@ -857,10 +970,14 @@ class FinishTracker:
 
     @property
     def channel(self) -> str | None:
-        return None if self._channels is None else self._channels.channel
+        return None if self._block is None else self._block.channel
+
+    @property
+    def in_tool_call(self) -> bool:
+        return self._channels is not None and self._channels.span is not None
 
     def _parts(self, a: int, b: int, ta: int, tb: int) -> tuple[str, str, list[int], list[int]]:
-        ch = self._channels
+        ch = self._block
         assert ch is not None
         rt, ct, rk, ck = ch.split(a, b, ta, tb)
         text, toks = self.text, self._tokens
@@ -873,19 +990,19 @@ class FinishTracker:
 
     @property
     def reasoning(self) -> str:
-        return "" if self._channels is None else self._parts(0, self._text_len, 0, len(self._tokens))[0]
+        return "" if self._block is None else self._parts(0, self._text_len, 0, len(self._tokens))[0]
 
     @property
     def content(self) -> str:
-        return self.text if self._channels is None else self._parts(0, self._text_len, 0, len(self._tokens))[1]
+        return self.text if self._block is None else self._parts(0, self._text_len, 0, len(self._tokens))[1]
 
     @property
     def reasoning_token_ids(self) -> list[int]:
-        return [] if self._channels is None else self._parts(0, self._text_len, 0, len(self._tokens))[2]
+        return [] if self._block is None else self._parts(0, self._text_len, 0, len(self._tokens))[2]
 
     @property
     def content_token_ids(self) -> list[int]:
-        if self._channels is None:
+        if self._block is None:
             return list(self._tokens)
         return self._parts(0, self._text_len, 0, len(self._tokens))[3]
 
@@ -925,7 +1042,10 @@ class FinishTracker:
                 raise _err(StoplineValueError, f"{where}token_ids[{i}] = {t} is negative", f"token_ids[{i}]", "not_a_token_id")
         if texts is None:
             ch = self._params
-            needs = ch.stop or ch.stop_regex or ch.reasoning_start is not None or ch.reasoning_end is not None
+            needs = (
+                ch.stop or ch.stop_regex or ch.reasoning_start is not None or ch.reasoning_end is not None
+                or any(t is not None for pair in ch.spans for t, _ in pair)
+            )
             if self._matcher is not None or self._rx_matcher is not None or (self._channels and needs):
                 raise _err(StoplineValueError,
                     f"{where}texts is required: stop strings and stop regexes need the token text",
@@ -1078,12 +1198,12 @@ class FinishTracker:
             self._finished, self._reason, self._stop_reason, self._matched,
             len(self._tokens), self._text_len, text_delta, tok_delta,
         )
-        if self._channels is None:
+        if self._block is None:
             r.content_delta, r.content_token_ids_delta = text_delta, list(tok_delta)
         else:
             parts = self._parts(a, self._emitted_len, ta, self._emitted_tokens)
             r.reasoning_delta, r.content_delta, r.reasoning_token_ids_delta, r.content_token_ids_delta = parts
-            r.channel = self._channels.channel
+            r.channel = self._block.channel
             r.forced_token_id = self.forced_token_id
         return r
 

@@ -361,6 +361,13 @@ impl PyFinishBatch {
         Ok(self.inner.get(slot).map_err(to_py_err)?.text().to_owned())
     }
 
+    /// Whether a slot's sequence is inside a tool-call span now (at finish: whether it
+    /// finished inside one); `False` without `tool_call_markers` (docs/semantics.md 11.10).
+    fn in_tool_call(&self, slot: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        Ok(self.inner.get(slot).map_err(to_py_err)?.in_tool_call())
+    }
+
     /// Output token ids kept in a slot.
     fn token_ids(&self, slot: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
         let slot = extract_i64_arg(slot, "slot")?;

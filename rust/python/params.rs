@@ -55,8 +55,91 @@ fn extract_scopes(obj: Option<&Bound<'_, PyAny>>, field: &str, n: usize) -> PyRe
         .collect()
 }
 
-/// The reasoning arguments of `StopParams(...)`, `None` when no marker and
-/// no reasoning option is given.
+/// `tool_call_markers` (pairs of str) and `tool_call_marker_ids` (pairs of
+/// int): the span marker pairs, pair i of one list with pair i of the other.
+fn extract_spans(
+    texts: Option<&Bound<'_, PyAny>>,
+    ids: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<[Marker; 2]>> {
+    const TEXTS: &str = "tool_call_markers";
+    const IDS: &str = "tool_call_marker_ids";
+    let cap = limits::MAX_TOOL_CALL_SPANS;
+    fn pairs<'py>(
+        obj: Option<&Bound<'py, PyAny>>,
+        field: &str,
+        cap: usize,
+    ) -> PyResult<Option<Vec<[Bound<'py, PyAny>; 2]>>> {
+        let Some(obj) = obj.filter(|o| !o.is_none()) else {
+            return Ok(None);
+        };
+        let items = take_capped(obj, field, "a sequence of (start, end) pairs", cap)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let at = format!("{field}[{i}]");
+            let two = take_capped(item, &at, "a (start, end) pair", 2)?;
+            if two.len() != 2 {
+                return Err(arg_err(
+                    &at,
+                    Problem::Count {
+                        n: two.len(),
+                        unit: "markers",
+                        expected: 2,
+                        per: "a (start, end) pair",
+                        hint: "",
+                    },
+                ));
+            }
+            out.push([two[0].clone(), two[1].clone()]);
+        }
+        Ok(Some(out))
+    }
+    let texts = pairs(texts, TEXTS, cap)?;
+    let ids = pairs(ids, IDS, cap)?;
+    if let (Some(t), Some(d)) = (&texts, &ids) {
+        if t.len() != d.len() {
+            return Err(arg_err(
+                IDS,
+                Problem::Count {
+                    n: d.len(),
+                    unit: "pairs",
+                    expected: t.len(),
+                    per: "pairs of tool_call_markers",
+                    hint: "; pair i of each list is the same markers",
+                },
+            ));
+        }
+    }
+    let n = texts.as_ref().or(ids.as_ref()).map_or(0, Vec::len);
+    let mut spans = vec![[Marker::default(), Marker::default()]; n];
+    for (i, pair) in texts.iter().flatten().enumerate() {
+        for (side, o) in pair.iter().enumerate() {
+            let at = format!("{TEXTS}[{i}][{side}]");
+            spans[i][side].text = Some(
+                o.extract()
+                    .map_err(|_| arg_err(&at, wrong_type("a str", o)))?,
+            );
+        }
+    }
+    for (i, pair) in ids.iter().flatten().enumerate() {
+        for (side, o) in pair.iter().enumerate() {
+            let at = format!("{IDS}[{i}][{side}]");
+            let v = extract_nonneg(o, &at)?;
+            let id = u32::try_from(v).map_err(|_| {
+                arg_err(
+                    &at,
+                    Problem::NotATokenId {
+                        value: i64::try_from(v).unwrap_or(i64::MAX),
+                    },
+                )
+            })?;
+            spans[i][side].token_id = Some(id);
+        }
+    }
+    Ok(spans)
+}
+
+/// The reasoning arguments of `StopParams(...)` with the tool-call spans,
+/// `None` when no marker, no span and no reasoning option is given.
 #[allow(clippy::too_many_arguments)]
 fn extract_reasoning(
     p: &StopParams,
@@ -69,6 +152,7 @@ fn extract_reasoning(
     keep_markers: bool,
     max_reasoning_tokens: Option<&Bound<'_, PyAny>>,
     scopes: [Option<&Bound<'_, PyAny>>; 3],
+    spans: Vec<[Marker; 2]>,
 ) -> PyResult<Option<Arc<Reasoning>>> {
     let id = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Option<u32>> {
         extract_opt_nonneg(o, field)?
@@ -93,7 +177,8 @@ fn extract_reasoning(
         || starts_in.is_some()
         || keep_markers
         || given(max_reasoning_tokens)
-        || scopes.iter().any(|s| given(*s));
+        || scopes.iter().any(|s| given(*s))
+        || !spans.is_empty();
     if !any {
         return Ok(None);
     }
@@ -135,6 +220,7 @@ fn extract_reasoning(
             "stop_token_id_scopes",
             p.stop_token_ids.len(),
         )?,
+        spans,
     };
     let r = Reasoning::new(
         spec,
@@ -271,7 +357,8 @@ impl PyStopParams {
         reasoning_end = None, reasoning_end_id = None, reasoning_end_ids = None,
         reasoning_starts_in = None, keep_reasoning_markers = false,
         max_reasoning_tokens = None, stop_scopes = None, stop_regex_scopes = None,
-        stop_token_id_scopes = None, token_aligned = false,
+        stop_token_id_scopes = None, token_aligned = false, tool_call_markers = None,
+        tool_call_marker_ids = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -299,6 +386,8 @@ impl PyStopParams {
         stop_regex_scopes: Option<&Bound<'_, PyAny>>,
         stop_token_id_scopes: Option<&Bound<'_, PyAny>>,
         token_aligned: bool,
+        tool_call_markers: Option<&Bound<'_, PyAny>>,
+        tool_call_marker_ids: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let ids = |o: Option<&Bound<'_, PyAny>>, field: &str| -> PyResult<Vec<u32>> {
             match o {
@@ -350,6 +439,7 @@ impl PyStopParams {
             keep_reasoning_markers,
             max_reasoning_tokens,
             [stop_scopes, stop_regex_scopes, stop_token_id_scopes],
+            extract_spans(tool_call_markers, tool_call_marker_ids)?,
         )?;
         params.validate().map_err(to_py_err)?;
         Ok(Self {
@@ -363,7 +453,7 @@ impl PyStopParams {
     /// accepted (scopes one per entry); `None` without reasoning channels.
     #[getter]
     fn reasoning<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(r) = self.inner.reasoning.as_ref() else {
+        let Some(r) = self.inner.reasoning.as_ref().filter(|r| r.has_block()) else {
             return Ok(None);
         };
         let s = r.spec();
@@ -381,6 +471,20 @@ impl PyStopParams {
         d.set_item("stop_regex_scopes", names(&s.stop_regex_scopes))?;
         d.set_item("stop_token_id_scopes", names(&s.stop_token_id_scopes))?;
         Ok(Some(d))
+    }
+
+    /// Tool-call span marker texts as `(start, end)` pairs, a new list on every read
+    /// (empty when not set; docs/semantics.md 11.10).
+    #[getter]
+    fn tool_call_markers(&self) -> Vec<(String, String)> {
+        self.span_pairs(|m| m.text.clone())
+    }
+
+    /// Tool-call span marker ids as `(start, end)` pairs, a new list on every read (empty
+    /// when not set).
+    #[getter]
+    fn tool_call_marker_ids(&self) -> Vec<(u32, u32)> {
+        self.span_pairs(|m| m.token_id)
     }
 
     /// Whether text is released only in whole tokens.
@@ -409,7 +513,7 @@ impl PyStopParams {
         Ok(format!(
             "StopParams(max_tokens={}, min_tokens={}, prompt_len={}, max_model_len={}, eos_token_ids={}, \
              ignore_eos={}, stop_token_ids={}, stop={}, stop_regex={}, include_stop_str_in_output={}, vocab_size={}, \
-             repetition={}, reasoning={}, token_aligned={})",
+             repetition={}, reasoning={}, token_aligned={}, tool_call_markers={}, tool_call_marker_ids={})",
             py_repr(py, p.max_tokens)?,
             p.min_tokens,
             p.prompt_len,
@@ -424,7 +528,25 @@ impl PyStopParams {
             py_repr(py, self.repetition(py)?)?,
             py_repr(py, self.reasoning(py)?)?,
             py_repr(py, p.token_aligned)?,
+            py_repr(py, self.tool_call_markers())?,
+            py_repr(py, self.tool_call_marker_ids())?,
         ))
     }
 }
+}
+
+impl PyStopParams {
+    /// The span pairs whose markers both have `part` (texts or ids; given
+    /// together, every pair has both).
+    fn span_pairs<T>(&self, part: impl Fn(&Marker) -> Option<T>) -> Vec<(T, T)> {
+        let spans = self
+            .inner
+            .reasoning
+            .as_ref()
+            .map_or(&[][..], |r| &r.spec().spans[..]);
+        spans
+            .iter()
+            .filter_map(|[a, b]| Some((part(a)?, part(b)?)))
+            .collect()
+    }
 }

@@ -179,6 +179,12 @@ impl PyFinishTracker {
     fn channel(&self) -> Option<&'static str> {
         self.inner.channel().map(Channel::as_str)
     }
+    /// Whether the sequence is inside a tool-call span now (at finish: whether it finished
+    /// inside one, the call cut); `False` without `tool_call_markers` (docs/semantics.md 11.10).
+    #[getter]
+    fn in_tool_call(&self) -> bool {
+        self.inner.in_tool_call()
+    }
     /// The reasoning kept (markers excluded unless kept); `""` without reasoning channels.
     #[getter]
     fn reasoning(&self) -> String {
