@@ -445,7 +445,8 @@ def replay_requests(
             req = waiting.popleft()
             slot = free.pop()
             batch.add(slot, params[req.id])
-            chan = ([], [], [], []) if params[req.id].reasoning is not None else None
+            chan: tuple[list[str], list[str], list[int], list[int]] | None = (
+                ([], [], [], []) if params[req.id].reasoning is not None else None)
             active[slot] = [req, 0, [], step_no, chan]
         if not active:
             step_no = waiting[0].arrival  # idle engine: jump to the next arrival
