@@ -123,6 +123,25 @@ def test_bundled_reasoning_trace_reports_the_channels(bundled_json):
             assert len(r_ids) + len(c_ids) <= it["num_tokens"] and set(r_ids + c_ids) <= set(it["token_ids"])
 
 
+def test_reasoning_trace_ids_only_agrees_with_recorded_texts():
+    """--tokenizer on reasoning_smollm2: the batch decodes the ids itself and
+    finds the text markers and stop strings in its own text; every request,
+    channels included, agrees with the reference fed the recorded pieces."""
+    import io
+
+    from stopline.tools.models import ModelFileError
+    from stopline.tools.vocab_files import tokenizer_json_path
+
+    try:
+        tokenizer = tokenizer_json_path("smollm2")
+    except ModelFileError as e:  # pragma: no cover - offline without the cached tokenizer
+        pytest.skip(str(e))
+    (trace,) = [t for t in replay.bundled_traces() if t.endswith("reasoning_smollm2.jsonl.gz")]
+    out, err = io.StringIO(), io.StringIO()
+    assert replay.run([trace], check=True, tokenizer=str(tokenizer), out=out, err=err) == 0, err.getvalue()[-2000:]
+    assert "all agree" in out.getvalue() and "reasoning channels of" in " ".join(out.getvalue().split())
+
+
 def test_reasoning_trace_table_and_check(tmp_path):
     """A handmade reasoning trace: the plain output adds a channel table; --check
     compares the channels with stopline.baseline; a tampered content is reported."""
