@@ -13,8 +13,8 @@ Suites (``--suite``, repeatable; all by default):
 - ``setup``: compiling a 16-string stop list, cache miss and cache hit.
 - ``reasoning``: the ids-only ``FinishBatch.step`` without reasoning channels,
   with them (every sequence inside the block) and with a thinking budget
-  read every step, at 256 sequences (``--batches`` to change): issue 21's
-  1.15x target, as ratios of the same run.
+  read every step, at 256 sequences (``--batches`` to change), as ratios
+  of the same run (issue 21).
 - ``detokenize``: token ids in, text deltas and finish flags out, B = 256 and
   1024 sequences on real tokenizers: ``FinishBatch`` with a ``Vocabulary``
   vs ``DecodeStream`` + a vLLM-style Python stop check vs ``DecodeStream`` +
