@@ -4,20 +4,15 @@ Triton kernel under TRITON_INTERPRET=1 without CUDA)."""
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 
 import pytest
+from triton_cpu import interpret_without_cuda
 
 torch = pytest.importorskip("torch")
 
 CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"  # before the kernel module is decorated
-    _mod = sys.modules.get("stopline.logits.triton_kernel")
-    if _mod is not None and type(_mod._constraints_kernel).__name__ != "InterpretedFunction":
-        importlib.reload(_mod)
+interpret_without_cuda(CUDA)
 
 from stopline.logits.reference import unpack_bitmask  # noqa: E402
 from stopline.tools.bench import logits as suite  # noqa: E402
