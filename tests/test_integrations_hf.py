@@ -454,6 +454,25 @@ def test_thinking_budget_forces_the_end_marker_through_the_processor(tok):
     assert crit.content_texts()[0] == tok.decode(row0[budget + len(end):])
 
 
+def test_thinking_budget_counts_the_prompt_and_forces_from_the_first_step(tok):
+    """As vLLM's thinking_token_budget: a prompt that ends inside <think> counts
+    its tokens after the marker, so a budget the prompt already spent forces
+    the end marker at the first generated token; the processor, which generate
+    calls before the criteria, starts them on the prompt."""
+    end = tok.encode("</think>")
+    prompt = tok.encode("Q?<think> one two")  # two tokens after the marker: the budget is spent
+    params = stopline.StopParams(max_tokens=20, max_reasoning_tokens=2, reasoning_end_ids=end, **THINK)
+    crit = FinishCriteria(tok, params)
+    proc = ConstraintsProcessor({}, finish=crit)
+    ids = torch.tensor([prompt])
+    for _ in range(len(end) + 1):
+        scores = proc(ids, torch.zeros(1, len(tok)))
+        ids = torch.cat([ids, scores.argmax(dim=1, keepdim=True)], dim=1)
+        crit(ids, None)
+    assert ids[0, len(prompt):len(prompt) + len(end)].tolist() == end
+    assert crit.results()[0].channel == "content" and crit.reasoning_texts() == [""]
+
+
 def test_processor_finish_must_be_finish_criteria():
     with pytest.raises(TypeError, match="finish must be the FinishCriteria of the same generate call, got dict") as info:
         ConstraintsProcessor({}, finish={})

@@ -410,7 +410,9 @@ class FinishCriteria(StoppingCriteria):
         that ended at ``max_tokens`` in the middle of a character ends in
         U+FFFD (semantics.md 10.3). A row ``generate`` ended on its own
         (``max_new_tokens`` below ``max_tokens``) is unfinished here and shows
-        the text released so far, without held bytes."""
+        the text released so far, without held bytes. With reasoning
+        markers this is the whole output, markers included; see
+        :meth:`reasoning_texts` / :meth:`content_texts` for the split."""
         if self._batch is None:
             raise RuntimeError("FinishCriteria.texts: generate has not called the criteria yet")
         return [self._batch.text(row) + self._tails.get(row, "") for row in range(len(self._done))]
