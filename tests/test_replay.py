@@ -119,8 +119,10 @@ def test_bundled_reasoning_trace_reports_the_channels(bundled_json):
         assert opened["reasoning"].endswith("</think>") and opened["reasoning"][: -len("</think>")] == full["reasoning"]
         for it in (full, scoped, length, opened):
             r_ids, c_ids = it["reasoning_token_ids"], it["content_token_ids"]
-            assert "".join(d["text"] for d in it["deltas"]).endswith(it["content"])
+            assert "".join(d["reasoning"] for d in it["deltas"]) == it["reasoning"]
+            assert "".join(d["content"] for d in it["deltas"]) == it["content"]
             assert len(r_ids) + len(c_ids) <= it["num_tokens"] and set(r_ids + c_ids) <= set(it["token_ids"])
+            assert it["deltas"][-1]["channel"] == it["channel"]
 
 
 def test_reasoning_trace_ids_only_agrees_with_recorded_texts():

@@ -751,11 +751,13 @@ def run(
             if as_json:
                 _emit(out, {"type": "delta", "file": path, "id": req.id, "step": step_no,
                             "text": r.text_delta, "token_ids": list(r.token_ids_delta),
-                            "finish_reason": r.finish_reason})
+                            "finish_reason": r.finish_reason, "channel": r.channel,
+                            "reasoning": r.reasoning_delta, "content": r.content_delta})
                 return
             end = f"  [{r.finish_reason}]" if r.finished else ""
+            split = "" if r.channel is None else f"  reasoning {r.reasoning_delta!r} content {r.content_delta!r}"
             print(f"  step {step_no:4d}  {req.id}  +{len(r.token_ids_delta)} tok  "
-                  f"{r.text_delta!r}{end}", file=out)
+                  f"{r.text_delta!r}{split}{end}", file=out)
 
         if stream and not as_json:
             print(f"== {name} (streamed deltas)", file=out)
