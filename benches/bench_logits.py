@@ -5,7 +5,8 @@ The grid, the implementations and the method are
 rows 1-4096, vocab 32000-262144, float32/bfloat16/float16, 1% and 50% of the
 vocabulary allowed; CUDA-graph replay medians of the copy roofline, xgrammar's
 CUDA and Triton bitmask kernels, stopline's kernel (bitmask only, everything
-fused, dense scenarios) and vLLM 0.33's processor chain on the same tensors.
+fused, everything fused with every fourth row forced to one token, dense
+scenarios) and vLLM 0.33's processor chain on the same tensors.
 
 Usage (stopline importable; xgrammar installed for its columns; vLLM installed,
 or STOPLINE_VLLM_SRC=<a copy of the vllm package folder> for its column):

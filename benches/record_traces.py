@@ -6,6 +6,12 @@ Two kinds of input, both real (format: ``docs/traces.md``):
 * ``smollm2_chat.jsonl``: SmolLM2-135M-Instruct decoding real chat prompts
   (greedy and seeded sampling; some under an xgrammar JSON schema) through
   ``stopline.tools.generate.decode_tokens``, text pieces from ``DecodeStream``.
+* ``reasoning_smollm2.jsonl``: SmolLM2-135M-Instruct thinking inside a
+  forced ``<think>`` with a thinking budget: ``transformers.generate`` with
+  ``stopline.integrations.hf``'s ``FinishCriteria`` and
+  ``ConstraintsProcessor(finish=...)``, which force ``</think>`` once the
+  budget is spent; the answer follows as content. Replayed under reasoning
+  parameters (docs/semantics.md section 11).
 * ``text_<tokenizer>.jsonl``: passages of ``pydoc_data.topics`` (stdlib) and
   of the Jargon File (Debian ``jargon-text``, when installed) tokenized by
   SmolLM2's tokenizer, cl100k_base and o200k_base (tiktoken rank files from
@@ -356,6 +362,89 @@ def model_requests(lm, rng, log):
     return reqs
 
 
+# ----------------------------------------------------------------- reasoning requests
+
+THINK_PROMPTS = [
+    ("What is 7 times 8? Think step by step.", 24),
+    ("Is 17 a prime number? Explain.", 32),
+    ("Write a haiku about the sea.", 16),
+    ("Which is heavier, a kilo of feathers or a kilo of iron?", 40),
+]
+THINK = {"reasoning_start": "<think>", "reasoning_end": "</think>"}
+
+
+def reasoning_requests(lm, rng, log):
+    """SmolLM2 has no think tokens: the chat prompt is followed by the text
+    ``<think>`` (a forced prefix), the model thinks greedily, and after
+    ``budget`` reasoning tokens the HF adapters force ``</think>``; it then
+    answers until EOS or ``GEN_MAX`` tokens. The forced ``<think>`` ids are
+    replayed as the first output tokens (as a model that opens the block
+    itself would emit them), except in ``think_prompt_opened``."""
+    import torch
+    import transformers
+    from tokenizers.decoders import DecodeStream
+
+    from stopline.integrations.hf import ConstraintsProcessor, FinishCriteria
+
+    hf_tok, tok = lm.hf_tokenizer, lm.tokenizer
+    start = tok.encode("<think>", add_special_tokens=False).ids
+    end = tok.encode("</think>", add_special_tokens=False).ids
+    reqs = []
+    for g_no, (prompt, budget) in enumerate(THINK_PROMPTS):
+        prompt_ids = lm.chat_prompt(prompt) + start
+        params = stopline.StopParams(eos_token_ids=lm.eos_token_ids, max_tokens=GEN_MAX, max_reasoning_tokens=budget,
+                                     reasoning_end_ids=end, **THINK)
+        crit = FinishCriteria(hf_tok, params)
+        t0 = time.perf_counter()
+        out = lm.model.generate(
+            torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            max_new_tokens=GEN_MAX, do_sample=False, pad_token_id=lm.eos_token_ids[0],
+            stopping_criteria=transformers.StoppingCriteriaList([crit]),
+            logits_processor=transformers.LogitsProcessorList([ConstraintsProcessor({}, finish=crit)]),
+        )[0, len(prompt_ids):].tolist()
+        out = out[: crit.results()[0].num_tokens or len(out)]  # no padding after EOS
+        assert out[budget:budget + len(end)] == end, "the budget did not force </think>"
+        ids = start + out
+        ds = DecodeStream(skip_special_tokens=True)
+        pieces = [ds.step(tok, i) or "" for i in ids]
+        reasoning, content = crit.reasoning_texts()[0], crit.content_texts()[0]
+        log(f"  think {g_no}: {len(out)} tokens in {time.perf_counter() - t0:.1f}s; "
+            f"reasoning {reasoning[:40]!r}, content {content[:40]!r}")
+        r_phrase = (phrase_after(reasoning, 0.3, words=1) or "").strip()
+        c_phrase = (phrase_after(content, 0.3, words=1) or "").strip()
+        base = {"prompt_len": len(prompt_ids) - len(start), "max_model_len": lm.max_model_len,
+                "eos_token_ids": lm.eos_token_ids, "vocab_size": lm.vocab_size}
+        budgeted = dict(base, **THINK, max_tokens=GEN_MAX, max_reasoning_tokens=budget, reasoning_end_ids=end)
+        variants = [("think_as_generated", budgeted, ids, pieces)]
+        if r_phrase:
+            variants += [
+                # vllm#52393: without markers the phrase stops the request inside the thinking
+                ("think_no_markers", dict(base, stop=[r_phrase]), ids, pieces),
+                ("think_stop_in_reasoning", dict(budgeted, stop=[r_phrase]), ids, pieces),
+                ("think_stop_reasoning_scope", dict(budgeted, stop=[r_phrase], stop_scopes=["reasoning"]), ids, pieces),
+            ]
+        if c_phrase:
+            variants.append(("think_stop_in_content", dict(budgeted, stop=[c_phrase]), ids, pieces))
+        variants.append(("think_length", dict(base, **THINK, max_tokens=(len(start) + budget) // 2), ids, pieces))
+        variants.append(("think_prompt_opened", dict(base, **THINK, reasoning_starts_in="reasoning",
+                                                     keep_reasoning_markers=True, token_aligned=True),
+                         out, pieces[len(start):]))
+        source = {"kind": "generation", "model": "SmolLM2-135M-Instruct.Q4_1.gguf", "prompt": prompt,
+                  "sampling": {"temperature": 0.0}, "prompt_tokens": len(prompt_ids) - len(start),
+                  "forced": f"'<think>' after the chat prompt; '</think>' after {budget} reasoning tokens "
+                            "(thinking budget, stopline.integrations.hf)"}
+        for v_no, (kind, p, r_ids, r_pieces) in enumerate(variants):
+            spec = (g_no + v_no) % 2 == 1
+            reqs.append({
+                "id": f"think{g_no}-{kind.removeprefix('think_')}",
+                "params": p,
+                "steps": cut_steps(r_ids, r_pieces, spec, rng),
+                "source": dict(source, kind_of_params=kind, steps="spec 2-8" if spec else "single"),
+                "arrival": rng.randrange(0, 20),
+            })
+    return reqs
+
+
 # ----------------------------------------------------------------- main
 
 
@@ -368,12 +457,15 @@ def write(path, reqs):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--litellm", required=True, help="folder where the litellm wheel was unzipped")
+    ap.add_argument("--litellm", help="folder where the litellm wheel was unzipped (needed for the text traces)")
     ap.add_argument("--model", default=None, help="SmolLM2 gguf (default: stopline's model cache)")
     ap.add_argument("--out", default=str(ROOT / "python" / "stopline" / "traces"))
     ap.add_argument("--seed", type=int, default=20261130)
     ap.add_argument("--skip-model", action="store_true", help="re-record only the text traces")
+    ap.add_argument("--only-reasoning", action="store_true", help="re-record only reasoning_smollm2 (no litellm needed)")
     a = ap.parse_args(argv)
+    if not a.litellm and not a.only_reasoning:
+        ap.error("--litellm is required unless --only-reasoning")
 
     import torch
 
@@ -384,10 +476,14 @@ def main(argv=None):
     lm = load_smollm2(a.model, device="cpu")
     os.makedirs(a.out, exist_ok=True)
     files = {}
-    passages = text_passages()
-    for tok in load_text_tokenizers(lm, a.litellm):
-        files[f"text_{tok.name}.jsonl.gz"] = text_requests(tok, passages, random.Random(f"{a.seed}-{tok.name}"))
+    if not a.only_reasoning:
+        passages = text_passages()
+        for tok in load_text_tokenizers(lm, a.litellm):
+            files[f"text_{tok.name}.jsonl.gz"] = text_requests(tok, passages, random.Random(f"{a.seed}-{tok.name}"))
     if not a.skip_model:
+        log("thinking with SmolLM2 ...")
+        files["reasoning_smollm2.jsonl.gz"] = reasoning_requests(lm, random.Random(f"{a.seed}-reasoning"), log)
+    if not a.skip_model and not a.only_reasoning:
         log("decoding with SmolLM2 ...")
         files["smollm2_chat.jsonl.gz"] = model_requests(lm, random.Random(a.seed), log)
     for name, reqs in files.items():

@@ -52,11 +52,15 @@ def test_tables_hold_every_implementation(tiny_run):
     cases = {(r["case"], r["size"]) for r in doc["rows"] if r["suite"] == "stop"}
     assert cases == {(c, k) for c in ("single token", "4-8 token runs") for k in (1, 4)}
     assert {r["size"] for r in doc["rows"] if r["suite"] == "finish"} == {1, 8}
+    reasoning = {(r["impl"], r["size"]) for r in doc["rows"] if r["suite"] == "reasoning"}
+    assert reasoning == {(i, b) for i in ("without reasoning", "with reasoning",
+                                           "with reasoning, reading forced_token_ids") for b in (1, 8)}
     assert all(r["median"] > 0 for r in doc["rows"])
     md = (out / "run.md").read_text()
     for name in impls:
         assert name in md
     assert "FinishBatch.step" in md and "cache hit" in md
+    assert "Reasoning channels" in md and "on/off" in md
     # The machine, not pass/fail verdicts: the numbers are only comparable side by side.
     assert "targets" not in doc and "verdict" not in md
     assert {"machine", "os", "python", "stopline"} <= set(doc["meta"])
@@ -93,3 +97,20 @@ def test_accept_runs_cycle_through_4_to_8_tokens():
     runs = data.accept_runs(pieces, 6)
     assert [len(r) for r in runs] == [4, 5, 6, 7, 8, 4]
     assert "".join(runs) == "".join(pieces[:34])
+
+
+def test_reasoning_suite_rows_and_paired_ratios():
+    """The reasoning suite times the three cases side by side (one sample per
+    round each) and the table's ratios are the median of per-round ratios."""
+    from stopline.tools.bench import report, suites
+
+    rows = suites.reasoning([4], seq_steps=16, repeats=3)
+    assert [r.impl for r in rows] == [suites.REASONING_OFF, suites.REASONING_ON, suites.REASONING_FORCED]
+    assert all(len(r.timing.samples) == 3 and r.extra == {"steps": 4} for r in rows)
+    res = report.Result(rows, {})
+    off, on = rows[0].timing.samples, rows[1].timing.samples
+    want = sorted(a / b for a, b in zip(on, off))[1]
+    assert res.paired_ratio("reasoning", suites.REASONING_CASE, 4, suites.REASONING_ON, suites.REASONING_OFF) == want
+    (table,) = [t for t in report.tables(res) if t.title.startswith("Reasoning channels")]
+    assert table.header == ["batch", "off", "on", "on+forced", "on/off", "forced/off"]
+    assert table.rows[0][0] == "4" and table.rows[0][4] == f"{want:.2f}x"

@@ -383,3 +383,165 @@ def test_adapter_errors_carry_field_and_kind(tok):
     with pytest.raises(ValueError, match="reordered") as info:
         crit(torch.tensor([[5, 6, 8, 1], [5, 6, 7, 1]]), None)
     assert (type(info.value), info.value.field, info.value.kind) == (stopline.StoplineValueError, "input_ids", "invalid")
+
+
+# --- reasoning channels (issue 21; semantics.md 11) -------------------------
+
+THINK = dict(reasoning_start="<think>", reasoning_end="</think>")
+
+
+def test_criteria_stop_strings_apply_to_content_only(tok, decoding):
+    """A stop string met inside <think>...</think> does not end the row
+    (vllm#52393); the same string in the content does. The split is reported
+    per row, markers excluded, with the core decoding and with the
+    DecodeStream fallback."""
+    prompt = tok.encode("Q: ")
+    out = tok.encode("<think>\nplan: STOP here</think>The answer STOP tail")
+    crit = FinishCriteria(tok, stopline.StopParams(stop=["STOP"], max_tokens=50, **THINK))
+    ends = [bool(crit(torch.tensor([prompt + out[:n]]), None)[0]) for n in range(1, len(out) + 1)]
+    res = crit.results()[0]
+    assert (res.finish_reason, res.stop_reason, res.channel) == ("stop", "STOP", "content")
+    assert ends.index(True) == len(tok.encode("<think>\nplan: STOP here</think>The answer STOP")) - 1
+    assert crit.reasoning_texts() == ["\nplan: STOP here"]
+    assert crit.content_texts() == ["The answer "]
+    assert crit.texts() == ["<think>\nplan: STOP here</think>The answer "]
+
+
+def test_criteria_prompt_opened_thinking_and_a_row_without_markers(tok):
+    """A prompt that ends inside <think> (a forced thinking prefix, as Qwen3's
+    and DeepSeek-R1's templates leave it) starts the row in reasoning; in the
+    same batch a row without markers is all content and its stop fires."""
+    prompt = tok.encode("Q: 2+2?\n<think>")
+    out = tok.encode("\nfour, so 4</think>\n4")
+    params = [stopline.StopParams(stop=["4"], max_tokens=50, **THINK), stopline.StopParams(stop=["4"], max_tokens=50)]
+    crit = FinishCriteria(tok, params)
+    for n in range(1, len(out) + 1):
+        crit(torch.tensor([prompt + out[:n]] * 2), None)
+    first, second = crit.results()
+    assert (first.finish_reason, first.channel) == ("stop", "content")
+    assert (second.finish_reason, second.channel) == ("stop", None)
+    assert crit.reasoning_texts() == ["\nfour, so 4", ""]
+    assert crit.content_texts() == ["\n", "\nfour, so "] == [crit.texts()[0][len("\nfour, so 4</think>"):], crit.texts()[1]]
+
+
+def test_thinking_budget_forces_the_end_marker_through_the_processor(tok):
+    """max_reasoning_tokens: once the budget is spent the criteria name the
+    end marker's ids, one per step (as vLLM's thinking_token_budget), and
+    ConstraintsProcessor(finish=...) leaves each forced row only that id; a
+    row without a budget is not touched. Driven like generate: processor,
+    argmax, append, criteria."""
+    end = tok.encode("</think>")
+    assert len(end) > 1  # a text marker of several tokens: forced over several steps
+    budget = 3
+    params = [
+        stopline.StopParams(max_tokens=20, max_reasoning_tokens=budget, reasoning_end_ids=end, reasoning_starts_in="reasoning", **THINK),
+        stopline.StopParams(max_tokens=20),
+    ]
+    crit = FinishCriteria(tok, params)
+    proc = ConstraintsProcessor({}, finish=crit)
+    vocab = len(tok)
+    rng = torch.Generator().manual_seed(0)
+    ids = torch.tensor([[5, 6], [5, 6]])
+    for _ in range(budget + len(end) + 2):
+        scores = proc(ids, torch.randn(2, vocab, generator=rng))
+        ids = torch.cat([ids, scores.argmax(dim=1, keepdim=True)], dim=1)
+        crit(ids, None)
+    row0 = ids[0, 2:].tolist()
+    assert row0[budget:budget + len(end)] == end
+    assert end != ids[1, 2 + budget:2 + budget + len(end)].tolist()
+    assert crit.results()[0].channel == "content" and crit.forced_token_ids() == {}
+    assert crit.reasoning_texts()[0] == tok.decode(row0[:budget])
+    assert crit.content_texts()[0] == tok.decode(row0[budget + len(end):])
+
+
+def test_thinking_budget_counts_the_prompt_and_forces_from_the_first_step(tok):
+    """As vLLM's thinking_token_budget: a prompt that ends inside <think> counts
+    its tokens after the marker, so a budget the prompt already spent forces
+    the end marker at the first generated token; the processor, which generate
+    calls before the criteria, starts them on the prompt."""
+    end = tok.encode("</think>")
+    prompt = tok.encode("Q?<think> one two")  # two tokens after the marker: the budget is spent
+    params = stopline.StopParams(max_tokens=20, max_reasoning_tokens=2, reasoning_end_ids=end, **THINK)
+    crit = FinishCriteria(tok, params)
+    proc = ConstraintsProcessor({}, finish=crit)
+    ids = torch.tensor([prompt])
+    for _ in range(len(end) + 1):
+        scores = proc(ids, torch.zeros(1, len(tok)))
+        ids = torch.cat([ids, scores.argmax(dim=1, keepdim=True)], dim=1)
+        crit(ids, None)
+    assert ids[0, len(prompt):len(prompt) + len(end)].tolist() == end
+    assert crit.results()[0].channel == "content" and crit.reasoning_texts() == [""]
+
+
+def test_processor_finish_must_be_finish_criteria():
+    with pytest.raises(TypeError, match="finish must be the FinishCriteria of the same generate call, got dict") as info:
+        ConstraintsProcessor({}, finish={})
+    assert (info.value.field, info.value.kind) == ("finish", "wrong_type")
+
+
+@pytest.fixture(scope="module")
+def thinking_prompt(lm):
+    """A chat prompt with a forced thinking prefix: SmolLM2 has no think
+    tokens, so the template's generation prompt is followed by the text
+    marker, and the model goes on inside the block."""
+    return lm.chat_prompt("What is 7 times 8? Think step by step.") + lm.hf_tokenizer.encode("<think>")
+
+
+def generate_rows(lm, prompt, params, *, budget_processor=False, max_new=40):
+    crit = FinishCriteria(lm.hf_tokenizer, params)
+    procs = [ConstraintsProcessor({}, finish=crit)] if budget_processor else []
+    ids = torch.tensor([prompt] * len(params))
+    out = lm.model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new,
+        do_sample=False,
+        pad_token_id=lm.eos_token_ids[0],
+        stopping_criteria=transformers.StoppingCriteriaList([crit]),
+        logits_processor=transformers.LogitsProcessorList(procs),
+    )
+    return crit, out[:, len(prompt):].tolist()
+
+
+def test_generate_stop_inside_thinking_does_not_fire(lm, thinking_prompt):
+    """vllm#52393 on the real SmolLM2 with generate: the row with reasoning
+    markers thinks past "Step 2" (the stop string is content-scoped) and ends
+    at max_tokens inside the block: finish_reason "length", channel
+    "reasoning", empty content, the whole output as reasoning. The row without
+    markers, same prompt and stop, stops at "Step 2"."""
+    hf_tok = lm.hf_tokenizer
+    eos = lm.eos_token_ids
+    params = [
+        stopline.StopParams(eos_token_ids=eos, stop=["Step 2"], max_tokens=30, **THINK),
+        stopline.StopParams(eos_token_ids=eos, stop=["Step 2"], max_tokens=30),
+    ]
+    crit, outs = generate_rows(lm, thinking_prompt, params)
+    thinking, plain = crit.results()
+    assert (thinking.finish_reason, thinking.channel, thinking.num_tokens) == ("length", "reasoning", 30)
+    assert "Step 2" in crit.reasoning_texts()[0] and crit.content_texts()[0] == ""
+    assert crit.reasoning_texts()[0] == hf_tok.decode(outs[0][:30])
+    assert (plain.finish_reason, plain.stop_reason, plain.channel) == ("stop", "Step 2", None)
+    assert crit.content_texts()[1] == crit.texts()[1] == hf_tok.decode(outs[1])[: hf_tok.decode(outs[1]).index("Step 2")]
+
+
+def test_generate_thinking_budget_then_content_stop(lm, thinking_prompt):
+    """max_reasoning_tokens=12 on the real SmolLM2 with generate: the first 12
+    tokens are what free greedy decoding thinks, then ConstraintsProcessor
+    forces "</think>" (three tokens, one per step); the model answers in the
+    content, where the content-scoped stop string fires."""
+    hf_tok = lm.hf_tokenizer
+    eos = lm.eos_token_ids
+    end = hf_tok.encode("</think>")
+    budget = 12
+    free = generate_rows(lm, thinking_prompt, [stopline.StopParams(max_tokens=40, **THINK)])[1][0]
+    params = [stopline.StopParams(eos_token_ids=eos, stop=["Step 2"], max_tokens=40, max_reasoning_tokens=budget,
+                                  reasoning_end_ids=end, **THINK)]
+    crit, outs = generate_rows(lm, thinking_prompt, params, budget_processor=True)
+    out = outs[0]
+    assert out[:budget] == free[:budget] and free[budget:budget + len(end)] != end
+    assert out[budget:budget + len(end)] == end
+    res = crit.results()[0]
+    assert (res.finish_reason, res.stop_reason, res.channel) == ("stop", "Step 2", "content")
+    assert crit.reasoning_texts() == [hf_tok.decode(out[:budget])]
+    content = hf_tok.decode(out[budget + len(end):])
+    assert crit.content_texts() == [content[: content.index("Step 2")]] and crit.content_texts()[0]

@@ -8,23 +8,16 @@ written straight from docs/semantics.md section 8 checks the reference itself.
 
 from __future__ import annotations
 
-import importlib
-import os
 import random
 import sys
 
 import pytest
+from triton_cpu import interpret_without_cuda
 
 torch = pytest.importorskip("torch")  # the [torch] extra; CI installs it
 
 CUDA = torch.cuda.is_available()
-if not CUDA:
-    # Must be set before @triton.jit runs on the kernel module (it picks the
-    # interpreter at decoration time), whatever other test files imported.
-    os.environ["TRITON_INTERPRET"] = "1"
-    _mod = sys.modules.get("stopline.logits.triton_kernel")
-    if _mod is not None and type(_mod._constraints_kernel).__name__ != "InterpretedFunction":
-        importlib.reload(_mod)
+interpret_without_cuda(CUDA)  # before @triton.jit decorates the kernel module
 
 from stopline.logits import LogitsConstraints  # noqa: E402
 from stopline.logits.reference import apply_reference, unpack_bitmask  # noqa: E402

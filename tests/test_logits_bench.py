@@ -1,12 +1,18 @@
-"""The GPU suite's CPU-testable parts: the bitmask packing, the vLLM-source loader, the CUDA check."""
+"""The GPU suite's CPU-testable parts: the bitmask packing, the vLLM-source
+loader, the CUDA check, and the scenarios and their check at tiny sizes (the
+Triton kernel under TRITON_INTERPRET=1 without CUDA)."""
 
 from __future__ import annotations
 
 import sys
 
 import pytest
+from triton_cpu import interpret_without_cuda
 
 torch = pytest.importorskip("torch")
+
+CUDA = torch.cuda.is_available()
+interpret_without_cuda(CUDA)
 
 from stopline.logits.reference import unpack_bitmask  # noqa: E402
 from stopline.tools.bench import logits as suite  # noqa: E402
@@ -62,3 +68,28 @@ def test_vllm_loader_runs_the_files_with_stand_ins_only_for_their_imports(tmp_pa
 def test_logits_suite_says_it_needs_cuda():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         suite.run_grid([1], [64], ["float32"], [0.5])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_forced_scenario_runs_and_checks_at_tiny_sizes(dtype):
+    """The 'forced' scenario (every fourth slot forced with LogitsConstraints.force,
+    issue 21) runs through the Triton kernel beside 'all' and passes the suite's
+    check: triton == torch reference for both, each forced row finite at the
+    forced id only, the others as under 'all'; its row gets a 'forced vs all' cell."""
+    case = suite.Case(6, 160, dtype, 0.5, device="cuda" if CUDA else "cpu", backend="triton")
+    assert [s for s in range(6) if case.forced.forced_token(s) is not None] == [1, 5]
+    for which in ("all", "forced", "bitmask", "min"):
+        case.stopline(which)()
+    assert suite._check(case, {}) == "ok"
+    out = case.base.clone()
+    case.forced.apply(out, case.slots, case.pos, bitmask=case.bitmask, backend="triton")
+    ref = case.base.clone()
+    case.all.apply(ref, case.slots, case.pos, bitmask=case.bitmask, backend="triton")
+    for row in range(6):
+        if row % suite.FORCED_EVERY == 1:
+            assert torch.isfinite(out[row]).nonzero().flatten().tolist() == [suite.FORCED_ID]
+        else:
+            assert torch.equal(out[row], ref[row])
+    rec = dict(dtype=dtype, vocab=160, rows=6, frac=0.5, copy=1.0, bitmask=2.0, all=4.0, forced=4.2, checked="ok")
+    line = suite.format_row(rec)
+    assert line.count("|") == suite.header().splitlines()[0].count("|") and "| 1.05x | ok |" in line

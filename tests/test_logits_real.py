@@ -10,18 +10,11 @@ conflict in its smallest real form.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
 import torch
+from triton_cpu import interpret_without_cuda
 
 CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"  # before the kernel module is decorated
-    _mod = sys.modules.get("stopline.logits.triton_kernel")
-    if _mod is not None and type(_mod._constraints_kernel).__name__ != "InterpretedFunction":
-        importlib.reload(_mod)
+interpret_without_cuda(CUDA)  # before the kernel module is decorated
 
 import xgrammar as xgr  # noqa: E402
 

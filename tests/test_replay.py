@@ -62,7 +62,7 @@ def bundled_json():
 def test_bundled_traces_ship_with_the_package():
     files = replay.bundled_traces()
     names = {Path(f).name for f in files}
-    assert {"smollm2_chat.jsonl", "text_smollm2.jsonl", "text_cl100k.jsonl",
+    assert {"smollm2_chat.jsonl", "reasoning_smollm2.jsonl", "text_smollm2.jsonl", "text_cl100k.jsonl",
             "text_o200k.jsonl", "text_deepseek_v3.jsonl"} <= {n.removesuffix(".gz") for n in names}
     assert all(f.endswith(".jsonl.gz") for f in files)  # compressed: the wheel stays small
     assert sum(os.path.getsize(f) for f in files) < 300_000
@@ -89,6 +89,95 @@ def test_bundled_streams_join_to_the_final_text(bundled_json):
             assert "".join(d["text"] for d in it["deltas"]) == it["text"], it["id"]
             assert [t for d in it["deltas"] for t in d["token_ids"]] == it["token_ids"], it["id"]
             assert len(it["token_ids"]) == it["num_tokens"]
+
+
+def test_bundled_reasoning_trace_reports_the_channels(bundled_json):
+    """reasoning_smollm2 (SmolLM2 thinking in a forced <think>, </think> forced
+    by a thinking budget): a stop phrase of the thinking stops the request
+    without markers (the vllm#52393 failure) and not with them (content
+    scope), but does with stop_scopes=["reasoning"]; a length cap inside the
+    block leaves the content empty; the budgeted request's reasoning is
+    exactly its budget of tokens; joined channel deltas are the channels."""
+    (f,) = [f for f in bundled_json["files"] if f["file"].endswith("reasoning_smollm2.jsonl.gz")]
+    items = {it["id"]: it for it in f["requests"]}
+    gens = sorted({i.split("-")[0] for i in items})
+    assert len(gens) >= 3
+    params = {r.id: r.params for r in replay.load_trace(f["file"])[0]}
+    for g in gens:
+        plain, scoped, reasoning_scope = (items[f"{g}-{k}"] for k in ("no_markers", "stop_in_reasoning", "stop_reasoning_scope"))
+        assert plain["cause"] == "stop_string" and plain["channel"] is None and plain["reasoning"] == ""
+        assert scoped["num_tokens"] > plain["num_tokens"] and scoped["channel"] == "content"
+        assert (reasoning_scope["cause"], reasoning_scope["channel"], reasoning_scope["content"]) == ("stop_string", "reasoning", "")
+        assert reasoning_scope["num_tokens"] == plain["num_tokens"]
+        length = items[f"{g}-length"]
+        assert (length["finish_reason"], length["channel"]) == ("length", "reasoning")
+        assert length["content"] == "" and length["content_token_ids"] == []
+        full = items[f"{g}-as_generated"]
+        assert len(full["reasoning_token_ids"]) == params[f"{g}-as_generated"]["max_reasoning_tokens"]
+        assert "</think>" not in full["reasoning"] + full["content"] and "</think>" in full["text"]
+        opened = items[f"{g}-prompt_opened"]
+        assert opened["reasoning"].endswith("</think>") and opened["reasoning"][: -len("</think>")] == full["reasoning"]
+        for it in (full, scoped, length, opened):
+            r_ids, c_ids = it["reasoning_token_ids"], it["content_token_ids"]
+            assert "".join(d["reasoning"] for d in it["deltas"]) == it["reasoning"]
+            assert "".join(d["content"] for d in it["deltas"]) == it["content"]
+            assert len(r_ids) + len(c_ids) <= it["num_tokens"] and set(r_ids + c_ids) <= set(it["token_ids"])
+            assert it["deltas"][-1]["channel"] == it["channel"]
+
+
+def test_reasoning_trace_ids_only_agrees_with_recorded_texts():
+    """--tokenizer on reasoning_smollm2: the batch decodes the ids itself and
+    finds the text markers and stop strings in its own text; every request,
+    channels included, agrees with the reference fed the recorded pieces."""
+    import io
+
+    from stopline.tools.models import ModelFileError
+    from stopline.tools.vocab_files import tokenizer_json_path
+
+    try:
+        tokenizer = tokenizer_json_path("smollm2")
+    except ModelFileError as e:  # pragma: no cover - offline without the cached tokenizer
+        pytest.skip(str(e))
+    (trace,) = [t for t in replay.bundled_traces() if t.endswith("reasoning_smollm2.jsonl.gz")]
+    out, err = io.StringIO(), io.StringIO()
+    assert replay.run([trace], check=True, tokenizer=str(tokenizer), out=out, err=err) == 0, err.getvalue()[-2000:]
+    assert "all agree" in out.getvalue() and "reasoning channels of" in " ".join(out.getvalue().split())
+
+
+def test_reasoning_trace_table_and_check(tmp_path):
+    """A handmade reasoning trace: the plain output adds a channel table; --check
+    compares the channels with stopline.baseline; a tampered content is reported."""
+    think = json.dumps({
+        "id": "think", "params": {"reasoning_start": "<think>", "reasoning_end": "</think>", "stop": ["STOP"]},
+        "steps": [{"ids": [1, 2], "texts": ["<thi", "nk>a STOP"]}, {"ids": [3], "texts": [" b</think>"]},
+                  {"ids": [4, 5], "texts": ["ans", " STOP x"]}],
+    })
+    path = _write(tmp_path, [think, GOOD])
+    p = run_cli("replay", "--check", str(path))
+    assert p.returncode == 0, p.stderr
+    assert "reasoning channels of 1 requests" in " ".join(p.stdout.split())  # the title wraps
+    row = next(line for line in p.stdout.splitlines() if line.startswith("think ") and "content" in line)
+    assert row.split()[1:4] == ["content", "2", "2"] and "'a STOP b'" in row and "'ans '" in row
+    reqs, _ = replay.load_trace(path)
+    outcomes, _ = replay.replay_requests(reqs)
+    o = outcomes["think"]
+    assert (o.channel, o.reasoning, o.content) == ("content", "a STOP b", "ans ")
+    assert (o.reasoning_token_ids, o.content_token_ids) == ([2, 3], [4, 5])
+    assert outcomes["good"].channel is None and outcomes["good"].content == outcomes["good"].text
+    assert replay.check_against_reference(reqs[0], o) == []
+    o.content = "ans"
+    assert any(d.startswith("content:") for d in replay.check_against_reference(reqs[0], o))
+
+
+def test_reasoning_params_are_validated_when_loaded(tmp_path):
+    bad = json.dumps({"id": "x", "params": {"reasoning_end": "</think>", "stop_scopes": ["thinking"], "stop": ["a"]},
+                      "steps": [{"ids": [1], "texts": ["a"]}]})
+    no_texts = json.dumps({"id": "y", "params": {"reasoning_end": "</think>", "reasoning_starts_in": "reasoning"},
+                           "steps": [{"ids": [1]}]})
+    reqs, problems = replay.load_trace(_write(tmp_path, [bad, no_texts, GOOD]))
+    assert [r.id for r in reqs] == ["good"]
+    assert "invalid params" in problems[0] and "thinking" in problems[0]
+    assert "text reasoning markers" in problems[1]
 
 
 def test_outcomes_do_not_depend_on_batch_size():

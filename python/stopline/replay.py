@@ -48,6 +48,12 @@ PARAM_FIELDS = (
     "max_tokens", "min_tokens", "prompt_len", "max_model_len", "eos_token_ids",
     "ignore_eos", "stop_token_ids", "stop", "include_stop_str_in_output",
     "vocab_size", "repetition",
+    # reasoning channels (docs/semantics.md section 11); a trace carries no
+    # prompt ids, so a prompt that opens the block is stated with
+    # reasoning_starts_in="reasoning"
+    "reasoning_start", "reasoning_start_id", "reasoning_end", "reasoning_end_id",
+    "reasoning_end_ids", "reasoning_starts_in", "keep_reasoning_markers",
+    "max_reasoning_tokens", "stop_scopes", "stop_token_id_scopes", "token_aligned",
 )
 _REQUEST_KEYS = {"id", "params", "steps", "arrival", "source"}
 _STEP_KEYS = {"ids", "texts", "grammar_terminated_at"}
@@ -86,6 +92,11 @@ class Outcome:
     (``len(text)`` is in code points); ``deltas`` holds one
     ``(engine_step, text_delta, token_ids_delta)`` per update that reported
     anything, the final abort included.
+
+    With reasoning channels (docs/semantics.md section 11) ``channel`` is the
+    one the request finished in and ``reasoning`` / ``content`` (and their
+    token ids) the joined per-channel deltas; without them ``channel`` is
+    ``None``, ``reasoning`` empty and ``content`` the kept text.
     """
 
     id: str
@@ -101,6 +112,11 @@ class Outcome:
     cause: str
     # The engine step of the request's first update (deltas count from it).
     first_step: int = 0
+    channel: str | None = None
+    reasoning: str = ""
+    content: str = ""
+    reasoning_token_ids: list[int] = field(default_factory=list)
+    content_token_ids: list[int] = field(default_factory=list)
 
     def streamed_text(self) -> str:
         return "".join(d[1] for d in self.deltas)
@@ -120,6 +136,11 @@ class Outcome:
             "text": self.text,
             "token_ids": self.token_ids,
             "steps_replayed": self.steps_replayed,
+            "channel": self.channel,
+            "reasoning": self.reasoning,
+            "content": self.content,
+            "reasoning_token_ids": self.reasoning_token_ids,
+            "content_token_ids": self.content_token_ids,
         }
 
 
@@ -324,11 +345,11 @@ def _check_loaded(req: Request, impl: Any) -> None:
         req.id.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"'id' {shown(req.id)} is not valid Unicode (lone surrogate)") from None
-    if req.params.get("stop") or req.params.get("stop_regex"):
+    if req.params.get("stop") or req.params.get("reasoning_start") or req.params.get("reasoning_end"):
         for k, st in enumerate(req.steps):
             if st.texts is None and st.ids:
-                raise ValueError(f"steps[{k}] has no texts, but the params have stop strings or regexes, "
-                                 "which are matched on text")
+                raise ValueError(f"steps[{k}] has no texts, but the params have stop strings or text "
+                                 "reasoning markers, which are matched on text")
 
 
 # ------------------------------------------------------------------ replaying
@@ -383,14 +404,16 @@ def replay_requests(
     params = {r.id: stopline.StopParams(**r.params) for r in requests}
     waiting = deque(sorted(requests, key=lambda r: r.arrival))  # sort is stable: file order
     free = list(range(n_slots - 1, -1, -1))
-    active: dict[int, list[Any]] = {}  # slot -> [request, next step index, deltas, first engine step]
+    # slot -> [request, next step index, deltas, first engine step, channel pieces]; the pieces
+    # (reasoning text, content text, reasoning ids, content ids) are None without reasoning
+    active: dict[int, list[Any]] = {}
     outcomes: dict[str, Outcome] = {}
     stats = ReplayStats()
     clock = time.perf_counter
     step_no = 0
 
     def leave(slot: int, result: Any) -> None:
-        req, used, deltas, first = active.pop(slot)
+        req, used, deltas, first, chan = active.pop(slot)
         text, ids = batch.text(slot), batch.token_ids(slot)
         batch.remove(slot)
         free.append(slot)
@@ -398,12 +421,20 @@ def replay_requests(
             req.id, result.finish_reason, result.stop_reason, result.matched,
             result.num_tokens, result.text_len, text, list(ids), deltas, used,
             cause_of(req.params, result.finish_reason, result.stop_reason, result.matched), first,
+            *(_no_channels(text, ids) if chan is None else
+              (result.channel, "".join(chan[0]), "".join(chan[1]), chan[2], chan[3])),
         )
 
     def report(slot: int, res: Any) -> None:
         entry = active[slot]
         if res.text_delta or res.token_ids_delta:
             entry[2].append((step_no, res.text_delta, list(res.token_ids_delta)))
+            chan = entry[4]
+            if chan is not None:
+                chan[0].append(res.reasoning_delta)
+                chan[1].append(res.content_delta)
+                chan[2].extend(res.reasoning_token_ids_delta)
+                chan[3].extend(res.content_token_ids_delta)
         if on_step:
             on_step(step_no, entry[0], res)
         if res.finished:
@@ -414,7 +445,9 @@ def replay_requests(
             req = waiting.popleft()
             slot = free.pop()
             batch.add(slot, params[req.id])
-            active[slot] = [req, 0, [], step_no]
+            chan: tuple[list[str], list[str], list[int], list[int]] | None = (
+                ([], [], [], []) if params[req.id].reasoning is not None else None)
+            active[slot] = [req, 0, [], step_no, chan]
         if not active:
             step_no = waiting[0].arrival  # idle engine: jump to the next arrival
             continue
@@ -432,7 +465,7 @@ def replay_requests(
         texts: list[str] = []
         grammar: list[int] = []
         with_text = with_grammar = False
-        for slot, (req, k, _, _) in active.items():
+        for slot, (req, k, *_) in active.items():
             st = req.steps[k]
             slots.append(slot)
             ids.extend(st.ids)
@@ -482,8 +515,14 @@ def _reference_outcome(req: Request, ref: Any) -> Outcome:
     return Outcome(
         req.id, r.finish_reason, r.stop_reason, r.matched, r.num_tokens, r.text_len,
         tr.text, list(tr.token_ids), deltas, used,
-        cause_of(req.params, r.finish_reason, r.stop_reason, r.matched),
+        cause_of(req.params, r.finish_reason, r.stop_reason, r.matched), 0,
+        tr.channel, tr.reasoning, tr.content, list(tr.reasoning_token_ids), list(tr.content_token_ids),
     )
+
+
+def _no_channels(text: str, ids: Sequence[int]) -> tuple[None, str, str, list[int], list[int]]:
+    """The channel fields of an outcome without reasoning channels: all content."""
+    return None, "", text, [], list(ids)
 
 
 def check_against_reference(req: Request, got: Outcome, ref: Any = None, early_text: bool = False) -> list[str]:
@@ -502,7 +541,8 @@ def check_against_reference(req: Request, got: Outcome, ref: Any = None, early_t
     want = _reference_outcome(req, ref)
     diffs = []
     for name in ("finish_reason", "stop_reason", "matched", "num_tokens", "text_len",
-                 "token_ids", "text", "steps_replayed"):
+                 "token_ids", "text", "steps_replayed", "channel", "reasoning", "content",
+                 "reasoning_token_ids", "content_token_ids"):
         a, b = getattr(got, name), getattr(want, name)
         # 3 == 3.0 or True == 1 would hide a type mix-up in stop_reason/matched
         if a != b or type(a) is not type(b):
@@ -570,6 +610,35 @@ _LEGEND = ('cause: the finish check that fired; stop_string, stop_token, eos and
            'finish_reason "stop", the others their own name. text: the end of the kept text.')
 
 
+# The channel table, for the requests of a file with reasoning markers: the
+# channel each finished in and the ends of its reasoning and content (markers
+# left out unless keep_reasoning_markers).
+_CHANNEL_COLUMNS = (
+    Column("id", shrink=2, min_width=18, keep="ends"),
+    Column("channel"),
+    Column("r.tok", right=True),
+    Column("c.tok", right=True),
+    Column("reasoning", shrink=0, min_width=12, keep="tail"),
+    Column("content", shrink=1, min_width=12, keep="tail"),
+)
+_CHANNEL_LEGEND = ("channel: where the request finished; r.tok / c.tok: reasoning / content tokens kept; "
+                   "reasoning, content: the end of each (markers left out unless kept).")
+
+
+def _tail(text: str) -> str:
+    end = text[-_TEXT_SHOWN:]
+    return ("..." if len(end) < len(text) else "") + repr(end)
+
+
+def _channel_rows(reqs: Iterable[Request], outcomes: dict[str, Outcome], prefix: str = "") -> list[list[str]]:
+    return [
+        [o.id[len(prefix):], o.channel or "", str(len(o.reasoning_token_ids)), str(len(o.content_token_ids)),
+         _tail(o.reasoning), _tail(o.content)]
+        for o in (outcomes[r.id] for r in reqs)
+        if o.channel is not None  # None: no reasoning markers
+    ]
+
+
 def _id_prefix(reqs: Sequence[Request]) -> str:
     """The start all ids of a file share (shown once, in the title), when it
     is long enough to be worth the room; each id keeps at least one character."""
@@ -584,18 +653,18 @@ def _rows(reqs: Iterable[Request], outcomes: dict[str, Outcome], prefix: str = "
     rows = []
     for r in reqs:
         o = outcomes[r.id]
-        end = o.text[-_TEXT_SHOWN:]
         rows.append([
             o.id[len(prefix):], o.cause, "" if o.stop_reason is None else _short(o.stop_reason, 24),
-            str(o.num_tokens), ("..." if len(end) < len(o.text) else "") + repr(end),
+            str(o.num_tokens), _tail(o.text),
         ])
     return rows
 
 
-def _print_table(title: str, rows: list[list[str]], out: Any, width: int) -> None:
+def _print_table(title: str, rows: list[list[str]], out: Any, width: int,
+                 columns: Sequence[Column] = _COLUMNS) -> None:
     for line in wrap(title, width, "    "):
         print(line, file=out)
-    for line in format_table(_COLUMNS, rows, width):
+    for line in format_table(columns, rows, width):
         print(line, file=out)
 
 
@@ -682,11 +751,13 @@ def run(
             if as_json:
                 _emit(out, {"type": "delta", "file": path, "id": req.id, "step": step_no,
                             "text": r.text_delta, "token_ids": list(r.token_ids_delta),
-                            "finish_reason": r.finish_reason})
+                            "finish_reason": r.finish_reason, "channel": r.channel,
+                            "reasoning": r.reasoning_delta, "content": r.content_delta})
                 return
             end = f"  [{r.finish_reason}]" if r.finished else ""
+            split = "" if r.channel is None else f"  reasoning {r.reasoning_delta!r} content {r.content_delta!r}"
             print(f"  step {step_no:4d}  {req.id}  +{len(r.token_ids_delta)} tok  "
-                  f"{r.text_delta!r}{end}", file=out)
+                  f"{r.text_delta!r}{split}{end}", file=out)
 
         if stream and not as_json:
             print(f"== {name} (streamed deltas)", file=out)
@@ -732,6 +803,11 @@ def run(
             shared = f"; every id starts with {_short(prefix, 40)}, left out below" if prefix else ""
             _print_table(f"{name}: {len(reqs)} requests, {stats.engine_steps} engine steps{shared}",
                          _rows(reqs, outcomes, prefix), out, width)
+            channel_rows = _channel_rows(reqs, outcomes, prefix)
+            if channel_rows:
+                print(file=out)
+                _print_table(f"{name}: reasoning channels of {len(channel_rows)} requests. {_CHANNEL_LEGEND}",
+                             channel_rows, out, width, _CHANNEL_COLUMNS)
     wall = time.perf_counter() - t_start
     finish_reasons = dict(sorted(reasons.items()))
     by_cause = dict(sorted(causes.items()))

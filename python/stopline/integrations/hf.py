@@ -10,7 +10,14 @@ afterwards reports per row what an engine would (``finish_reason``,
 ``ConstraintsProcessor`` is a ``transformers.LogitsProcessor`` over
 :class:`stopline.logits.LogitsConstraints`: ``min_tokens``, ``bad_words``,
 ``allowed_token_ids`` and ``logit_bias`` per row, masked so that no row is left
-without a finite logit.
+without a finite logit; given the ``FinishCriteria`` of the same call
+(``finish=``), it also forces the end marker once a row's thinking budget
+(``StopParams.max_reasoning_tokens``) is spent.
+
+With reasoning markers in the ``StopParams`` (docs/semantics.md section 11)
+stop strings apply to the content only, and ``FinishCriteria`` reports each
+row's reasoning and content apart after ``generate``
+(:meth:`FinishCriteria.reasoning_texts` / :meth:`FinishCriteria.content_texts`).
 
 Both take the rows of ``input_ids`` as they are laid out by ``generate`` with
 ``num_beams=1`` (greedy or sampling, any batch size, assisted generation
@@ -240,6 +247,18 @@ class FinishCriteria(StoppingCriteria):
     for rows that have finished. After ``generate``, :meth:`results` and
     :meth:`texts` report each row.
 
+    With reasoning markers in a row's params (``reasoning_start`` /
+    ``reasoning_end`` as text, or their ids; semantics.md 11) its stop
+    strings, regexes and stop ids fire in their scope only (the content by
+    default): a stop string met while the model thinks does not end the row.
+    The row's start state is read from its prompt (a template that ends the
+    prompt inside ``<think>`` starts it in reasoning) when the core decodes;
+    the ``DecodeStream`` fallback reads no prompt, so state
+    ``reasoning_starts_in`` there. :meth:`reasoning_texts` /
+    :meth:`content_texts` give the split, ``results()[row].channel`` where
+    the row ended. A thinking budget (``max_reasoning_tokens``) needs
+    ``ConstraintsProcessor(finish=criteria)`` to force the end marker.
+
     Stop strings match the output only (as vLLM): one that starts in the
     prompt does not stop a row, where ``StopStringCriteria`` looks at the
     prompt's tail too. At a length finish (``max_tokens``) an unfinished
@@ -291,11 +310,17 @@ class FinishCriteria(StoppingCriteria):
         self._running: list[int] = []
         self._done: list[bool] = []
         self._done_t: torch.Tensor | None = None
+        # Reasoning channels: per row the released reasoning / content pieces
+        # (joined, the channels: semantics.md 11.5); None for a row without them.
+        self._channels: list[tuple[list[str], list[str]] | None] = []
+        self._reasoning_on = False
+        self._budget = False  # any row with max_reasoning_tokens: read forced ids
+        self._forced: dict[int, int] = {}  # row -> the id its next token must be (thinking budget)
 
-    def _start(self, input_ids: torch.Tensor) -> None:
+    def _start(self, input_ids: torch.Tensor, already: int = 1) -> None:
         rows, width = _check_ids(input_ids)
         params = _per_row(self._params, rows, "params", StopParams)
-        self._rows.start(rows, width, already=1)
+        self._rows.start(rows, width, already=already)
         prompt_len = self._rows.prompt_len
         assert prompt_len is not None
         prompts = input_ids[:, :prompt_len].tolist()
@@ -311,6 +336,29 @@ class FinishCriteria(StoppingCriteria):
         self._running = list(range(rows))
         self._done = [False] * rows
         self._done_t = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
+        self._channels = [([], []) if p.reasoning is not None else None for p in params]
+        self._reasoning_on = any(c is not None for c in self._channels)
+        self._budget = any(p.reasoning is not None and p.reasoning["max_reasoning_tokens"] is not None for p in params)
+        if self._budget:  # a prompt that ends inside the block counts towards the budget
+            self._note_forced(range(rows), [batch.result(row).forced_token_id for row in range(rows)])
+
+    def _note_forced(self, rows: Any, forced: Sequence[int | None]) -> None:
+        for row, tid in zip(rows, forced):
+            if tid is None:
+                self._forced.pop(row, None)
+            else:
+                self._forced[row] = tid
+
+    def _collect_channels(self, res: Any) -> None:
+        """Append one step's per-row channel deltas to each row's pieces."""
+        channels = self._channels
+        for row, r_delta, c_delta in zip(res.slots, res.reasoning_deltas, res.content_deltas):
+            pieces = channels[row]
+            if pieces is not None:
+                if r_delta:
+                    pieces[0].append(r_delta)
+                if c_delta:
+                    pieces[1].append(c_delta)
 
     def __call__(self, input_ids: torch.Tensor, scores: Any = None, **kwargs: Any) -> torch.Tensor:
         if self._batch is None:
@@ -330,6 +378,10 @@ class FinishCriteria(StoppingCriteria):
                 flat = ids.tolist()
                 texts = [p for i, row in enumerate(running) for p in self._fallback.pieces(row, flat[i * k:(i + 1) * k])]
                 res = self._batch.step(running, flat, run_lengths, texts)
+            if self._reasoning_on:
+                self._collect_channels(res)
+            if self._budget:
+                self._note_forced(res.slots, res.forced_token_ids)
             finished = res.finished_slots
             if finished:
                 for row, reason in zip(res.slots, res.finish_reasons):
@@ -337,6 +389,7 @@ class FinishCriteria(StoppingCriteria):
                         self._tails[row] = self._fallback.flush(row)
                 for row in finished:
                     self._done[row] = True
+                    self._forced.pop(row, None)
                 self._running = [row for row in running if not self._done[row]]
                 self._done_t = torch.tensor(self._done, dtype=torch.bool, device=input_ids.device)
         return self._done_t.clone()
@@ -357,10 +410,61 @@ class FinishCriteria(StoppingCriteria):
         that ended at ``max_tokens`` in the middle of a character ends in
         U+FFFD (semantics.md 10.3). A row ``generate`` ended on its own
         (``max_new_tokens`` below ``max_tokens``) is unfinished here and shows
-        the text released so far, without held bytes."""
+        the text released so far, without held bytes. With reasoning
+        markers this is the whole output, markers included; see
+        :meth:`reasoning_texts` / :meth:`content_texts` for the split."""
         if self._batch is None:
             raise RuntimeError("FinishCriteria.texts: generate has not called the criteria yet")
         return [self._batch.text(row) + self._tails.get(row, "") for row in range(len(self._done))]
+
+    def _row_channels(self, owner: str) -> list[tuple[str, str]]:
+        if self._batch is None:
+            raise RuntimeError(f"FinishCriteria.{owner}: generate has not called the criteria yet")
+        texts = self.texts()
+        out = []
+        for row, pieces in enumerate(self._channels):
+            if pieces is None:
+                out.append(("", texts[row]))
+                continue
+            reasoning, content = "".join(pieces[0]), "".join(pieces[1])
+            tail = self._tails.get(row, "")
+            if tail:  # the DecodeStream fallback's U+FFFD flush, in the channel the row ended in
+                if self._batch.result(row).channel == "reasoning":
+                    reasoning += tail
+                else:
+                    content += tail
+            out.append((reasoning, content))
+        return out
+
+    def forced_token_ids(self) -> dict[int, int]:
+        """The rows whose next token the thinking budget forces, ``{row:
+        token id}`` after the latest call (``StepResult.forced_token_id``,
+        semantics.md 11.8), a new dict; what ``ConstraintsProcessor(finish=
+        self)`` applies. Empty when no row has ``max_reasoning_tokens``."""
+        return dict(self._forced)
+
+    def _prime(self, input_ids: torch.Tensor) -> dict[int, int]:
+        """For ``ConstraintsProcessor``: start on the prompt if ``generate``
+        has not called the criteria yet (processors run first, on
+        ``input_ids`` without the token they score), then the forced ids."""
+        if self._batch is None:
+            self._start(input_ids, already=0)
+        return self._forced
+
+    def reasoning_texts(self) -> list[str]:
+        """Each row's reasoning (code points), markers excluded unless
+        ``keep_reasoning_markers``; ``""`` for a row without reasoning markers
+        or one that never opened the block (semantics.md 11). What the core
+        released: a row ``generate`` ended on its own lacks its hold-back (a
+        partial marker or stop prefix)."""
+        return [r for r, _ in self._row_channels("reasoning_texts")]
+
+    def content_texts(self) -> list[str]:
+        """Each row's content (code points): ``texts()`` for a row without
+        reasoning markers; ``""`` for a row that finished inside the block (a
+        length cap mid-thinking: ``finish_reason="length"``,
+        ``results()[row].channel == "reasoning"``, semantics.md 11.5)."""
+        return [c for _, c in self._row_channels("content_texts")]
 
     @property
     def decodes_in_core(self) -> bool:
@@ -381,6 +485,13 @@ class ConstraintsProcessor(LogitsProcessor):
         prompt_len: the prompt width in positions; default: the width of
             ``input_ids`` at the first call (``generate`` calls processors
             before appending the token they score).
+        finish: the ``FinishCriteria`` of the same ``generate`` call: each
+            call first forces the rows whose thinking budget is spent
+            (:meth:`FinishCriteria.forced_token_ids`) to their end-marker id
+            with :meth:`LogitsConstraints.force` (every other column
+            ``-inf``; the row's other constraints do not apply to it), one id
+            per step, as vLLM's ``thinking_token_budget``. Without it no row
+            is forced.
 
     Calling it masks ``scores`` (``[rows, vocab]`` float) in place and returns
     it. :attr:`infeasible` holds the last call's bool ``[rows]``: rows left
@@ -393,7 +504,20 @@ class ConstraintsProcessor(LogitsProcessor):
             reordered by beam search.
     """
 
-    def __init__(self, constraints: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, prompt_len: int | None = None):
+    def __init__(
+        self,
+        constraints: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        prompt_len: int | None = None,
+        finish: FinishCriteria | None = None,
+    ):
+        if finish is not None and not isinstance(finish, FinishCriteria):
+            raise field_error(
+                TypeError,
+                "finish",
+                f"finish must be the FinishCriteria of the same generate call, got {type(finish).__name__}",
+                "wrong_type",
+            )
         if not isinstance(constraints, (Mapping, Sequence)) or isinstance(constraints, (str, bytes)):
             raise field_error(
                 TypeError,
@@ -402,6 +526,8 @@ class ConstraintsProcessor(LogitsProcessor):
                 "wrong_type",
             )
         self._constraints = constraints
+        self._finish = finish
+        self._forced: dict[int, int] = {}  # what LogitsConstraints.force holds now
         self._rows = _RowTracker(prompt_len, "ConstraintsProcessor")
         self._state: LogitsConstraints | None = None
         self._history_rows: list[int] = []
@@ -430,8 +556,24 @@ class ConstraintsProcessor(LogitsProcessor):
         if new.shape[1]:
             for row in self._history_rows:
                 self._state.append_tokens(row, torch.from_numpy(np.ascontiguousarray(new[row])))
+        if self._finish is not None:
+            self._apply_forced(self._finish._prime(input_ids))
         prompt_len = self._rows.prompt_len
         assert prompt_len is not None
         positions = torch.full_like(self._row_slots, int(input_ids.shape[1]) - prompt_len)
         self.infeasible = self._state.apply(scores, row_slots=self._row_slots, row_positions=positions)
         return scores
+
+    def _apply_forced(self, wanted: dict[int, int]) -> None:
+        """Bring ``LogitsConstraints.force`` in line with the criteria's forced rows."""
+        state, held = self._state, self._forced
+        assert state is not None
+        if wanted == held:
+            return
+        for row in [r for r in held if r not in wanted]:
+            state.force(row, None)
+            del held[row]
+        for row, tid in wanted.items():
+            if held.get(row) != tid:
+                state.force(row, tid)
+                held[row] = tid

@@ -11,6 +11,10 @@ Suites (``--suite``, repeatable; all by default):
   ``FinishBatch.step``, one ``FinishTracker.update`` per sequence, and the
   pure-Python ``baseline.FinishBatch``.
 - ``setup``: compiling a 16-string stop list, cache miss and cache hit.
+- ``reasoning``: the ids-only ``FinishBatch.step`` without reasoning channels,
+  with them (every sequence inside the block) and with a thinking budget
+  read every step, at 256 sequences (``--batches`` to change), as ratios
+  of the same run (issue 21).
 - ``detokenize``: token ids in, text deltas and finish flags out, B = 256 and
   1024 sequences on real tokenizers: ``FinishBatch`` with a ``Vocabulary``
   vs ``DecodeStream`` + a vLLM-style Python stop check vs ``DecodeStream`` +
@@ -43,7 +47,7 @@ from stopline._argtypes import positive_int
 
 __all__ = ["add_arguments", "main", "run"]
 
-SUITES = ("stop", "finish", "setup", "detokenize")
+SUITES = ("stop", "finish", "setup", "reasoning", "detokenize")
 GPU_SUITES = ("logits",)  # run only when named
 CASES = {"single": "single token", "runs": "4-8 token runs"}
 DEFAULT_KS = (1, 4, 16, 64, 256, 1024)
@@ -71,7 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=None,
                    help=f"sequence-steps per stop-suite run (default {DEFAULTS['steps'][0]}, quick {DEFAULTS['steps'][1]})")
     p.add_argument("--batches", "--batch", type=positive_int, nargs="+", default=None, metavar="B",
-                   help=f"batch sizes for the finish suite (default {' '.join(map(str, DEFAULT_BATCHES))})")
+                   help=f"batch sizes for the finish suite (default {' '.join(map(str, DEFAULT_BATCHES))}), "
+                        "the reasoning suite (default 256) and the detokenize suite")
     p.add_argument("--seq-steps", type=positive_int, default=None,
                    help=f"sequence-steps per finish-suite run, whatever the batch (default "
                         f"{DEFAULTS['seq_steps'][0]}, quick {DEFAULTS['seq_steps'][1]})")
@@ -178,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         "stop": len(cases) * len(ks) * len(impls),
         "finish": len(batches) * 3,
         "setup": len(impls) + 1,
+        "reasoning": 3 * len(args.batches or suites.DEFAULT_REASONING_BATCHES),
         "detokenize": 3 * len(args.vocabs or detok_suite.VOCABS) * len(args.batches or detok_suite.DEFAULT_BATCHES),
     }
     total = sum(per_round[s] for s in chosen) * (repeats + 1)
@@ -202,6 +208,9 @@ def run(args: argparse.Namespace) -> int:
         if "setup" in chosen:
             progress.update(task, description="set-up")
             rows += suites.setup(impls, compiles, repeats, tick)
+        if "reasoning" in chosen:
+            progress.update(task, description="reasoning channels")
+            rows += suites.reasoning(args.batches or suites.DEFAULT_REASONING_BATCHES, seq_steps, repeats, tick)
         if "detokenize" in chosen:
             progress.update(task, description="detokenize + finish")
             try:

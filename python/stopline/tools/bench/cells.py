@@ -22,8 +22,9 @@ def fmt_ns(v: float | None) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
-def fmt_ratio(num: float | None, den: float | None) -> str:
+def fmt_ratio(num: float | None, den: float | None, places: int = 1) -> str:
+    """``num / den`` as ``1.3x`` (``places`` decimals below 100x)."""
     if num is None or den is None or den == 0:
         return "-"
     r = num / den
-    return f"{r:,.0f}x" if r >= 100 else f"{r:.1f}x"
+    return f"{r:,.0f}x" if r >= 100 else f"{r:.{places}f}x"

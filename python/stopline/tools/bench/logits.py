@@ -25,10 +25,15 @@ Columns:
   with vLLM's own processor code (:func:`load_vllm_chain`); left out when
   vLLM's sources are not found;
 - dense scenarios (no bitmask, no allowed ids): ``min`` (min_tokens, 2 stop
-  ids), ``bias`` (16 ``logit_bias`` ids), ``bad`` (the bad words above).
+  ids), ``bias`` (16 ``logit_bias`` ids), ``bad`` (the bad words above);
+- ``forced``: ``all`` with every fourth slot forced to one token id
+  (``LogitsConstraints.force``, a spent thinking budget), one launch; ``forced
+  vs all`` is its time over ``all``'s (issue 21: forced rows should add
+  nothing measurable).
 
 A check per case: stopline's ``bitmask`` output equals xgrammar's, and
-stopline's ``all`` output equals the torch reference (rows <= 256).
+stopline's ``all`` and ``forced`` outputs equal the torch reference (rows <=
+256), each forced row finite at its forced id only.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ QUICK = dict(rows=(1, 64, 1024), vocabs=(128256,), dtypes=("float32", "bfloat16"
 EOS, EOS2 = 2, 0
 BAD_WORDS = [[11], [12], [13], [21, 22], [23, 24, 25], [26, 27]]
 HISTORY = [5, 23, 24]  # [23, 24, 25] fires
+FORCED_ID = 7  # the forced scenario's token (as an end-of-thinking marker id)
+FORCED_EVERY = 4  # slots 1, 5, 9, ... are forced
 ENV_VLLM_SRC = "STOPLINE_VLLM_SRC"
 
 Fn = Callable[[], object]
@@ -220,13 +227,15 @@ def _pack(keep: Any) -> Any:
 class Case:
     """One (rows, vocab, dtype, allowed fraction): tensors, constraint sets, the vLLM chain."""
 
-    def __init__(self, rows: int, V: int, dtype_name: str, frac: float, seed: int = 0):
+    def __init__(self, rows: int, V: int, dtype_name: str, frac: float, seed: int = 0, device: str = "cuda",
+                 backend: str = "auto"):
         import torch
 
         from stopline.logits import LogitsConstraints
 
         self.rows, self.V, self.frac = rows, V, frac
-        dev = "cuda"
+        self.backend = backend  # "triton" on a CPU device runs the kernel under TRITON_INTERPRET=1 (tests)
+        dev = device
         g = torch.Generator().manual_seed(seed)
         gd = torch.Generator(dev).manual_seed(seed)
         dtype = getattr(torch, dtype_name)
@@ -245,6 +254,7 @@ class Case:
         self.plain = LogitsConstraints(rows, V, dev)
         self.params: list[dict[str, Any]] = []
         self.all = LogitsConstraints(rows, V, dev)
+        self.forced = LogitsConstraints(rows, V, dev)
         self.dense = {k: LogitsConstraints(rows, V, dev) for k in ("min", "bias", "bad")}
         for s in range(rows):
             kw: dict[str, Any] = dict(min_tokens=16, stop_token_ids=[EOS, EOS2], bad_words=BAD_WORDS,
@@ -252,8 +262,11 @@ class Case:
             if s % 2 == 0:
                 kw["allowed_token_ids"] = torch.randint(0, V, (4096,), generator=g).tolist() + [EOS]
             self.params.append(kw)
-            self.all.set(s, **kw)
-            self.all.append_tokens(s, HISTORY)
+            for cons in (self.all, self.forced):
+                cons.set(s, **kw)
+                cons.append_tokens(s, HISTORY)
+            if s % FORCED_EVERY == 1:
+                self.forced.force(s, FORCED_ID)
             self.dense["min"].set(s, min_tokens=16, stop_token_ids=[EOS, EOS2])
             self.dense["bias"].set(s, logit_bias=kw["logit_bias"])
             self.dense["bad"].set(s, bad_words=BAD_WORDS)
@@ -266,13 +279,12 @@ class Case:
         return lambda: kernel(self.work, self.bitmask)
 
     def stopline(self, which: str) -> Fn:
-        x, s, p = self.work, self.slots, self.pos
-        if which == "bitmask":
-            return lambda: self.plain.apply(x, s, p, bitmask=self.bitmask)
-        if which == "all":
-            return lambda: self.all.apply(x, s, p, bitmask=self.bitmask)
+        x, s, p, be = self.work, self.slots, self.pos, self.backend
+        if which in ("bitmask", "all", "forced"):
+            cons = {"bitmask": self.plain, "all": self.all, "forced": self.forced}[which]
+            return lambda: cons.apply(x, s, p, bitmask=self.bitmask, backend=be)
         cons = self.dense[which]
-        return lambda: cons.apply(self.fresh, s, p)
+        return lambda: cons.apply(self.fresh, s, p, backend=be)
 
     def vllm(self, chain: dict[str, Any], xgr_apply: Callable[..., None]) -> Fn:
         """The 'all' constraints through vLLM's code, state set up by its own update_state.
@@ -346,6 +358,7 @@ def run_grid(rows: Sequence[int], vocabs: Sequence[int], dtypes: Sequence[str], 
                         rec[name] = time_graph(case.bitmask_only(fn))
                     rec["bitmask"] = time_graph(case.stopline("bitmask"))
                     rec["all"] = time_graph(case.stopline("all"))
+                    rec["forced"] = time_graph(case.stopline("forced"))
                     if chain is not None and xgr:
                         # vLLM's restore (unique_consecutive, boolean indexing) syncs: eager
                         # timing for it, and stopline's 'all' timed the same way beside it.
@@ -365,7 +378,9 @@ def run_grid(rows: Sequence[int], vocabs: Sequence[int], dtypes: Sequence[str], 
 
 
 def _check(case: Case, xgr: dict[str, Callable[..., None]]) -> str:
-    """'ok' when stopline's bitmask-only output equals xgrammar's and its 'all' output the reference's."""
+    """'ok' when stopline's bitmask-only output equals xgrammar's, its 'all' and
+    'forced' outputs the reference's, and each forced row is finite at its
+    forced id alone."""
     import torch
 
     checks = []
@@ -375,14 +390,22 @@ def _check(case: Case, xgr: dict[str, Callable[..., None]]) -> str:
         next(iter(xgr.values()))(b, case.bitmask)
         checks.append(torch.equal(a, b))
     if case.rows <= 256:
-        a, b = case.base.clone(), case.base.clone()
-        ia = case.all.apply(a, case.slots, case.pos, bitmask=case.bitmask, backend="triton")
-        ib = case.all.apply(b, case.slots, case.pos, bitmask=case.bitmask, backend="torch")
-        checks.append(torch.equal(a, b) and torch.equal(ia, ib))
+        outs = {}
+        for name, cons in (("all", case.all), ("forced", case.forced)):
+            a, b = case.base.clone(), case.base.clone()
+            ia = cons.apply(a, case.slots, case.pos, bitmask=case.bitmask, backend="triton")
+            ib = cons.apply(b, case.slots, case.pos, bitmask=case.bitmask, backend="torch")
+            checks.append(torch.equal(a, b) and torch.equal(ia, ib))
+            outs[name] = (a, ia)
+        forced_out, forced_infeasible = outs["forced"]
+        finite = torch.isfinite(forced_out[1::FORCED_EVERY])
+        checks.append(bool(finite[:, FORCED_ID].all()) and int(finite.sum()) == finite.shape[0]
+                      and not bool(forced_infeasible[1::FORCED_EVERY].any()))
     return "ok" if all(checks) else "MISMATCH"
 
 
-COLUMNS = ("copy", "xgr cuda", "xgr triton", "bitmask", "all", "min", "bias", "bad", "all eager", "vllm eager")
+COLUMNS = ("copy", "xgr cuda", "xgr triton", "bitmask", "all", "forced", "min", "bias", "bad", "all eager",
+           "vllm eager")
 
 
 def _best_xgr(r: dict[str, Any]) -> float | None:
@@ -393,8 +416,8 @@ def _best_xgr(r: dict[str, Any]) -> float | None:
 def header() -> str:
     cols = " | ".join(f"{c} us" for c in COLUMNS)
     return (f"| dtype | vocab | rows | allowed | {cols} | bitmask vs best xgr | all vs best xgr | all vs vllm (eager) | "
-            "check |\n"
-            "|---|---:|---:|---:|" + "---:|" * (len(COLUMNS) + 3) + "---|")
+            "forced vs all | check |\n"
+            "|---|---:|---:|---:|" + "---:|" * (len(COLUMNS) + 4) + "---|")
 
 
 def format_row(r: dict[str, Any]) -> str:
@@ -404,8 +427,9 @@ def format_row(r: dict[str, Any]) -> str:
     vs_b = ratio(best, r["bitmask"]) if best else "-"
     vs_a = ratio(best, r["all"]) if best else "-"
     vs_v = f"{r['vllm eager'] / r['all eager']:.2f}x" if "vllm eager" in r else "-"
+    forced = f"{r['forced'] / r['all']:.2f}x" if "forced" in r else "-"
     return (f"| {r['dtype']} | {r['vocab']} | {r['rows']} | {100 * r['frac']:g}% | {cells} | {vs_b} | {vs_a} | "
-            f"{vs_v} | {r['checked']} |")
+            f"{vs_v} | {forced} | {r['checked']} |")
 
 
 def markdown(records: Sequence[dict[str, Any]], notes: dict[str, str]) -> str:

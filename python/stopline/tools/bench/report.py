@@ -4,6 +4,7 @@ and the PNG plot."""
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ class Result:
             if r.suite == suite and (case is None or r.case == case) and r.impl not in seen:
                 seen.append(r.impl)
         return seen
+
+    def paired_ratio(self, suite: str, case: str, size: int, num: str, den: str) -> float | None:
+        """The median over rounds of ``num``'s time over ``den``'s in the same
+        round (side by side, so load that changes between rounds cancels)."""
+        got = {r.impl: r.timing.samples for r in self.rows
+               if (r.suite, r.case, r.size) == (suite, case, size) and r.impl in (num, den)}
+        if len(got) < 2 or not got[num]:
+            return None
+        return statistics.median(a / b for a, b in zip(got[num], got[den]) if b > 0)
 
     def cases(self, suite: str) -> list[str]:
         seen: list[str] = []
@@ -89,6 +99,24 @@ def tables(res: Result) -> list[Table]:
                 for case in res.cases("setup")]
         out.append(Table("Set-up: ns per compile of a 16-string stop list "
                          "(a hit is StopStrings(same list); only stopline caches)", header, rows))
+    if res.cases("reasoning"):
+        case = res.cases("reasoning")[0]
+        rows = []
+        for b in res.sizes("reasoning", case):
+            off = res.get("reasoning", case, b, suites.REASONING_OFF)
+            on = res.get("reasoning", case, b, suites.REASONING_ON)
+            forced = res.get("reasoning", case, b, suites.REASONING_FORCED)
+            on_off = res.paired_ratio("reasoning", case, b, suites.REASONING_ON, suites.REASONING_OFF)
+            forced_off = res.paired_ratio("reasoning", case, b, suites.REASONING_FORCED, suites.REASONING_OFF)
+            rows.append([str(b), fmt_ns(off), fmt_ns(on), fmt_ns(forced), fmt_ratio(on_off, 1.0, 2),
+                         fmt_ratio(forced_off, 1.0, 2)])
+        out.append(Table(
+            "Reasoning channels, ids-only FinishBatch.step (EOS, 2 stop ids, no texts): ns per "
+            "sequence-step", ["batch", "off", "on", "on+forced", "on/off", "forced/off"], rows, [
+                "off: no reasoning markers; on: marker ids, every sequence inside the block; "
+                "on+forced: a thinking budget, forced_token_ids read every step. Times: the median "
+                "of the rounds; ratios: the median of each round's ratio (the three run side by side "
+                "in every round)."]))
     from stopline.tools.bench import detokenize
 
     out += detokenize.tables(res)

@@ -1,5 +1,6 @@
-"""The three CPU suites: stop strings per K, the finish check per batch size,
-and compiling a stop list. Each returns :class:`Row` s measured side by side."""
+"""The CPU suites: stop strings per K, the finish check per batch size,
+compiling a stop list, and the cost of reasoning channels on the ids-only
+batch step. Each returns :class:`Row` s measured side by side."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ FINISH_BATCH_RANGE = "stopline FinishBatch.step, slots=range"
 FINISH_BATCH_NUMPY = "stopline FinishBatch.step, slots=range, token_ids=NumPy"
 FINISH_TRACKERS = "stopline FinishTracker.update"
 FINISH_BASELINE = "baseline FinishBatch.step"
+
+REASONING_CASE = "ids-only FinishBatch.step"
+REASONING_OFF = "without reasoning"
+REASONING_ON = "with reasoning"
+REASONING_FORCED = "with reasoning, reading forced_token_ids"
+DEFAULT_REASONING_BATCHES = (256,)
 
 COMPILE_MISS = "compile 16, cache miss"
 COMPILE_HIT = "compile 16, cache hit"
@@ -185,6 +192,63 @@ def _finish_fns(
         as_arrays = [(np.array(ids, dtype=np.int64), texts) for ids, texts in per_step]
         fns[FINISH_BATCH_NUMPY] = rust_batch(range(batch), as_arrays)
     return {**fns, FINISH_TRACKERS: rust_trackers, FINISH_BASELINE: python}
+
+
+# ---------------------------------------------------------------- reasoning
+
+_REASONING_BASE: dict[str, Any] = {"eos_token_ids": [2], "stop_token_ids": [3, 4], "max_tokens": 1 << 30}
+_REASONING_IDS: dict[str, Any] = {"reasoning_start_id": 5, "reasoning_end_id": 6, "reasoning_starts_in": "reasoning"}
+
+
+def reasoning(
+    batches: Sequence[int],
+    seq_steps: int,
+    repeats: int,
+    tick: Tick | None = None,
+) -> list[Row]:
+    """ns per sequence-step of the ids-only ``FinishBatch.step`` (no
+    vocabulary, no texts; an EOS id and 2 stop ids; the engine reads
+    ``finished_slots`` every step) without reasoning channels, with marker ids
+    and every sequence inside the block (``reasoning_starts_in="reasoning"``,
+    so each row's channel split is computed), and with a thinking budget whose
+    ``forced_token_ids`` the engine reads every step (issue 21 sets the ratio
+    it aims at; docs/benchmarks.md judges it). Ids never hit EOS, a
+    stop id or a marker, so every sequence runs to the end."""
+    rows = []
+    for batch in batches:
+        steps = max(seq_steps // batch, 4)
+        per_step = [[100 + (s * 31 + k) % 30_000 for s in range(batch)] for k in range(steps)]
+        fns = {
+            REASONING_OFF: _reasoning_run(per_step, {}, False),
+            REASONING_ON: _reasoning_run(per_step, _REASONING_IDS, False),
+            REASONING_FORCED: _reasoning_run(per_step, {**_REASONING_IDS, "max_reasoning_tokens": 1 << 30}, True),
+        }
+        for name, t in time_side_by_side(fns, repeats, tick).items():
+            rows.append(Row("reasoning", REASONING_CASE, batch, name, t, "ns/seq-step", {"steps": steps}))
+    return rows
+
+
+def _reasoning_run(per_step: list[list[int]], extra: dict[str, Any], forced: bool) -> Callable[[], int]:
+    """One timed run: a fresh batch of ``len(per_step[0])`` sequences, every step."""
+    batch = len(per_step[0])
+    slots = list(range(batch))
+    params = stopline.StopParams(**_REASONING_BASE, **extra)
+
+    def run() -> int:
+        b = stopline.FinishBatch(batch)
+        for s in slots:
+            b.add(s, params)
+        done = 0
+        for ids in per_step:
+            r = b.step(slots, ids)
+            done += len(r.finished_slots)
+            if forced:
+                done += r.forced_token_ids.count(None)
+        if extra and b.result(0).channel != "reasoning":  # the measured path is the channel split
+            raise RuntimeError("reasoning bench: sequences left the reasoning block")
+        return batch * len(per_step)
+
+    return run
 
 
 # ------------------------------------------------------------------- set-up
