@@ -127,7 +127,9 @@ def replay(
 # ------------------------------------------------------------ vocabulary --
 
 _VOCAB_CACHE_SIZE = 8
-_vocab_cache: OrderedDict[int, tuple[Any, Vocabulary | None]] = OrderedDict()
+# id(backend) -> (backend kept alive so its id is never reused, its size with
+# added tokens so a tokenizer that gained tokens is rebuilt, the vocabulary).
+_vocab_cache: OrderedDict[int, tuple[Any, int, Vocabulary | None]] = OrderedDict()
 _vocab_lock = threading.Lock()
 
 
@@ -135,26 +137,36 @@ def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
     """stopline's :class:`~stopline.Vocabulary` for a fast tokenizer
     (``transformers``' ``PreTrainedTokenizerFast`` or a
     ``tokenizers.Tokenizer``), built from its ``tokenizer.json``
-    (``to_str()``), or ``None`` when the core refuses its decoder or the
-    tokenizer has no ``tokenizer.json`` (docs/semantics.md 10.1). Built once
-    per tokenizer object: the last 8 are kept (with the tokenizer, so an id is
-    never reused)."""
+    (``to_str()``), or ``None`` when the core refuses its decoder
+    (docs/semantics.md 10.1: ``BPEDecoder``, ``CTC``, a regex ``Replace``...)
+    or the tokenizer has no ``tokenizer.json`` (a slow tokenizer). Built once
+    per tokenizer object and size (tens to hundreds of ms for a 100k-256k
+    vocabulary); the last 8 are kept.
+
+    Raises:
+        ValueError: the tokenizer's JSON breaks a ``Vocabulary`` cap
+            (docs/errors.md), which a fallback decoder would not fix.
+    """
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    to_str, size_of = getattr(backend, "to_str", None), getattr(backend, "get_vocab_size", None)
+    if not callable(to_str):
+        return None
+    size = int(size_of(with_added_tokens=True)) if callable(size_of) else -1
     key = id(backend)
     with _vocab_lock:
         hit = _vocab_cache.get(key)
-        if hit is not None:
+        if hit is not None and hit[0] is backend and hit[1] == size:
             _vocab_cache.move_to_end(key)
-            return hit[1]
-    to_str = getattr(backend, "to_str", None)
-    vocab: Vocabulary | None = None
-    if callable(to_str):
-        try:
-            vocab = Vocabulary.from_str(to_str())
-        except ValueError:
-            vocab = None
+            return hit[2]
+    try:
+        vocab: Vocabulary | None = Vocabulary.from_str(to_str())
+    except ValueError as exc:
+        if "unsupported decoder" not in str(exc):
+            raise
+        vocab = None
     with _vocab_lock:
-        _vocab_cache[key] = (backend, vocab)
+        _vocab_cache[key] = (backend, size, vocab)
+        _vocab_cache.move_to_end(key)
         while len(_vocab_cache) > _VOCAB_CACHE_SIZE:
             _vocab_cache.popitem(last=False)
     return vocab

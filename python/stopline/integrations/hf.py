@@ -45,6 +45,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .. import FinishBatch, StepResult, StopParams, Vocabulary
 from .._caps import field_error
+from ..engines._common import vocabulary_for as engines_vocabulary_for
 from ..logits import LogitsConstraints
 
 __all__ = ["FinishCriteria", "ConstraintsProcessor", "vocabulary_for"]
@@ -140,29 +141,16 @@ class _RowTracker:
         return new
 
 
-_VOCABULARIES: dict[int, tuple[Any, int, Vocabulary | None]] = {}
-"""Built vocabularies by ``id`` of the ``tokenizers.Tokenizer`` they came from
-(the tokenizer kept alive beside them, so its id cannot be reused), with its
-size including added tokens (a tokenizer that gained tokens is rebuilt).
-``None`` records a decoder the core refuses. At most ``_VOCABULARY_CACHE``
-entries, the oldest dropped first."""
-_VOCABULARY_CACHE = 8
-
-
 def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
     """The :class:`stopline.Vocabulary` of a ``tokenizers.Tokenizer`` (or a fast
-    ``transformers`` tokenizer's ``backend_tokenizer``), built once from its JSON
-    (``Tokenizer.to_str()``) and cached per tokenizer object; ``None`` when the
-    core refuses its decoder (semantics.md 10.1: ``BPEDecoder``, ``CTC``, a regex
-    ``Replace``...).
-
-    Building takes about as long as parsing the tokenizer.json (tens to hundreds
-    of ms for a 100k-256k vocabulary); later ``FinishCriteria`` on the same
-    tokenizer reuse it.
+    ``transformers`` tokenizer's ``backend_tokenizer``), built once and cached
+    per tokenizer object (:func:`stopline.engines.vocabulary_for`); ``None``
+    when the core refuses its decoder (semantics.md 10.1: ``BPEDecoder``,
+    ``CTC``, a regex ``Replace``...).
 
     Raises:
         ValueError: the tokenizer's JSON breaks a ``Vocabulary`` cap (size,
-            ids); ``TypeError``: not a tokenizer.
+            ids); ``TypeError``: not a fast tokenizer.
     """
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not hasattr(backend, "to_str") or not hasattr(backend, "get_vocab_size"):
@@ -172,20 +160,7 @@ def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
             f"tokenizer must be a fast transformers tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}",
             "wrong_type",
         )
-    size = int(backend.get_vocab_size(with_added_tokens=True))
-    hit = _VOCABULARIES.get(id(backend))
-    if hit is not None and hit[0] is backend and hit[1] == size:
-        return hit[2]
-    try:
-        vocab: Vocabulary | None = Vocabulary.from_str(backend.to_str())
-    except ValueError as exc:
-        if "unsupported decoder" not in str(exc):
-            raise
-        vocab = None
-    if len(_VOCABULARIES) >= _VOCABULARY_CACHE:
-        del _VOCABULARIES[next(iter(_VOCABULARIES))]
-    _VOCABULARIES[id(backend)] = (backend, size, vocab)
-    return vocab
+    return engines_vocabulary_for(backend)
 
 
 class _StreamDecoder:
