@@ -1,0 +1,102 @@
+"""Defects found by the issue-21 probe (reasoning keywords, tool-call spans,
+the engine readers, replay), each a strict xfail naming the defect, so the
+fix turns it into a plain test. Expected behaviour: docs/errors.md (bad input
+gets a stopline error naming the field and value) and docs/semantics.md 11."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+
+import stopline
+from stopline import baseline
+from stopline.compat import vllm_reasoning
+from stopline.engines import reasoning_from_markers
+from stopline.replay import load_trace
+
+
+def _word_tokenizer() -> Tokenizer:
+    return Tokenizer(WordLevel({"<a>": 0, "<b>": 1, "x": 2}, unk_token="x"))
+
+
+@pytest.mark.xfail(strict=True, reason="tool_call_markers with a lone surrogate raises TypeError "
+                                       "'tool_call_markers[0][0] must be a str, got str'")
+def test_tool_call_marker_lone_surrogate_is_a_value_error_naming_the_element() -> None:
+    # As stop[i] (docs/errors.md row 72): a ValueError naming the element.
+    with pytest.raises(stopline.StoplineValueError) as e:
+        stopline.StopParams(tool_call_markers=[("\ud800", "</t>")])
+    assert e.value.field is not None and e.value.field.startswith("tool_call_markers[0]")
+    assert "not valid Unicode" in str(e.value)
+
+
+@pytest.mark.xfail(strict=True, reason="reasoning_end with a lone surrogate raises a bare UnicodeEncodeError "
+                                       "without field (stop[i] gives StoplineValueError lone_surrogate)")
+def test_reasoning_marker_lone_surrogate_is_a_stopline_value_error() -> None:
+    with pytest.raises(stopline.StoplineValueError) as e:
+        stopline.StopParams(reasoning_end="\ud800")
+    assert e.value.field == "reasoning_end"
+
+
+@pytest.mark.xfail(strict=True, reason="stopline replay drops the field of a wrong-typed reasoning "
+                                       "param: 'invalid params: 'int' object is not an instance of 'str''")
+def test_replay_names_the_field_of_a_wrong_typed_reasoning_param(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    line = {"id": "r0", "params": {"reasoning_end": 5}, "steps": [{"ids": [1], "texts": ["a"]}]}
+    path.write_text(json.dumps(line) + "\n")
+    requests, problems = load_trace(path)
+    assert requests == [] and len(problems) == 1
+    assert "reasoning_end" in problems[0]
+
+
+@pytest.mark.xfail(strict=True, reason="vllm_reasoning with tokenizer= and a negative id in the config "
+                                       "raises the tokenizer's bare OverflowError, naming no field")
+def test_vllm_reasoning_negative_config_id_names_the_field() -> None:
+    config = SimpleNamespace(enabled=True, reasoning_start_token_ids=[0], natural_reasoning_end_token_ids=[-6])
+    with pytest.raises(ValueError) as e:
+        vllm_reasoning(config, tokenizer=_word_tokenizer())
+    assert "natural_reasoning_end_token_ids" in str(e.value)
+
+
+@pytest.mark.xfail(strict=True, reason="vllm_reasoning with tokenizer= and an id outside the tokenizer "
+                                       "reports 'reasoning_end is an empty string' (the id decodes to '')")
+def test_vllm_reasoning_id_outside_the_tokenizer_names_the_config_field() -> None:
+    config = SimpleNamespace(enabled=True, reasoning_start_token_ids=[0], natural_reasoning_end_token_ids=[50])
+    with pytest.raises(ValueError) as e:
+        vllm_reasoning(config, tokenizer=_word_tokenizer())
+    assert "natural_reasoning_end_token_ids" in str(e.value) and "50" in str(e.value)
+
+
+@pytest.mark.xfail(strict=True, reason="vllm_reasoning('qwen3', ...) (a parser name passed positionally "
+                                       "as vllm_config) silently returns None: reasoning off")
+def test_vllm_reasoning_rejects_a_str_as_vllm_config() -> None:
+    with pytest.raises(TypeError):
+        vllm_reasoning("qwen3", tokenizer=_word_tokenizer())
+
+
+@pytest.mark.xfail(strict=True, reason="reasoning_from_markers(tokenizer=None) raises a bare AttributeError "
+                                       "('NoneType' object has no attribute 'encode')")
+def test_reasoning_from_markers_without_a_tokenizer_names_it() -> None:
+    with pytest.raises(TypeError) as e:
+        reasoning_from_markers("<think>", "</think>", None)
+    assert "tokenizer" in str(e.value)
+
+
+@pytest.mark.xfail(strict=True, reason="baseline.StopParams(tool_call_markers=None) raises TypeError "
+                                       "while the core (and the stub's `| None = None`) accept None")
+def test_baseline_accepts_none_tool_call_markers_as_the_core_does() -> None:
+    for impl in (stopline, baseline):
+        p = impl.StopParams(tool_call_markers=None, tool_call_marker_ids=None)
+        assert list(p.tool_call_markers) == []
+
+
+@pytest.mark.xfail(strict=True, reason="baseline.StopParams accepts tool_call_marker_ids ids >= 2**32 "
+                                       "that the core rejects (differential oracle disagrees on acceptance)")
+def test_baseline_rejects_a_span_marker_id_over_2_32_as_the_core_does() -> None:
+    for impl in (stopline, baseline):
+        with pytest.raises(ValueError):
+            impl.StopParams(tool_call_marker_ids=[(2**64, 2)])
