@@ -100,3 +100,20 @@ def test_baseline_rejects_a_span_marker_id_over_2_32_as_the_core_does() -> None:
     for impl in (stopline, baseline):
         with pytest.raises(ValueError):
             impl.StopParams(tool_call_marker_ids=[(2**64, 2)])
+
+
+@pytest.mark.xfail(strict=True, reason="compat helpers with reasoning= not a Reasoning (e.g. 'qwen3') raise a bare "
+                                       "AttributeError (\"'str' object has no attribute 'ids_check'\")")
+def test_compat_helpers_reject_a_reasoning_that_is_not_a_reasoning() -> None:
+    from stopline import compat
+
+    calls = [
+        lambda: compat.vllm_check_stop([10, 5], num_prompt_tokens=3, max_model_len=100, max_tokens=20,
+                                       reasoning="qwen3"),  # type: ignore[arg-type]
+        lambda: compat.sglang_check_finished([10, 5], max_new_tokens=10, reasoning="qwen3"),  # type: ignore[arg-type]
+        lambda: compat.vllm_detokenizer_stop(["a", "b"], stop=["b"], reasoning="qwen3"),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(TypeError) as e:
+            call()
+        assert "reasoning" in str(e.value)
