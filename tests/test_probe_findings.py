@@ -117,3 +117,15 @@ def test_compat_helpers_reject_a_reasoning_that_is_not_a_reasoning() -> None:
         with pytest.raises(TypeError) as e:
             call()
         assert "reasoning" in str(e.value)
+
+
+@pytest.mark.xfail(strict=True, reason="baseline.StopParams accepts reasoning_end_id=-1 / 1.5 / True / 2**64 and "
+                                       "reasoning markers over max_marker_bytes, all of which the core rejects")
+@pytest.mark.parametrize("kw", [
+    {"reasoning_end_id": -1}, {"reasoning_end_id": 1.5}, {"reasoning_end_id": True},
+    {"reasoning_end_id": 2**64}, {"reasoning_end": "x" * 1025},
+], ids=["negative", "float", "bool", "huge", "over_cap"])
+def test_baseline_validates_reasoning_markers_as_the_core_does(kw: dict[str, object]) -> None:
+    for impl in (stopline, baseline):
+        with pytest.raises((ValueError, TypeError)):
+            impl.StopParams(**kw)
