@@ -129,3 +129,10 @@ def test_baseline_validates_reasoning_markers_as_the_core_does(kw: dict[str, obj
     for impl in (stopline, baseline):
         with pytest.raises((ValueError, TypeError)):
             impl.StopParams(**kw)
+
+
+@pytest.mark.xfail(strict=True, reason="a 2-character str as a tool_call_markers pair is split into two one-character "
+                                       "markers (['{}'] opens a span at every '{'): a bare str should be refused as for stop")
+def test_a_str_is_not_a_tool_call_marker_pair() -> None:
+    with pytest.raises(TypeError):
+        stopline.StopParams(tool_call_markers=["{}"])  # type: ignore[list-item]
