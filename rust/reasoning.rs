@@ -1515,7 +1515,7 @@ mod tests {
         assert_eq!(t.finish().unwrap().reason, FinishReason::Length);
         assert_eq!(t.channel(), Some(Channel::Reasoning));
         let r = t.channel_ranges(st.text_delta, st.token_ids_delta).unwrap();
-        assert_eq!(r.reasoning_text, [0..3]);
+        assert_eq!(r.reasoning_text, vec![Range { start: 0, end: 3 }]);
         assert!(r.content_text.iter().all(|c| c.is_empty()));
     }
 
