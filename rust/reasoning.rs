@@ -944,7 +944,7 @@ impl Channels {
 
     /// The id a budget forces now: with the block open, the `i`-th id of
     /// the end marker `i` steps after the count reached the budget (vLLM's
-    /// `ThinkingTokenBudgetLogitsProcessor` forces them one per step).
+    /// `ThinkingBudgetStateHolder` forces them one per step).
     #[inline]
     pub(crate) fn forced(&self, kept_tokens: usize) -> Option<u32> {
         let budget = self.budget?;
