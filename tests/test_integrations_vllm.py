@@ -705,6 +705,25 @@ def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker(deepseek, phr
     assert forced == [*okay, end, None]
 
 
+@pytest.mark.parametrize("opened", [False, True])
+def test_thinking_budget_counts_a_start_marker_inside_the_block(deepseek, opened):
+    """A `<think>` met again inside the open block is a marker for the
+    channels and still one thinking token for the budget, as vLLM counts
+    it (its start position stays the first start's)."""
+    think, end = deepseek.convert_tokens_to_ids(["<think>", "</think>"])
+    rc = reasoning_config([think], [end])
+    prompt = deepseek.encode("User: hi\nAssistant:", add_special_tokens=False)
+    stream = [100, think, 101, think, 102, 103, 104]
+    if opened:
+        prompt += [think]
+    else:
+        stream = [think, *stream]
+    sp = SamplingParams(thinking_token_budget=4, max_tokens=50)
+    forced = run_budget(StoplineBuiltinsProcessor, rc, sp, prompt, lambda i: stream[i], 6,
+                        vllm_reasoning(rc, tokenizer=deepseek), len(deepseek))
+    assert forced == ([None] * 4 + [end, None] if opened else [None] * 5 + [end])
+
+
 def test_bad_reasoning_configuration_names_the_field(deepseek, smollm2):
     with pytest.raises(ValueError, match="reasoning_parser='nope'") as e:
         vllm_reasoning(reasoning_parser="nope", tokenizer=deepseek)
