@@ -158,6 +158,9 @@ pub struct Reasoning {
     /// Per state: whether an awaited marker has text (else the text
     /// automaton is skipped).
     await_text: Vec<bool>,
+    /// Per state: the bytes that start an awaited marker text (with no
+    /// marker under way, the automata skip every other byte).
+    first_bytes: Vec<[bool; 256]>,
     /// Per channel (`Channel::index`).
     stops: [Option<Share<StopStrings>>; 2],
     regexes: [Option<Share<StopRegexes>>; 2],
@@ -563,6 +566,22 @@ impl Reasoning {
             .iter()
             .map(|a| a.iter().any(|&w| marker_at(w)))
             .collect();
+        let first_bytes = awaits
+            .iter()
+            .map(|a| {
+                let mut set = [false; 256];
+                for &w in a {
+                    if let Some(&b) = marker_of(&spec, w)
+                        .text
+                        .as_deref()
+                        .and_then(|t| t.as_bytes().first())
+                    {
+                        set[usize::from(b)] = true;
+                    }
+                }
+                set
+            })
+            .collect();
         let end_ids = if spec.end_ids.is_empty() {
             spec.end.token_id.into_iter().collect()
         } else {
@@ -581,6 +600,7 @@ impl Reasoning {
             fail,
             awaits,
             await_text,
+            first_bytes,
             stops,
             regexes,
         })
@@ -1182,6 +1202,15 @@ impl Channels {
             let state = self.state();
             if !spec.await_text[state] {
                 break;
+            }
+            if self.partial == 0 {
+                // No marker under way (every automaton at 0): skip to a byte
+                // that starts one.
+                let first = &spec.first_bytes[state];
+                match bytes[i..].iter().position(|&b| first[usize::from(b)]) {
+                    Some(d) => i += d,
+                    None => break,
+                }
             }
             let b = bytes[i];
             i += 1;
