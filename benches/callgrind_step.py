@@ -20,7 +20,9 @@ target; benches/bench_reasoning.py times the two); ``vocab`` the ids-only
 step of a batch with the SmolLM2 ``Vocabulary`` (each slot decodes its ids);
 ``ids-spans`` / ``lists-spans``: ``ids`` / ``lists`` with tool-call span
 markers (ids ``(5, 6)`` / texts ``<tool_call>``, ``</tool_call>``; no span
-ever opens), the cost of configuring spans (docs/semantics.md 11.10).
+ever opens), the cost of configuring spans (docs/semantics.md 11.10);
+``lists-reasoning``: ``lists`` with reasoning marker texts, every sequence
+inside the block and every stop scoped ``any`` (the text-marker channel path).
 """
 
 from __future__ import annotations
@@ -36,8 +38,13 @@ BATCH, STEPS = 256, 50
 
 def main(mode: str) -> int:
     pieces = list(data.text_pieces(200_000)[0])
-    spans = {"tool_call_markers": [("<tool_call>", "</tool_call>")]} if mode == "lists-spans" else {}
-    params = stopline.StopParams(**finish_params(pieces), **spans)  # type: ignore[arg-type]
+    extra: dict[str, object] = {}
+    if mode == "lists-spans":
+        extra = {"tool_call_markers": [("<tool_call>", "</tool_call>")]}
+    if mode == "lists-reasoning":
+        extra = {"reasoning_start": "<think>", "reasoning_end": "</think>", "reasoning_starts_in": "reasoning",
+                 "stop_scopes": "any"}
+    params = stopline.StopParams(**finish_params(pieces), **extra)  # type: ignore[arg-type]
     done = 0
     if mode == "vocab":
         from stopline.tools.models import smollm2_tokenizer_dir

@@ -528,10 +528,15 @@ impl Problem {
                 if let Some(i) = index {
                     write!(f, "[{i}]")?;
                 }
-                write!(
-                    f,
-                    "={shown} overlaps {other}; a stop string may not contain a marker (it could never match), and a marker id may not be a stop or EOS id"
-                )
+                let why = if other.starts_with("reasoning_start")
+                    && field.starts_with("reasoning_end")
+                {
+                    // Both are awaited inside the block.
+                    "the start and end markers must differ, and neither text may contain the other"
+                } else {
+                    "a stop string may not contain a marker (it could never match), and a marker id may not be a stop or EOS id"
+                };
+                write!(f, "={shown} overlaps {other}; {why}")
             }
             Problem::NotASequence { expected, got } => {
                 write!(f, "{field}: expected {expected}, got {got}")

@@ -158,6 +158,9 @@ pub struct Reasoning {
     /// Per state: whether an awaited marker has text (else the text
     /// automaton is skipped).
     await_text: Vec<bool>,
+    /// Per state: the bytes that start an awaited marker text (with no
+    /// marker under way, the automata skip every other byte).
+    first_bytes: Vec<[bool; 256]>,
     /// Per channel (`Channel::index`).
     stops: [Option<Share<StopStrings>>; 2],
     regexes: [Option<Share<StopRegexes>>; 2],
@@ -435,7 +438,12 @@ impl Reasoning {
                 },
             ));
         }
-        let same_text = spec.start.text.is_some() && spec.start.text == spec.end.text;
+        // Both are awaited inside the block: one within the other would make
+        // the first match ambiguous.
+        let same_text = match (spec.start.text.as_deref(), spec.end.text.as_deref()) {
+            (Some(a), Some(b)) => a.contains(b) || b.contains(a),
+            _ => false,
+        };
         let same_id = spec.start.token_id.is_some() && spec.start.token_id == spec.end.token_id;
         if same_text || same_id {
             let (field, shown) = if same_text {
@@ -547,12 +555,32 @@ impl Reasoning {
             .filter(|_| !spec.start.is_empty())
             .chain(span_starts.clone())
             .collect();
-        let mut awaits = vec![before, vec![1], span_starts.collect()];
+        // Inside the block a start marker met again is a marker too.
+        let inside = std::iter::once(1)
+            .chain(std::iter::once(0).filter(|_| !spec.start.is_empty()))
+            .collect();
+        let mut awaits = vec![before, inside, span_starts.collect()];
         awaits.extend((0..spec.spans.len()).map(|i| vec![3 + 2 * i]));
         let marker_at = |w: usize| marker_of(&spec, w).text.is_some();
         let await_text = awaits
             .iter()
             .map(|a| a.iter().any(|&w| marker_at(w)))
+            .collect();
+        let first_bytes = awaits
+            .iter()
+            .map(|a| {
+                let mut set = [false; 256];
+                for &w in a {
+                    if let Some(&b) = marker_of(&spec, w)
+                        .text
+                        .as_deref()
+                        .and_then(|t| t.as_bytes().first())
+                    {
+                        set[usize::from(b)] = true;
+                    }
+                }
+                set
+            })
             .collect();
         let end_ids = if spec.end_ids.is_empty() {
             spec.end.token_id.into_iter().collect()
@@ -572,6 +600,7 @@ impl Reasoning {
             fail,
             awaits,
             await_text,
+            first_bytes,
             stops,
             regexes,
         })
@@ -730,11 +759,13 @@ pub(crate) struct Hit {
     pub by_regex: bool,
 }
 
-/// Byte ranges (into the kept text) and token ranges of one channel.
+/// Byte ranges (into the kept text) and token ranges of the two channels.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChannelRanges {
-    pub reasoning_text: Range<usize>,
-    pub reasoning_tokens: Range<usize>,
+    /// The reasoning, in order: one range, or more when start markers met
+    /// inside the block cut it (markers not kept).
+    pub reasoning_text: Vec<Range<usize>>,
+    pub reasoning_tokens: Vec<Range<usize>>,
     /// Content before the reasoning block and after it.
     pub content_text: [Range<usize>; 2],
     pub content_tokens: [Range<usize>; 2],
@@ -761,6 +792,9 @@ pub(crate) struct Channels {
     bytes: [usize; 4],
     /// The same four boundaries as token indices.
     tokens: [usize; 4],
+    /// Start markers met again inside the block, in output order: byte
+    /// range and token range (marker tokens, maybe empty) of each.
+    inner: Vec<[Range<usize>; 2]>,
     /// `(token index, code point where its text starts)` of the tokens since
     /// the held partial marker was last empty: the tokens it may overlap.
     recent: Vec<(usize, usize)>,
@@ -810,6 +844,28 @@ fn clip(r: Range<usize>, lo: usize, hi: usize) -> Range<usize> {
     }
 }
 
+/// `r` without the sorted, disjoint `holes`: its non-empty pieces in order.
+fn cut<'a>(r: Range<usize>, holes: impl Iterator<Item = &'a Range<usize>>) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut from = r.start;
+    for h in holes {
+        if h.end <= from || h.is_empty() {
+            continue;
+        }
+        if h.start >= r.end {
+            break;
+        }
+        if from < h.start {
+            out.push(from..h.start);
+        }
+        from = h.end;
+    }
+    if from < r.end {
+        out.push(from..r.end);
+    }
+    out
+}
+
 /// `kept[a..] + piece[..]` seen as one text: its slice `[a, b)`.
 fn joined<'a>(
     scratch: &'a mut String,
@@ -855,6 +911,7 @@ impl Channels {
             base: [0, 0],
             bytes: [UNSET; 4],
             tokens: [UNSET; 4],
+            inner: Vec::new(),
             recent: Vec::new(),
             prompt_reasoning: 0,
             scratch: String::new(),
@@ -905,9 +962,9 @@ impl Channels {
         }
     }
 
-    /// The id a budget forces now: with the block open and `used` tokens
-    /// past the budget, the `used`-th id of the end marker (vLLM's
-    /// `ThinkingTokenBudgetLogitsProcessor` forces them one per step).
+    /// The id a budget forces now: with the block open, the `i`-th id of
+    /// the end marker `i` steps after the count reached the budget (vLLM's
+    /// `ThinkingBudgetStateHolder` forces them one per step).
     #[inline]
     pub(crate) fn forced(&self, kept_tokens: usize) -> Option<u32> {
         let budget = self.budget?;
@@ -915,7 +972,10 @@ impl Channels {
             return None;
         }
         let count = self.reasoning_tokens(kept_tokens) as u64;
-        let used = count.checked_sub(budget)?;
+        // Forcing starts once the count reaches the budget, or at once when
+        // the prompt alone spent it: vLLM's ThinkingBudgetStateHolder then
+        // forces the end ids from the first output token on.
+        let used = count.checked_sub(budget.max(self.prompt_reasoning as u64))?;
         let i = usize::try_from(used).ok()?;
         self.spec.spec.end_ids.get(i).copied()
     }
@@ -1020,6 +1080,12 @@ impl Channels {
     fn enter(&mut self, w: usize, at: &Cut<'_>, start: usize, end: usize) {
         let c1 = at.chars_at(end);
         match w {
+            // A start marker again inside the block: a marker, the block
+            // stays open.
+            0 if self.phase == Phase::Inside => {
+                let tokens = self.marker_tokens(at, start, end);
+                self.inner.push([start..end, tokens]);
+            }
             0 | 1 => self.enter_block(at, start, end),
             // A span opens: its text reaches no matcher (restarted at its
             // end).
@@ -1032,6 +1098,22 @@ impl Channels {
     /// Records the reasoning marker at bytes `[start, end)` of `kept +
     /// piece`, found in token `at.k`, and enters the next phase.
     fn enter_block(&mut self, at: &Cut<'_>, start: usize, end: usize) {
+        let tokens = self.marker_tokens(at, start, end);
+        let (slot, next) = match self.phase {
+            Phase::Before => (0, Phase::Inside),
+            _ => (2, Phase::After),
+        };
+        self.bytes[slot] = start;
+        self.bytes[slot + 1] = end;
+        self.tokens[slot] = tokens.start;
+        self.tokens[slot + 1] = tokens.end;
+        self.phase = next;
+    }
+
+    /// The marker tokens of a marker at bytes `[start, end)` of `kept +
+    /// piece`, found in token `at.k`: the tokens whose text lies wholly
+    /// inside it.
+    fn marker_tokens(&self, at: &Cut<'_>, start: usize, end: usize) -> Range<usize> {
         let Cut {
             kept,
             kept_chars,
@@ -1058,15 +1140,7 @@ impl Channels {
             .map_or(kept_chars, |&(_, start)| start);
         let hi = k + usize::from(end == n + piece.len());
         let lo = (first + usize::from(first_start < c0)).min(hi);
-        let (slot, next) = match self.phase {
-            Phase::Before => (0, Phase::Inside),
-            _ => (2, Phase::After),
-        };
-        self.bytes[slot] = start;
-        self.bytes[slot + 1] = end;
-        self.tokens[slot] = lo;
-        self.tokens[slot + 1] = hi;
-        self.phase = next;
+        lo..hi
     }
 
     /// Takes token `k` (not yet kept) with its `piece` (`""` when its text
@@ -1129,6 +1203,15 @@ impl Channels {
             if !spec.await_text[state] {
                 break;
             }
+            if self.partial == 0 {
+                // No marker under way (every automaton at 0): skip to a byte
+                // that starts one.
+                let first = &spec.first_bytes[state];
+                match bytes[i..].iter().position(|&b| first[usize::from(b)]) {
+                    Some(d) => i += d,
+                    None => break,
+                }
+            }
             let b = bytes[i];
             i += 1;
             let mut longest = 0;
@@ -1177,7 +1260,14 @@ impl Channels {
         let (r0, r1) = if self.keep_markers { (0, 3) } else { (1, 2) };
         let within =
             |r: &Range<usize>, lo: usize, hi: usize| r.is_empty() || (lo <= r.start && r.end <= hi);
-        if within(text, b[r0], b[r1]) && within(tokens, t[r0], t[r1]) {
+        // Past the last start marker met inside the block (if any), or it
+        // is kept: nothing to cut out of the reasoning.
+        let uncut = self.keep_markers
+            || self
+                .inner
+                .last()
+                .map_or(true, |[x, y]| x.end <= text.start && y.end <= tokens.start);
+        if uncut && within(text, b[r0], b[r1]) && within(tokens, t[r0], t[r1]) {
             return Some(Channel::Reasoning);
         }
         let content =
@@ -1191,9 +1281,15 @@ impl Channels {
         let keep = self.spec.spec.keep_markers;
         let (b, t) = (&self.bytes, &self.tokens);
         let (r0, r1) = if keep { (0, 3) } else { (1, 2) };
+        let holes = |side: usize| {
+            self.inner
+                .iter()
+                .filter(move |_| !keep)
+                .map(move |m| &m[side])
+        };
         ChannelRanges {
-            reasoning_text: clip(text.clone(), b[r0], b[r1]),
-            reasoning_tokens: clip(tokens.clone(), t[r0], t[r1]),
+            reasoning_text: cut(clip(text.clone(), b[r0], b[r1]), holes(0)),
+            reasoning_tokens: cut(clip(tokens.clone(), t[r0], t[r1]), holes(1)),
             content_text: [clip(text.clone(), 0, b[0]), clip(text, b[3], UNSET)],
             content_tokens: [clip(tokens.clone(), 0, t[0]), clip(tokens, t[3], UNSET)],
         }
@@ -1266,9 +1362,12 @@ mod tests {
 
     fn collect(t: &FinishTracker, text: Range<usize>, tokens: Range<usize>, s: &mut Streamed) {
         let r = t.channel_ranges(text.clone(), tokens.clone()).unwrap();
-        s.reasoning.push_str(&t.text()[r.reasoning_text]);
-        s.reasoning_ids
-            .extend_from_slice(&t.token_ids()[r.reasoning_tokens]);
+        for x in r.reasoning_text {
+            s.reasoning.push_str(&t.text()[x]);
+        }
+        for y in r.reasoning_tokens {
+            s.reasoning_ids.extend_from_slice(&t.token_ids()[y]);
+        }
         for (x, y) in r.content_text.into_iter().zip(r.content_tokens) {
             s.content.push_str(&t.text()[x]);
             s.content_ids.extend_from_slice(&t.token_ids()[y]);
@@ -1319,11 +1418,18 @@ mod tests {
         let all = t
             .channel_ranges(0..t.text().len(), 0..t.token_ids().len())
             .unwrap();
-        assert_eq!(s.reasoning, &t.text()[all.reasoning_text.clone()]);
-        assert_eq!(
-            s.reasoning_ids,
-            &t.token_ids()[all.reasoning_tokens.clone()]
-        );
+        let joined: String = all
+            .reasoning_text
+            .iter()
+            .map(|x| &t.text()[x.clone()])
+            .collect();
+        assert_eq!(s.reasoning, joined);
+        let joined_ids: Vec<u32> = all
+            .reasoning_tokens
+            .iter()
+            .flat_map(|y| t.token_ids()[y.clone()].iter().copied())
+            .collect();
+        assert_eq!(s.reasoning_ids, joined_ids);
         assert_eq!(
             (s.text.as_str(), s.ids.as_slice()),
             (t.text(), t.token_ids())
@@ -1438,7 +1544,7 @@ mod tests {
         assert_eq!(t.finish().unwrap().reason, FinishReason::Length);
         assert_eq!(t.channel(), Some(Channel::Reasoning));
         let r = t.channel_ranges(st.text_delta, st.token_ids_delta).unwrap();
-        assert_eq!(&t.text()[r.reasoning_text], "abc");
+        assert_eq!(r.reasoning_text, vec![Range { start: 0, end: 3 }]);
         assert!(r.content_text.iter().all(|c| c.is_empty()));
     }
 
@@ -1522,6 +1628,92 @@ mod tests {
             .unwrap()
             .to_string()
             .starts_with("reasoning_end_ids is required"));
+    }
+
+    #[test]
+    fn thinking_budget_spent_by_the_prompt_forces_the_end_marker_at_once() {
+        // vLLM's ThinkingBudgetStateHolder: a prompt that opened the block
+        // with more thinking tokens than the budget forces the end ids from
+        // the first output token on, one per step.
+        let p = params(
+            &[],
+            spec(|s| {
+                s.end_ids = vec![40, 41];
+                s.max_reasoning_tokens = Some(0);
+            }),
+            |_| {},
+        )
+        .unwrap();
+        let mut t = FinishTracker::with_prompt(p, PromptState::Open { tokens_after: 3 }).unwrap();
+        let mut forced = vec![t.forced_token_id()];
+        for (id, piece) in [(40, "</"), (41, "think>"), (7, "x")] {
+            t.update(&[id], Some(&[piece]), None).unwrap();
+            forced.push(t.forced_token_id());
+        }
+        assert_eq!(forced, [Some(40), Some(41), None, None]);
+        assert_eq!(t.channel(), Some(Channel::Content));
+    }
+
+    #[test]
+    fn a_start_marker_again_inside_the_block_is_a_marker() {
+        // DeepSeek-R1-0528 / Qwen3 templates end the prompt with `<think>\n`
+        // and the model may write `<think>` again, by id or spelled.
+        let by_id = |s: &mut ReasoningSpec| {
+            s.start.token_id = Some(THINK);
+            s.starts_in = Some(Channel::Reasoning);
+        };
+        let p = params(
+            &["ab"],
+            spec(|s| {
+                by_id(s);
+                s.stop_scopes = vec![Scope::Reasoning];
+            }),
+            |_| {},
+        )
+        .unwrap();
+        let toks = [
+            (THINK, "<think>"),
+            (5, "a"),
+            (6, "<thi"),
+            (7, "nk>"),
+            (8, "b</think>"),
+            (9, "c"),
+        ];
+        for bounds in [singles(toks.len()), vec![2, 4, 6], vec![6]] {
+            let s = drive(&p, &toks, &bounds);
+            assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("ab", "c"));
+            assert_eq!((s.reasoning_ids, s.content_ids), (vec![5, 8], vec![9]));
+            // The marker text is never streamed cut and never matched:
+            // `a<think>b` does not complete the stop `ab`.
+            assert!(s.deltas.iter().all(|d| !d.ends_with("<thi")));
+            assert_eq!(s.finish, Some((FinishReason::Abort, None)));
+        }
+        // Kept markers: reasoning text, still not matched by stops.
+        let p = params(
+            &["ab"],
+            spec(|s| {
+                by_id(s);
+                s.keep_markers = true;
+                s.stop_scopes = vec![Scope::Reasoning];
+            }),
+            |_| {},
+        )
+        .unwrap();
+        let s = drive(&p, &toks, &singles(toks.len()));
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("<think>a<think>b</think>", "c")
+        );
+        assert_eq!(s.finish, Some((FinishReason::Abort, None)));
+        // After the block closed, a start marker is content text.
+        let p = params(&[], spec(|_| {}), |_| {}).unwrap();
+        let toks = [(5, "<think>a"), (6, "<think>b</think>"), (7, "<think>c")];
+        let s = drive(&p, &toks, &singles(3));
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("ab", "<think>c")
+        );
+        assert_eq!((s.reasoning_ids, s.content_ids), (vec![5, 6], vec![7]));
     }
 
     #[test]

@@ -643,8 +643,8 @@ def test_thinking_budget_forces_the_end_marker_as_vllm(deepseek, seed):
     opened = rng.random() < 0.5
     if opened:
         prompt += [think, *deepseek.encode("\n", add_special_tokens=False)]
-    # A prompt that alone spends more than the budget is the xfail test below.
-    budget = rng.randint(1 if opened else 0, 5)
+    # Budget 0 with an opened block: the prompt alone spends it.
+    budget = rng.randint(0, 5)
     words = deepseek.encode(" one two three four five", add_special_tokens=False)
     # vLLM's budget sees the block close only at its forced ids (okay + end): a
     # natural `</think>` alone closes it for stopline, not for vLLM (a
@@ -690,19 +690,38 @@ def test_an_id_past_the_tokenizer_does_not_fail_the_step(deepseek):
     assert stop.check_stop(req) and stop.result().num_output_tokens == 5
 
 
-@pytest.mark.xfail(strict=True, reason="core: the forced id is end_ids[count - budget] (rust/reasoning.rs "
-                   "forced()), so a prompt whose thinking already exceeds the budget forces nothing; vLLM forces "
-                   "the end marker from its first id")
-def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker(deepseek):
+@pytest.mark.parametrize("phrase", [False, True])
+def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker(deepseek, phrase):
     """Budget 0 and a prompt ending `<think>\n` (one thinking token already):
-    vLLM 0.33 forces `</think>` at the first step."""
+    vLLM 0.33 forces the end marker's ids from the first step on (a phrase
+    before `</think>`: its ids in order), as stopline does."""
     think, end = deepseek.convert_tokens_to_ids(["<think>", "</think>"])
-    rc = reasoning_config([think], [end])
+    okay = deepseek.encode("Okay", add_special_tokens=False) if phrase else []
+    rc = reasoning_config([think], [end], [*okay, end])
     prompt = deepseek.encode("User: hi\nAssistant: <think>\n", add_special_tokens=False)
     sp = SamplingParams(thinking_token_budget=0, max_tokens=50)
-    forced = run_budget(StoplineBuiltinsProcessor, rc, sp, prompt, lambda i: 100 + i, 2,
+    forced = run_budget(StoplineBuiltinsProcessor, rc, sp, prompt, lambda i: 100 + i, 2 + len(okay),
                         vllm_reasoning(rc, tokenizer=deepseek), len(deepseek))
-    assert forced == [end, None]
+    assert forced == [*okay, end, None]
+
+
+@pytest.mark.parametrize("opened", [False, True])
+def test_thinking_budget_counts_a_start_marker_inside_the_block(deepseek, opened):
+    """A `<think>` met again inside the open block is a marker for the
+    channels and still one thinking token for the budget, as vLLM counts
+    it (its start position stays the first start's)."""
+    think, end = deepseek.convert_tokens_to_ids(["<think>", "</think>"])
+    rc = reasoning_config([think], [end])
+    prompt = deepseek.encode("User: hi\nAssistant:", add_special_tokens=False)
+    stream = [100, think, 101, think, 102, 103, 104]
+    if opened:
+        prompt += [think]
+    else:
+        stream = [think, *stream]
+    sp = SamplingParams(thinking_token_budget=4, max_tokens=50)
+    forced = run_budget(StoplineBuiltinsProcessor, rc, sp, prompt, lambda i: stream[i], 6,
+                        vllm_reasoning(rc, tokenizer=deepseek), len(deepseek))
+    assert forced == ([None] * 4 + [end, None] if opened else [None] * 5 + [end])
 
 
 def test_bad_reasoning_configuration_names_the_field(deepseek, smollm2):

@@ -5,6 +5,7 @@ tests."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -352,6 +353,7 @@ def test_batch_with_texts_equals_trackers(
     (dict(stop=["a"], stop_scopes=["any", "any"], **THINK), "stop_scopes has 2 scopes for 1"),
     (dict(stop=["a"], stop_scopes="thinking", **THINK), "is not one of 'content', 'reasoning' or 'any'"),
     (dict(max_reasoning_tokens=4, **THINK), "reasoning_end_ids is required"),
+    (dict(reasoning_start="<think>", reasoning_end="<think>/"), "reasoning_end=.<think>/. overlaps reasoning_start"),
 ])
 def test_bad_definitions_name_the_field(impl: Any, kw: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -462,10 +464,59 @@ def test_sglang_40529_5_a_stop_cuts_the_content_not_an_earlier_mention_in_thinki
     assert (t.reasoning, t.content, t.text) == ("say END at the end", "ok ", "<think>say END at the end</think>ok ")
 
 
-@pytest.mark.xfail(strict=True, reason="stopline keeps a start marker met inside an open block as reasoning text; "
-                                       "vLLM's and SGLang's parsers drop it (semantics.md 11.1)")
-def test_a_start_marker_again_inside_a_prompt_opened_block_is_a_marker() -> None:
-    p = stopline.StopParams(reasoning_starts_in="reasoning", **THINK)
-    _, t = stream(p, ["<think>", "a", "</think>", "b"])
+@pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])
+def test_a_start_marker_again_inside_a_prompt_opened_block_is_a_marker(impl: Any) -> None:
+    # DeepSeek-R1-0528's and Qwen3's templates end the prompt with `<think>\n`
+    # and the model may write `<think>` again: a marker, as vLLM's and
+    # SGLang's parsers drop it (semantics.md 11 rule 1).
+    p = impl.StopParams(reasoning_starts_in="reasoning", stop=["ab"], stop_scopes=["reasoning"], **THINK)
+    t = impl.FinishTracker(p)
+    steps = [t.update([100 + i], [x]) for i, x in enumerate(["<think>", "a", "<thi", "nk>b", "</think>", "c"])]
     t.abort()
-    assert (t.reasoning, t.content) == ("a", "b")
+    assert (t.reasoning, t.content, t.finish_reason) == ("ab", "c", "abort")
+    assert (t.reasoning_token_ids, t.content_token_ids) == ([101, 103], [105])
+    # Never streamed cut, never matched by a stop (`a<think>b` is not `ab`;
+    # "a" waits as a prefix of the stop, then the marker restarts the matcher).
+    assert [s.text_delta for s in steps] == ["<think>", "", "", "a<think>b", "</think>", "c"]
+    assert [s.reasoning_delta for s in steps] == ["", "", "", "ab", "", ""]
+    # By id, in one accept run; kept markers go to the reasoning channel.
+    p = impl.StopParams(reasoning_start_id=5, reasoning_end_id=6, reasoning_starts_in="reasoning")
+    t = impl.FinishTracker(p)
+    r = t.update([5, 7, 5, 8, 6, 9], ["", "a", "", "b", "", "c"])
+    assert (r.reasoning_delta, r.reasoning_token_ids_delta, r.content_delta) == ("ab", [7, 8], "c")
+    p = impl.StopParams(reasoning_starts_in="reasoning", keep_reasoning_markers=True, **THINK)
+    t = impl.FinishTracker(p)
+    t.update([1, 2, 3], ["<think>a", "</think>", "b"])
+    assert (t.reasoning, t.content) == ("<think>a</think>", "b")
+
+
+@pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])
+def test_a_start_marker_after_the_block_closed_is_content_text(impl: Any) -> None:
+    t = impl.FinishTracker(impl.StopParams(**THINK))
+    r = t.update([1, 2, 3], ["<think>a<think>b", "</think>c", "<think>d"])
+    assert (r.reasoning_delta, r.content_delta) == ("ab", "c<think>d")
+
+
+def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker_at_once() -> None:
+    # vLLM 0.33's ThinkingBudgetStateHolder: a prompt that opened the block
+    # with more thinking tokens than the budget forces the end ids from the
+    # first output token on, one per step (not end_ids[count - budget]).
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(json.dumps({
+        "version": "1.0", "added_tokens": [],
+        "model": {"type": "WordLevel", "vocab": {"<think>": 0, "x": 1, "</": 2, "think>": 3, "y": 4, "\n": 5},
+                  "unk_token": "x"},
+        "pre_tokenizer": {"type": "Whitespace"}, "decoder": {"type": "Fuse"},
+    }))
+    v = stopline.Vocabulary.from_str(tok.to_str())
+    prompt = [1, 0, 5, 1, 1]  # `<think>` then three thinking tokens
+    for budget, want in [(0, [2, 3, None]), (3, [2, 3, None]), (4, [None, 2, 3])]:
+        p = stopline.StopParams(reasoning_start="<think>", reasoning_end="</think>", reasoning_end_ids=[2, 3],
+                                max_reasoning_tokens=budget)
+        t = stopline.FinishTracker(p, vocabulary=v, prompt_token_ids=prompt)
+        forced = []
+        for _ in range(3):
+            forced.append(t.forced_token_id)
+            t.update(forced[-1] if forced[-1] is not None else 4)
+        assert (forced, t.channel, t.reasoning) == (want, "content", "y" if budget == 4 else ""), budget

@@ -355,12 +355,26 @@ def test_vllm_deepseek_r1_loses_text_when_the_end_marker_text_is_hidden(vllm: An
 def test_vllm_drops_a_start_marker_inside_a_prompt_opened_block(vllm: Any, qwen3: Tok, parser: str) -> None:
     # The prompt opened the block and the model writes <think> again: the
     # qwen3 engine absorbs THINK_START in REASONING, the deepseek_r1 parser
-    # drops the lone start id. stopline keeps it as reasoning text (reported;
-    # tests/test_reasoning.py has the strict xfail).
+    # drops the lone start id; stopline: a marker, in neither channel.
     prompt = [64, qwen3.start]
     steps = [[qwen3.start], ids(qwen3, "a"), [qwen3.end], ids(qwen3, "b")]
     assert vllm_both(vllm, qwen3, parser, prompt, steps) == (("a", "b"), ("a", "b"))
-    assert ours(qwen3, prompt, steps, text=True)[1] == ("<think>a", "b")
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("a", "b")
+    assert ours(qwen3, prompt, steps, text=False)[1] == ("a", "b")
+
+
+@pytest.mark.parametrize(("parser", "whole"), [("qwen3", ("ab", "c")), ("deepseek_r1", ("b", "c"))])
+def test_vllm_a_start_marker_later_inside_the_block(vllm: Any, qwen3: Tok, parser: str,
+                                                    whole: tuple[str, str]) -> None:
+    # Mid-block, one id per step: both streams drop it, as stopline does; the
+    # deepseek_r1 parser's whole-output path keeps only what follows it
+    # (BaseThinkingReasoningParser.extract_reasoning partitions at the start
+    # marker), so the thinking before it is lost there.
+    prompt = [64, qwen3.start]
+    steps = [ids(qwen3, "a"), [qwen3.start], ids(qwen3, "b"), [qwen3.end], ids(qwen3, "c")]
+    assert vllm_both(vllm, qwen3, parser, prompt, steps) == (("ab", "c"), whole)
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("ab", "c")
+    assert ours(qwen3, prompt, steps, text=False)[1] == ("ab", "c")
 
 
 def test_vllm_qwen3_non_stream_drops_a_later_end_marker(vllm: Any, qwen3: Tok) -> None:
@@ -411,11 +425,17 @@ def test_sglang_stream_reopens_the_block_after_it_closed(sglang: Any, qwen3: Tok
 
 @pytest.mark.parametrize("model", ["qwen3", "deepseek-r1"])
 def test_sglang_strips_a_start_marker_inside_a_forced_block(sglang: Any, qwen3: Tok, model: str) -> None:
-    # As vLLM (test_vllm_drops_a_start_marker_inside_a_prompt_opened_block).
+    # As vLLM (test_vllm_drops_a_start_marker_inside_a_prompt_opened_block)
+    # and stopline.
     prompt = [64, qwen3.start]
     steps = [ids(qwen3, "<think>a"), ids(qwen3, "</think>b")]
     assert sglang_both(sglang, qwen3, model, True, steps) == (("a", "b"), ("a", "b"))
-    assert ours(qwen3, prompt, steps, text=True)[1] == ("<think>a", "b")
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("a", "b")
+    # Mid-block: the stream strips it too; parse_non_stream strips only
+    # leading ones (_detect_and_parse_impl) and keeps it as reasoning text.
+    steps = [ids(qwen3, "a<think>b"), ids(qwen3, "</think>c")]
+    assert sglang_both(sglang, qwen3, model, True, steps) == (("ab", "c"), ("a<think>b", "c"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("ab", "c")
 
 
 def test_sglang_deepseek_r1_assumes_thinking(sglang: Any, qwen3: Tok) -> None:

@@ -518,7 +518,8 @@ class StopParams:
             reasoning_start, reasoning_end: the reasoning block's markers as
                 text (``"<think>"``, ``"</think>"``), matched on the output
                 text across tokens (semantics.md 11). Giving any reasoning
-                argument turns the channels on; an end marker is required.
+                argument turns the channels on; an end marker is required. A
+                start marker met again inside the open block is a marker too.
             reasoning_start_id, reasoning_end_id: the markers as single token
                 ids (Qwen3's 151667 / 151668), recognised by id even when
                 ``skip_special_tokens`` hides their text.
@@ -564,7 +565,8 @@ class StopParams:
                 ``vocab_size``; an empty stop string; a stop regex refused as
                 by ``StopRegexes``; a missing, unknown or out-of-range
                 ``repetition`` key; a lone surrogate; an empty marker, a
-                missing end marker, a stop string that contains a marker, a
+                missing end marker, a start and end marker text of which one
+                contains the other, a stop string that contains a marker, a
                 marker id that is a stop or EOS id or lies
                 outside ``vocab_size``, a scope list of the wrong length or an
                 unknown scope name; ``tool_call_markers`` /

@@ -541,7 +541,9 @@ class StopParams:
                 "reasoning_end is required: a reasoning channel needs an end marker",
                 "reasoning_end", "required",
             )
-        if self.reasoning_start is not None and self.reasoning_start == self.reasoning_end:
+        start, end = self.reasoning_start, self.reasoning_end
+        # Both are awaited inside the block: one within the other is ambiguous.
+        if start is not None and end is not None and (start in end or end in start):
             raise _err(StoplineValueError, f"reasoning_end={self.reasoning_end!r} overlaps reasoning_start", "reasoning_end", "overlaps")
         if self.reasoning_start_id is not None and self.reasoning_start_id == self.reasoning_end_id:
             raise _err(
@@ -695,6 +697,17 @@ def _clip(a: int, b: int, lo: int, hi: int) -> tuple[int, int]:
     return (max(a, lo), min(b, hi)) if max(a, lo) < min(b, hi) else (a, a)
 
 
+def _cut(r: tuple[int, int], holes: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """``r`` without the ``holes`` (sorted, disjoint), as its pieces in order."""
+    pieces, x = [], r[0]
+    for a, b in holes:
+        if a < r[1] and b > x:
+            pieces.append((x, max(x, a)))
+            x = b
+    pieces.append((x, max(x, r[1])))
+    return tuple(p for p in pieces if p[0] < p[1])
+
+
 class _Channels:
     """Reasoning channels of one sequence (semantics.md 11), written plainly:
     markers found with ``str.find`` from the first undecided character, the
@@ -719,6 +732,8 @@ class _Channels:
         self.base = [0, 0]  # per channel: 0 content, 1 reasoning
         self.chars = [_UNSET] * 4
         self.bounds = [_UNSET] * 4
+        # Start markers met again inside the block: (chars, tokens) ranges.
+        self.inner: list[tuple[tuple[int, int], tuple[int, int]]] = []
         self.strings: list[tuple[StopMatcher | None, list[int]]] = []
         self.regexes: list[tuple[StopRegexMatcher | None, list[int]]] = []
         # Spans alone: every stop is content-scoped.
@@ -750,7 +765,8 @@ class _Channels:
         if self.span is not None:
             return [3 + 2 * self.span]
         if self.phase == 1:
-            return [1]
+            m = self.markers[0]
+            return [1] + ([0] if m[0] is not None or m[1] is not None else [])
         starts = [2 + 2 * i for i in range(self.n_spans)]
         m = self.markers[0]
         return ([0] if self.phase == 0 and (m[0] is not None or m[1] is not None) else []) + starts
@@ -787,7 +803,10 @@ class _Channels:
         return found, idx is ri
 
     def _enter(self, w: int, k: int, start: int, end: int, total: int, ends: list[int]) -> None:
-        if w < 2:
+        if w == 0 and self.phase == 1:
+            # A start marker again inside the block: a marker, the block stays open.
+            self.inner.append(((start, end), self._marker_tokens(k, start, end, total, ends)))
+        elif w < 2:
             self._enter_block(k, start, end, total, ends)
         else:
             self.span = (w - 2) // 2 if w % 2 == 0 else None
@@ -798,16 +817,20 @@ class _Channels:
             if m is not None:
                 m.reset()
 
-    def _enter_block(self, k: int, start: int, end: int, total: int, ends: list[int]) -> None:
+    @staticmethod
+    def _marker_tokens(k: int, start: int, end: int, total: int, ends: list[int]) -> tuple[int, int]:
+        """The tokens wholly inside a marker at ``[start, end)`` found in token ``k``."""
         inside = sum(1 for e in ends[:k] if e > start)
         first = k - inside
         # Where the first token the marker overlaps starts (tokens are kept whole).
         first_start = ends[first - 1] if first > 0 else 0
         hi = k + (1 if end == total else 0)
-        lo = min(first + (1 if first_start < start else 0), hi)
+        return min(first + (1 if first_start < start else 0), hi), hi
+
+    def _enter_block(self, k: int, start: int, end: int, total: int, ends: list[int]) -> None:
         slot = 0 if self.phase == 0 else 2
         self.chars[slot], self.chars[slot + 1] = start, end
-        self.bounds[slot], self.bounds[slot + 1] = lo, hi
+        self.bounds[slot], self.bounds[slot + 1] = self._marker_tokens(k, start, end, total, ends)
         self.phase += 1
 
     def token(
@@ -856,10 +879,11 @@ class _Channels:
         ranges within text ``[a, b)`` and tokens ``[ta, tb)``."""
         c, t = self.chars, self.bounds
         r0, r1 = (0, 3) if self.keep else (1, 2)
+        holes = [] if self.keep else self.inner
         return (
-            (_clip(a, b, c[r0], c[r1]),),
+            _cut(_clip(a, b, c[r0], c[r1]), [h[0] for h in holes]),
             (_clip(a, b, 0, c[0]), _clip(a, b, c[3], _UNSET)),
-            (_clip(ta, tb, t[r0], t[r1]),),
+            _cut(_clip(ta, tb, t[r0], t[r1]), [h[1] for h in holes]),
             (_clip(ta, tb, 0, t[0]), _clip(ta, tb, t[3], _UNSET)),
         )
 

@@ -116,8 +116,8 @@ impl RowTable {
                 let (a, b) = (text.start, tokens.start);
                 let shift = |x: &Range<usize>, by: usize| x.start - by..x.end - by;
                 let shifted = ChannelRanges {
-                    reasoning_text: shift(&r.reasoning_text, a),
-                    reasoning_tokens: shift(&r.reasoning_tokens, b),
+                    reasoning_text: r.reasoning_text.iter().map(|x| shift(x, a)).collect(),
+                    reasoning_tokens: r.reasoning_tokens.iter().map(|x| shift(x, b)).collect(),
                     content_text: [shift(&r.content_text[0], a), shift(&r.content_text[1], a)],
                     content_tokens: [
                         shift(&r.content_tokens[0], b),
@@ -181,13 +181,13 @@ impl RowChannels {
                     content.push_str(&text[a.clone()]);
                     content_ids.extend_from_slice(&ids[b.clone()]);
                 }
-                let reasoning = text[r.reasoning_text.clone()].to_owned();
-                (
-                    reasoning,
-                    content,
-                    ids[r.reasoning_tokens.clone()].to_vec(),
-                    content_ids,
-                )
+                let reasoning = r.reasoning_text.iter().map(|x| &text[x.clone()]).collect();
+                let reasoning_ids = r
+                    .reasoning_tokens
+                    .iter()
+                    .flat_map(|x| ids[x.clone()].iter().copied())
+                    .collect();
+                (reasoning, content, reasoning_ids, content_ids)
             }
         };
         Box::new(ChannelDeltas {
@@ -231,9 +231,12 @@ impl ChannelDeltas {
         }
         Some(Box::new(ChannelDeltas {
             channel: t.channel()?,
-            reasoning: txt[reasoning_text].to_owned(),
+            reasoning: reasoning_text.into_iter().map(|x| &txt[x]).collect(),
             content,
-            reasoning_ids: ids[reasoning_tokens].to_vec(),
+            reasoning_ids: reasoning_tokens
+                .into_iter()
+                .flat_map(|x| ids[x].iter().copied())
+                .collect(),
             content_ids,
             forced: t.forced_token_id(),
         }))
