@@ -592,11 +592,12 @@ def test_request_stop_stop_token_inside_thinking_does_not_fire(deepseek):
     assert check_stop(first, 4096) and first.stop_reason == nl  # vLLM: stops inside the thinking
 
 
-def run_budget(proc_cls, rc, sp, prompt, stream_of, steps, reasoning, vocab, compare=True):
+def run_budget(proc_cls, rc, sp, prompt, stream_of, steps, reasoning, vocab, compare=True, vllm_forced=None):
     """Drives our processor and vLLM's own ThinkingBudgetStateHolder on one
     request; each step samples the forced id when a row is forced (as the
-    sampler would), else the stream's next id, and (``compare``) the forced
-    ids must agree. Returns ours per step."""
+    sampler would; ours when they differ), else the stream's next id, and
+    (``compare``) the forced ids must agree. Returns ours per step; vLLM's go
+    to ``vllm_forced`` when given."""
     class Proc(proc_cls):
         reasoning_for = staticmethod(lambda cfg: reasoning)
 
@@ -619,6 +620,8 @@ def run_budget(proc_cls, rc, sp, prompt, stream_of, steps, reasoning, vocab, com
         f_theirs = int(expect[0].argmax()) if not torch.equal(expect, logits) else None
         assert f_ours == f_theirs or not compare, (step, forced, f_ours, f_theirs)
         forced.append(f_ours)
+        if vllm_forced is not None:
+            vllm_forced.append(f_theirs)
         tok = f_ours if f_ours is not None else stream_of(step)
         out_ours.append(tok)
         out_theirs.append(tok)
@@ -722,6 +725,23 @@ def test_thinking_budget_counts_a_start_marker_inside_the_block(deepseek, opened
     forced = run_budget(StoplineBuiltinsProcessor, rc, sp, prompt, lambda i: stream[i], 6,
                         vllm_reasoning(rc, tokenizer=deepseek), len(deepseek))
     assert forced == ([None] * 4 + [end, None] if opened else [None] * 5 + [end])
+
+
+def test_thinking_budget_second_block_differs_from_vllm(deepseek):
+    """A documented difference (semantics.md 11.1): stopline has one reasoning
+    block, so a `<think>` after `</think>` is content and the budget is over;
+    vLLM 0.33's ThinkingBudgetStateHolder counts a second block afresh and
+    forces `</think>` again once it holds the budget."""
+    think, end = deepseek.convert_tokens_to_ids(["<think>", "</think>"])
+    rc = reasoning_config([think], [end])
+    prompt = deepseek.encode("User: hi\nAssistant:", add_special_tokens=False)
+    stream = [think, 100, 101, end, 102, think, 103, 104, 105, 106]
+    sp = SamplingParams(thinking_token_budget=2, max_tokens=50)
+    theirs: list[int | None] = []
+    ours = run_budget(StoplineBuiltinsProcessor, rc, sp, prompt, lambda i: stream[i], 10,
+                      vllm_reasoning(rc, tokenizer=deepseek), len(deepseek), compare=False, vllm_forced=theirs)
+    assert ours == [None] * 3 + [end] + [None] * 6
+    assert theirs[:4] == ours[:4] and end in theirs[6:]
 
 
 def test_bad_reasoning_configuration_names_the_field(deepseek, smollm2):
