@@ -53,8 +53,6 @@ def test_replay_names_the_field_of_a_wrong_typed_reasoning_param(tmp_path: Path)
     assert "reasoning_end" in problems[0]
 
 
-@pytest.mark.xfail(strict=True, reason="vllm_reasoning with tokenizer= and a negative id in the config "
-                                       "raises the tokenizer's bare OverflowError, naming no field")
 def test_vllm_reasoning_negative_config_id_names_the_field() -> None:
     config = SimpleNamespace(enabled=True, reasoning_start_token_ids=[0], natural_reasoning_end_token_ids=[-6])
     with pytest.raises(ValueError) as e:
@@ -62,8 +60,6 @@ def test_vllm_reasoning_negative_config_id_names_the_field() -> None:
     assert "natural_reasoning_end_token_ids" in str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="vllm_reasoning with tokenizer= and an id outside the tokenizer "
-                                       "reports 'reasoning_end is an empty string' (the id decodes to '')")
 def test_vllm_reasoning_id_outside_the_tokenizer_names_the_config_field() -> None:
     config = SimpleNamespace(enabled=True, reasoning_start_token_ids=[0], natural_reasoning_end_token_ids=[50])
     with pytest.raises(ValueError) as e:
@@ -71,15 +67,11 @@ def test_vllm_reasoning_id_outside_the_tokenizer_names_the_config_field() -> Non
     assert "natural_reasoning_end_token_ids" in str(e.value) and "50" in str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="vllm_reasoning('qwen3', ...) (a parser name passed positionally "
-                                       "as vllm_config) silently returns None: reasoning off")
 def test_vllm_reasoning_rejects_a_str_as_vllm_config() -> None:
     with pytest.raises(TypeError):
         vllm_reasoning("qwen3", tokenizer=_word_tokenizer())
 
 
-@pytest.mark.xfail(strict=True, reason="reasoning_from_markers(tokenizer=None) raises a bare AttributeError "
-                                       "('NoneType' object has no attribute 'encode')")
 def test_reasoning_from_markers_without_a_tokenizer_names_it() -> None:
     with pytest.raises(TypeError) as e:
         reasoning_from_markers("<think>", "</think>", None)
@@ -102,8 +94,6 @@ def test_baseline_rejects_a_span_marker_id_over_2_32_as_the_core_does() -> None:
             impl.StopParams(tool_call_marker_ids=[(2**64, 2)])
 
 
-@pytest.mark.xfail(strict=True, reason="compat helpers with reasoning= not a Reasoning (e.g. 'qwen3') raise a bare "
-                                       "AttributeError (\"'str' object has no attribute 'ids_check'\")")
 def test_compat_helpers_reject_a_reasoning_that_is_not_a_reasoning() -> None:
     from stopline import compat
 

@@ -10,7 +10,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from stopline._caps import field_type_error, field_value_error, int_items, integer, shown, str_items, unknown_keys
 from stopline._core import LIMITS, FinishTracker, StopParams, Vocabulary
@@ -314,6 +314,10 @@ class Reasoning:
         return FinishTracker(params, self.vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
 
 
+#: What an adapter's ``reasoning=`` accepts (read by :func:`reasoning_config`).
+ReasoningArg: TypeAlias = "Reasoning | Mapping[str, Any] | None"
+
+
 def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Vocabulary | None = None) -> Reasoning | None:
     """An adapter's ``reasoning=`` argument as a :class:`Reasoning`: ``None``
     (off), a :class:`Reasoning` (as is), or a mapping of :data:`REASONING_KEYS`
@@ -350,7 +354,9 @@ def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Voca
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
-    return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+    encoded = tokenizer.encode(text, add_special_tokens=False)
+    # A tokenizers.Tokenizer gives an Encoding, a transformers tokenizer a list.
+    return [int(i) for i in getattr(encoded, "ids", encoded)]
 
 
 def reasoning_from_markers(
@@ -373,22 +379,33 @@ def reasoning_from_markers(
     :func:`vocabulary_for`.
 
     Raises:
-        TypeError / ValueError: a marker that is not a str or is empty, one
-            that tokenizes to nothing (naming ``reasoning_start`` /
-            ``reasoning_end``), as :func:`reasoning_config`.
+        TypeError / ValueError: a ``tokenizer`` without ``encode()``; a marker
+            that is not a str, is empty, holds a lone surrogate or tokenizes
+            to nothing (naming ``reasoning_start`` / ``reasoning_end`` /
+            ``forced_end``), as :func:`reasoning_config`.
     """
+    if isinstance(tokenizer, (str, bytes)) or not callable(getattr(tokenizer, "encode", None)):
+        raise field_type_error("tokenizer", "a tokenizer with encode() (transformers or tokenizers)", tokenizer)
     kw: dict[str, Any] = dict(options)
     for key, text in (("reasoning_start", start), ("reasoning_end", end), ("reasoning_end_ids", forced_end)):
         if text is None:
             continue
+        name = "forced_end" if key == "reasoning_end_ids" else key
         if not isinstance(text, str):
-            raise field_type_error(key, "a str", text)
+            raise field_type_error(name, "a str", text)
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                raise field_value_error(
+                    name, " is not valid Unicode (it contains a lone surrogate)", "lone_surrogate"
+                ) from None
         if not text and key != "reasoning_end_ids":
             kw[key] = text  # StopParams names the empty marker
             continue
         ids = _encode(tokenizer, text) if text else []
         if not ids:
-            raise field_value_error(key, f"={shown(text)} gives no token ids with this tokenizer")
+            raise field_value_error(name, f"={shown(text)} gives no token ids with this tokenizer")
         if key == "reasoning_end_ids":
             kw[key] = ids
             continue
