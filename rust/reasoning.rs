@@ -264,8 +264,19 @@ fn check_spans(
                     "empty_marker",
                 ));
             }
-            crate::limits::check_bytes(SPAN_TEXTS, t.len(), crate::limits::MAX_MARKER_BYTES)?;
             let shown = crate::error::shown(t);
+            if t.len() > crate::limits::MAX_MARKER_BYTES {
+                let (n, cap) = (t.len(), crate::limits::MAX_MARKER_BYTES);
+                let what =
+                    format!("is {n} UTF-8 bytes; at most {cap} are accepted (max_marker_bytes)");
+                return Err(pair_err(
+                    SPAN_TEXTS,
+                    (i, side),
+                    shown,
+                    what,
+                    "too_many_bytes",
+                ));
+            }
             for (name, r) in reasoning {
                 let clash = r.text.as_deref().is_some_and(|rt| {
                     rt == t
@@ -592,13 +603,26 @@ impl Reasoning {
     /// # Errors
     /// [`Error::Param`] naming the marker id field.
     pub fn check_ids(&self, bound_name: &'static str, vocab_size: u64) -> Result<(), Error> {
-        let ids = [
-            ("reasoning_start_id", self.spec.start.token_id.as_slice()),
-            ("reasoning_end_id", self.spec.end.token_id.as_slice()),
-            ("reasoning_end_ids", &self.spec.end_ids[..]),
-        ];
-        for (field, ids) in ids {
-            let outside = ids
+        for (field, m) in [
+            ("reasoning_start_id", &self.spec.start),
+            ("reasoning_end_id", &self.spec.end),
+        ] {
+            if let Some(id) = m.token_id.filter(|&id| u64::from(id) >= vocab_size) {
+                return Err(Error::param(
+                    field,
+                    Problem::OneIdOutside {
+                        id: id.into(),
+                        bound_name,
+                        bound: vocab_size,
+                    },
+                ));
+            }
+        }
+        {
+            let field = "reasoning_end_ids";
+            let outside = self
+                .spec
+                .end_ids
                 .iter()
                 .enumerate()
                 .find(|(_, &id)| u64::from(id) >= vocab_size);
@@ -907,7 +931,7 @@ impl Channels {
 
     /// The id a budget forces now: with the block open and `used` tokens
     /// past the budget, the `used`-th id of the end marker (vLLM's
-    /// `ThinkingTokenBudgetLogitsProcessor` forces them one per step).
+    /// `ThinkingBudgetStateHolder` forces them one per step).
     #[inline]
     pub(crate) fn forced(&self, kept_tokens: usize) -> Option<u32> {
         let budget = self.budget?;
@@ -1553,7 +1577,7 @@ mod tests {
         let e = msg(params(&[], spec(|s| s.end.token_id = Some(99)), |p| {
             p.vocab_size = Some(50)
         }));
-        assert!(e.starts_with("reasoning_end_id[0]=99 is outside"), "{e}");
+        assert!(e.starts_with("reasoning_end_id=99 is outside"), "{e}");
         let e = msg(params(
             &["x"],
             spec(|s| s.stop_scopes = vec![Scope::Any; 2]),

@@ -24,8 +24,6 @@ def _word_tokenizer() -> Tokenizer:
     return Tokenizer(WordLevel({"<a>": 0, "<b>": 1, "x": 2}, unk_token="x"))
 
 
-@pytest.mark.xfail(strict=True, reason="tool_call_markers with a lone surrogate raises TypeError "
-                                       "'tool_call_markers[0][0] must be a str, got str'")
 def test_tool_call_marker_lone_surrogate_is_a_value_error_naming_the_element() -> None:
     # As stop[i] (docs/errors.md row 72): a ValueError naming the element.
     with pytest.raises(stopline.StoplineValueError) as e:
@@ -34,16 +32,12 @@ def test_tool_call_marker_lone_surrogate_is_a_value_error_naming_the_element() -
     assert "not valid Unicode" in str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="reasoning_end with a lone surrogate raises a bare UnicodeEncodeError "
-                                       "without field (stop[i] gives StoplineValueError lone_surrogate)")
 def test_reasoning_marker_lone_surrogate_is_a_stopline_value_error() -> None:
     with pytest.raises(stopline.StoplineValueError) as e:
         stopline.StopParams(reasoning_end="\ud800")
     assert e.value.field == "reasoning_end"
 
 
-@pytest.mark.xfail(strict=True, reason="stopline replay drops the field of a wrong-typed reasoning "
-                                       "param: 'invalid params: 'int' object is not an instance of 'str''")
 def test_replay_names_the_field_of_a_wrong_typed_reasoning_param(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     line = {"id": "r0", "params": {"reasoning_end": 5}, "steps": [{"ids": [1], "texts": ["a"]}]}
@@ -78,16 +72,12 @@ def test_reasoning_from_markers_without_a_tokenizer_names_it() -> None:
     assert "tokenizer" in str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="baseline.StopParams(tool_call_markers=None) raises TypeError "
-                                       "while the core (and the stub's `| None = None`) accept None")
 def test_baseline_accepts_none_tool_call_markers_as_the_core_does() -> None:
     for impl in (stopline, baseline):
         p = impl.StopParams(tool_call_markers=None, tool_call_marker_ids=None)
         assert list(p.tool_call_markers) == []
 
 
-@pytest.mark.xfail(strict=True, reason="baseline.StopParams accepts tool_call_marker_ids ids >= 2**32 "
-                                       "that the core rejects (differential oracle disagrees on acceptance)")
 def test_baseline_rejects_a_span_marker_id_over_2_32_as_the_core_does() -> None:
     for impl in (stopline, baseline):
         with pytest.raises(ValueError):
@@ -109,8 +99,6 @@ def test_compat_helpers_reject_a_reasoning_that_is_not_a_reasoning() -> None:
         assert "reasoning" in str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="baseline.StopParams accepts reasoning_end_id=-1 / 1.5 / True / 2**64 and "
-                                       "reasoning markers over max_marker_bytes, all of which the core rejects")
 @pytest.mark.parametrize("kw", [
     {"reasoning_end_id": -1}, {"reasoning_end_id": 1.5}, {"reasoning_end_id": True},
     {"reasoning_end_id": 2**64}, {"reasoning_end": "x" * 1025},
@@ -121,8 +109,6 @@ def test_baseline_validates_reasoning_markers_as_the_core_does(kw: dict[str, obj
             impl.StopParams(**kw)
 
 
-@pytest.mark.xfail(strict=True, reason="a 2-character str as a tool_call_markers pair is split into two one-character "
-                                       "markers (['{}'] opens a span at every '{'): a bare str should be refused as for stop")
 def test_a_str_is_not_a_tool_call_marker_pair() -> None:
     with pytest.raises(TypeError):
         stopline.StopParams(tool_call_markers=["{}"])  # type: ignore[list-item]

@@ -277,7 +277,7 @@ def test_real_tokenizer_splits_the_marker_across_tokens() -> None:
 
 
 def test_thinking_budget_forces_the_end_marker_ids_one_per_step() -> None:
-    # As vLLM's ThinkingTokenBudgetLogitsProcessor: once `budget` tokens follow
+    # As vLLM's ThinkingBudgetStateHolder: once `budget` tokens follow
     # the start marker, the end marker's ids are forced in order.
     p = stopline.StopParams(max_reasoning_tokens=2, reasoning_end_ids=[7, 8], **THINK)
     t = stopline.FinishTracker(p)

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from stopline._caps import field_type_error, field_value_error, int_items, integer, shown, str_items, unknown_keys
+from stopline._caps import (
+    field_type_error,
+    field_value_error,
+    int_items,
+    integer,
+    items,
+    shown,
+    str_items,
+    unknown_keys,
+)
 from stopline._core import LIMITS, FinishTracker, StopParams, Vocabulary
 
 
@@ -175,7 +184,8 @@ def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
 # ------------------------------------------------------------- reasoning --
 
 #: The ``StopParams`` keywords an engine-wide reasoning configuration may set
-#: (docs/semantics.md 11); ``max_reasoning_tokens`` comes per request.
+#: (docs/semantics.md 11), tool-call spans (11.10) included;
+#: ``max_reasoning_tokens`` comes per request.
 REASONING_KEYS = (
     "reasoning_start",
     "reasoning_start_id",
@@ -185,6 +195,8 @@ REASONING_KEYS = (
     "reasoning_starts_in",
     "keep_reasoning_markers",
     "token_aligned",
+    "tool_call_markers",
+    "tool_call_marker_ids",
 )
 
 
@@ -223,8 +235,10 @@ class Reasoning:
         """Whether an ids-only check must decode its ids (with
         :attr:`vocabulary`) to see a marker: one is given only as text."""
         o = self.options
-        text_only = (o.get("reasoning_start") and o.get("reasoning_start_id") is None) or (
-            o.get("reasoning_end") and o.get("reasoning_end_id") is None
+        text_only = (
+            (o.get("reasoning_start") and o.get("reasoning_start_id") is None)
+            or (o.get("reasoning_end") and o.get("reasoning_end_id") is None)
+            or (o.get("tool_call_markers") and not o.get("tool_call_marker_ids"))
         )
         return bool(text_only) and self.vocabulary is not None
 
@@ -261,6 +275,13 @@ class Reasoning:
                         f"={shown(text)} has no single token id, and this check sees ids only: give a "
                         f"{id_key} or a vocabulary to decode the ids with",
                     )
+            spans = kw.pop("tool_call_markers", None)
+            if spans and not kw.get("tool_call_marker_ids"):
+                raise field_value_error(
+                    "tool_call_markers",
+                    " have no token ids, and this check sees ids only: give tool_call_marker_ids or a "
+                    "vocabulary to decode the ids with",
+                )
         if max_reasoning_tokens is not None:
             kw["max_reasoning_tokens"] = max_reasoning_tokens
         if starts_in is not None:
@@ -344,11 +365,19 @@ def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Voca
         options["reasoning_end_ids"] = tuple(
             int_items(options["reasoning_end_ids"], "reasoning_end_ids", LIMITS["max_stop_token_ids"])
         )
-    if not options.get("reasoning_end") and options.get("reasoning_end_id") is None:
+    for key in ("tool_call_markers", "tool_call_marker_ids"):
+        if key in options and not isinstance(options[key], (str, bytes)):
+            # Kept as tuples: the configuration is shared by every request.
+            options[key] = tuple(tuple(p) if isinstance(p, Iterable) and not isinstance(p, (str, bytes)) else p
+                                 for p in items(options[key], key, "a sequence of (start, end) pairs",
+                                                LIMITS["max_tool_call_spans"]))
+    spans = options.get("tool_call_markers") or options.get("tool_call_marker_ids")
+    if not options.get("reasoning_end") and options.get("reasoning_end_id") is None and not spans:
         # StopParams would build a params without channels from {} (or from
-        # only keep_reasoning_markers): a reasoning configuration needs its end.
+        # only keep_reasoning_markers): a reasoning configuration needs its
+        # end (or tool-call spans alone, docs/semantics.md 11.10).
         raise field_value_error("reasoning_end", " is required: a reasoning configuration needs an end marker "
-                                "(reasoning_end text or reasoning_end_id)")
+                                "(reasoning_end text or reasoning_end_id) or tool-call spans")
     StopParams(**options)  # the core's checks, naming the field
     return Reasoning(options=options, vocabulary=vocabulary)
 
@@ -430,4 +459,6 @@ def thinking_budget(value: Any, field_name: str) -> int | None:
         return None
     if budget < 0:
         raise field_value_error(field_name, f" must be >= 0 or -1 (unlimited), got {budget}")
+    if budget >= 2**64:  # named here: StopParams would name max_reasoning_tokens
+        raise field_value_error(field_name, f"={budget} is out of range (at most 2**64 - 1)", "out_of_range")
     return budget

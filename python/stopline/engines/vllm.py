@@ -381,17 +381,18 @@ def detokenizer_params(
 
 
 def _needs_ids(params: StopParams) -> bool:
-    """Whether the reasoning markers include ids, so the real token ids must
-    be fed (stand-ins would never match them)."""
+    """Whether the reasoning or tool-call span markers include ids, so the
+    real token ids must be fed (stand-ins would never match them)."""
     r = params.reasoning
-    return r is not None and (r["reasoning_start_id"] is not None or r["reasoning_end_id"] is not None)
+    by_id = r is not None and (r["reasoning_start_id"] is not None or r["reasoning_end_id"] is not None)
+    return by_id or bool(params.tool_call_marker_ids)
 
 
 def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_ids: bool) -> list[int]:
     if token_ids is None:
         if needs_ids:
             raise field_value_error(
-                "token_ids", " is required: the reasoning markers are token ids, recognised by id"
+                "token_ids", " is required: the reasoning or tool-call markers are token ids, recognised by id"
             )
         ids = [_PLAIN_ID] * count
     else:
