@@ -266,9 +266,8 @@ fn check_spans(
             }
             let shown = crate::error::shown(t);
             if t.len() > crate::limits::MAX_MARKER_BYTES {
-                let (n, cap) = (t.len(), crate::limits::MAX_MARKER_BYTES);
-                let what =
-                    format!("is {n} UTF-8 bytes; at most {cap} are accepted (max_marker_bytes)");
+                let cap = crate::limits::MAX_MARKER_BYTES;
+                let what = format!("is longer than max_marker_bytes={cap} UTF-8 bytes");
                 return Err(pair_err(
                     SPAN_TEXTS,
                     (i, side),

@@ -405,7 +405,7 @@ ROWS: list[Row] = [
     Row("StopParams", "a tool-call marker pair of one marker", lambda: SP(tool_call_markers=[("<a>",)]),
         ValueError, "tool_call_markers[0] has 1 item; a (start, end) pair has exactly 2"),
     Row("StopParams", "over the cap: a tool-call marker of 1025 bytes", lambda: SP(tool_call_markers=[("<a>", "x" * 1025)]),
-        ValueError, "is 1025 UTF-8 bytes; at most 1024 are accepted (max_marker_bytes)"),
+        ValueError, "is longer than max_marker_bytes=1024 UTF-8 bytes"),
     Row("StopParams", "reasoning_end is an int", lambda: SP(reasoning_end=5), TypeError,
         "reasoning_end must be str, got int"),
     Row("StopParams", "reasoning_end with a lone surrogate", lambda: SP(reasoning_end="\ud800"), ValueError,

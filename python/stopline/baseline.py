@@ -192,22 +192,22 @@ def _param_int(name: str, v: Any) -> int:
 
 def _i64(name: str, v: Any) -> int:
     """An int argument the core reads as a 64-bit int (out_of_range past it)."""
-    v = _param_int(name, v)
-    if not -(2**63) <= v < 2**63:
-        raise _err(StoplineValueError, f"{name}={v} is out of range", name, "out_of_range")
-    return v
+    n = _param_int(name, v)
+    if not -(2**63) <= n < 2**63:
+        raise _err(StoplineValueError, f"{name}={n} is out of range", name, "out_of_range")
+    return n
 
 
 def _token_id(name: str, v: Any) -> int:
     """One marker id as the core reads it: an int in ``[0, 2**32)``."""
-    v = _param_int(name, v)
-    if v < 0:
-        raise _err(StoplineValueError, f"{name} must be >= 0, got {v}", name, "below")
-    if v >= 2**64:
-        raise _err(StoplineValueError, f"{name}={v} is out of range", name, "out_of_range")
-    if v >= 2**32:
-        raise _err(StoplineValueError, f"{name}={v} is not a valid token id", name, "not_a_token_id")
-    return v
+    n = _param_int(name, v)
+    if n < 0:
+        raise _err(StoplineValueError, f"{name} must be >= 0, got {n}", name, "below")
+    if n >= 2**64:
+        raise _err(StoplineValueError, f"{name}={n} is out of range", name, "out_of_range")
+    if n >= 2**32:
+        raise _err(StoplineValueError, f"{name}={n} is not a valid token id", name, "not_a_token_id")
+    return n
 
 
 def _text(name: str, v: Any) -> str:
@@ -221,9 +221,10 @@ def _text(name: str, v: Any) -> str:
 def _marker_text(name: str, v: Any) -> str:
     """A reasoning marker text: :func:`_text`, at most ``max_marker_bytes``
     (1,024) UTF-8 bytes."""
-    if len(_text(name, v).encode()) > _MAX_MARKER_BYTES:
+    text = _text(name, v)
+    if len(text.encode()) > _MAX_MARKER_BYTES:
         raise _err(StoplineValueError, f"{name} is longer than {_MAX_MARKER_BYTES} UTF-8 bytes", name, "too_many_bytes")
-    return v
+    return text
 
 
 _MAX_MARKER_BYTES = 1024
@@ -523,7 +524,7 @@ class StopParams:
     @property
     def spans(self) -> tuple[tuple[tuple[str | None, int | None], tuple[str | None, int | None]], ...]:
         """Tool-call span pairs ``((start text, start id), (end text, end id))``."""
-        texts, ids = tuple(self.tool_call_markers), tuple(self.tool_call_marker_ids)
+        texts, ids = tuple(self.tool_call_markers or ()), tuple(self.tool_call_marker_ids or ())
         n = max(len(texts), len(ids))
         return tuple(
             tuple(
@@ -552,7 +553,7 @@ class StopParams:
                 shown = '"' + t + '"'
                 if len(t.encode()) > _MAX_MARKER_BYTES:
                     raise bad("tool_call_markers", i, side, shown,
-                              f"is {len(t.encode())} UTF-8 bytes; at most {_MAX_MARKER_BYTES} are accepted", "too_many_bytes")
+                              f"is longer than max_marker_bytes={_MAX_MARKER_BYTES} UTF-8 bytes", "too_many_bytes")
                 for name in ("reasoning_start", "reasoning_end"):
                     rt = getattr(self, name) if self.has_reasoning else None
                     if rt is not None and (rt == t or (side == 0 and name == "reasoning_start" and (rt in t or t in rt))):
