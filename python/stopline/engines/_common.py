@@ -231,6 +231,12 @@ class Reasoning:
             return None
         return self.tracker(StopParams(**self.options), prompt_ids).channel
 
+    @property
+    def has_block(self) -> bool:
+        """Whether a reasoning block is configured (else tool-call spans
+        alone, docs/semantics.md 11.10: no channels, no scopes)."""
+        return bool(self.options.get("reasoning_end")) or self.options.get("reasoning_end_id") is not None
+
     def needs_decoding(self) -> bool:
         """Whether an ids-only check must decode its ids (with
         :attr:`vocabulary`) to see a marker: one is given only as text."""

@@ -370,7 +370,8 @@ def detokenizer_params(
     extra: dict[str, Any] = {}
     if reasoning is not None:
         extra = reasoning.stop_kwargs(max_reasoning_tokens=None, ids_only=False, starts_in=starts_in)
-        extra["stop_token_id_scopes"] = ["any"]
+        if reasoning.has_block:  # the terminator id ends the update in either channel
+            extra["stop_token_id_scopes"] = ["any"]
     return StopParams(
         stop=stops or None,
         include_stop_str_in_output=include_stop_str_in_output,
