@@ -348,15 +348,17 @@ ReasoningArg: TypeAlias = "Reasoning | Mapping[str, Any] | None"
 def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Vocabulary | None = None) -> Reasoning | None:
     """An adapter's ``reasoning=`` argument as a :class:`Reasoning`: ``None``
     (off), a :class:`Reasoning` (as is), or a mapping of :data:`REASONING_KEYS`
-    (``{"reasoning_start": "<think>", "reasoning_end": "</think>"}``), checked
-    now by building a ``StopParams`` from it, so a bad configuration fails at
-    engine start, not on the first request.
+    (``{"reasoning_start": "<think>", "reasoning_end": "</think>"}``, or
+    tool-call spans with or without a reasoning block:
+    ``{"tool_call_marker_ids": [(151657, 151658)]}``), checked now by building
+    a ``StopParams`` from it, so a bad configuration fails at engine start,
+    not on the first request. Every adapter's ``reasoning=`` is read here.
 
     Raises:
         TypeError: not a mapping; a value of the wrong type (naming
             ``reasoning_start`` etc. as ``StopParams`` does).
         ValueError: an unknown key (the first few shown), a mapping without
-            an end marker, an empty marker, an id over ``2**32``, whatever
+            an end marker or spans, an empty marker, an id over ``2**32``, whatever
             ``StopParams`` refuses (naming the field).
     """
     if value is None or isinstance(value, Reasoning):
