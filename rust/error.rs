@@ -270,6 +270,16 @@ pub enum Problem {
         bound_name: &'static str,
         bound: u64,
     },
+    /// `{field}={id} is outside [0, {bound_name}={bound})`: one id, not a
+    /// list's element (kind `id_outside`).
+    OneIdOutside {
+        id: u64,
+        bound_name: &'static str,
+        bound: u64,
+    },
+    /// `{field} has {n} item(s); a (start, end) pair has exactly 2` (kind
+    /// `count`).
+    NotAPair { n: usize },
     /// `{field}[{index}]={id} is outside the vocabulary [0, {vocab_size})`.
     NotInVocabulary {
         index: usize,
@@ -414,6 +424,18 @@ impl Problem {
                 f,
                 "{field}[{index}]={id} is outside [0, {bound_name}={bound})"
             ),
+            Problem::OneIdOutside {
+                id,
+                bound_name,
+                bound,
+            } => write!(f, "{field}={id} is outside [0, {bound_name}={bound})"),
+            Problem::NotAPair { n } => {
+                let s = if *n == 1 { "" } else { "s" };
+                write!(
+                    f,
+                    "{field} has {n} item{s}; a (start, end) pair has exactly 2"
+                )
+            }
             Problem::NotInVocabulary {
                 index,
                 id,
@@ -558,7 +580,8 @@ impl Problem {
             Problem::Below { .. } => "below",
             Problem::Greater { .. } => "greater",
             Problem::NoRoom { .. } => "no_room",
-            Problem::IdOutside { .. } => "id_outside",
+            Problem::IdOutside { .. } | Problem::OneIdOutside { .. } => "id_outside",
+            Problem::NotAPair { .. } => "count",
             Problem::NotInVocabulary { .. } => "not_in_vocabulary",
             Problem::ProductOverflows { .. } => "product_overflows",
             Problem::Unsupported { .. } => "unsupported",

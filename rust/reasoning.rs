@@ -267,8 +267,18 @@ fn check_spans(
                     "empty_marker",
                 ));
             }
-            crate::limits::check_bytes(SPAN_TEXTS, t.len(), crate::limits::MAX_MARKER_BYTES)?;
             let shown = crate::error::shown(t);
+            if t.len() > crate::limits::MAX_MARKER_BYTES {
+                let cap = crate::limits::MAX_MARKER_BYTES;
+                let what = format!("is longer than max_marker_bytes={cap} UTF-8 bytes");
+                return Err(pair_err(
+                    SPAN_TEXTS,
+                    (i, side),
+                    shown,
+                    what,
+                    "too_many_bytes",
+                ));
+            }
             for (name, r) in reasoning {
                 let clash = r.text.as_deref().is_some_and(|rt| {
                     rt == t
@@ -621,13 +631,26 @@ impl Reasoning {
     /// # Errors
     /// [`Error::Param`] naming the marker id field.
     pub fn check_ids(&self, bound_name: &'static str, vocab_size: u64) -> Result<(), Error> {
-        let ids = [
-            ("reasoning_start_id", self.spec.start.token_id.as_slice()),
-            ("reasoning_end_id", self.spec.end.token_id.as_slice()),
-            ("reasoning_end_ids", &self.spec.end_ids[..]),
-        ];
-        for (field, ids) in ids {
-            let outside = ids
+        for (field, m) in [
+            ("reasoning_start_id", &self.spec.start),
+            ("reasoning_end_id", &self.spec.end),
+        ] {
+            if let Some(id) = m.token_id.filter(|&id| u64::from(id) >= vocab_size) {
+                return Err(Error::param(
+                    field,
+                    Problem::OneIdOutside {
+                        id: id.into(),
+                        bound_name,
+                        bound: vocab_size,
+                    },
+                ));
+            }
+        }
+        {
+            let field = "reasoning_end_ids";
+            let outside = self
+                .spec
+                .end_ids
                 .iter()
                 .enumerate()
                 .find(|(_, &id)| u64::from(id) >= vocab_size);
@@ -1745,7 +1768,7 @@ mod tests {
         let e = msg(params(&[], spec(|s| s.end.token_id = Some(99)), |p| {
             p.vocab_size = Some(50)
         }));
-        assert!(e.starts_with("reasoning_end_id[0]=99 is outside"), "{e}");
+        assert!(e.starts_with("reasoning_end_id=99 is outside"), "{e}");
         let e = msg(params(
             &["x"],
             spec(|s| s.stop_scopes = vec![Scope::Any; 2]),

@@ -483,3 +483,146 @@ def test_prompt_channel_reads_a_prompt_opened_block(smollm2):
                            prompt_token_ids=smollm2.encode("Assistant: <think>\n"))
     assert d.update(["plan\n\n", "done</think>", "Hi\n\n"]) == "\n\n"
     assert (d.reasoning, d.content) == ("plan\n\ndone", "Hi")
+
+
+# ------------------------------------- reasoning: the readers' bad input --
+
+from tokenizers import Tokenizer  # noqa: E402
+from tokenizers.models import WordLevel  # noqa: E402
+
+import stopline  # noqa: E402
+
+
+def _word_tokenizer():
+    return Tokenizer(WordLevel({"<a>": 0, "<b>": 1, "x": 2}, unk_token="x"))
+
+
+def _config(start, end, forced=None):
+    return NS(enabled=True, reasoning_start_token_ids=start, natural_reasoning_end_token_ids=end,
+              reasoning_end_token_ids=forced)
+
+
+@pytest.mark.parametrize("call", [
+    lambda r: compat.vllm_check_stop([10, 5], num_prompt_tokens=3, max_model_len=100, max_tokens=20, reasoning=r),
+    lambda r: compat.sglang_check_finished([10, 5], max_new_tokens=10, reasoning=r),
+    lambda r: compat.vllm_detokenizer_stop(["a", "b"], stop=["b"], reasoning=r, token_ids=[1, 2]),
+    lambda r: vl.RequestStop(_request([1]), 100, reasoning=r),
+    lambda r: vl.DetokenizerStop(NS(stop=None, include_stop_str_in_output=False, min_tokens=0), reasoning=r),
+], ids=["vllm_check_stop", "sglang_check_finished", "vllm_detokenizer_stop", "RequestStop", "DetokenizerStop"])
+def test_reasoning_argument_is_a_reasoning_or_a_mapping(call):
+    # A parser name is refused naming the argument (not an AttributeError
+    # from deep inside); a mapping of REASONING_KEYS is read as reasoning_config.
+    with pytest.raises(stopline.StoplineTypeError) as e:
+        call("qwen3")
+    assert e.value.field == "reasoning" and "reasoning must be a mapping" in str(e.value)
+    call({"reasoning_start_id": 5, "reasoning_end_id": 6})
+    with pytest.raises(stopline.StoplineValueError, match="reasoning has unknown keys"):
+        call({"reasoning_end_id": 6, "enable": True})
+
+
+def test_a_mapping_reasoning_splits_as_its_reasoning_config():
+    kw = {"num_prompt_tokens": 3, "max_model_len": 100, "max_tokens": 20, "stop_token_ids": [7]}
+    as_map = compat.vllm_check_stop([5, 7, 6, 1], **kw, reasoning={"reasoning_start_id": 5, "reasoning_end_id": 6})
+    assert as_map == compat.vllm_check_stop([5, 7, 6, 1], **kw, reasoning=IDS)
+    assert as_map.stopped is False  # 7 met inside the block does not stop
+
+
+@pytest.mark.parametrize("config", ["qwen3", 42, NS(reasoning_config=NS())], ids=["str", "int", "no-enabled"])
+def test_vllm_reasoning_refuses_what_is_not_a_config(config):
+    # vllm_reasoning("qwen3") used to return None: reasoning silently off.
+    with pytest.raises(stopline.StoplineTypeError) as e:
+        vl.vllm_reasoning(config, tokenizer=_word_tokenizer())
+    assert e.value.field == "vllm_config" and "reasoning_parser=" in str(e.value)
+    assert vl.vllm_reasoning(NS(reasoning_config=None)) is None
+    assert vl.vllm_reasoning(NS(enabled=False)) is None
+
+
+@pytest.mark.parametrize("start, end, forced, field, says", [
+    ([0], [-6], None, "natural_reasoning_end_token_ids", "the id -6 is outside the tokenizer's 3 ids"),
+    ([0], [50], None, "natural_reasoning_end_token_ids", "the id 50 is outside the tokenizer's 3 ids"),
+    ([5, 60000], [1], None, "reasoning_start_token_ids", "the id 5 is outside"),
+    ([0], [2**32], None, "natural_reasoning_end_token_ids", "the id 4294967296 is outside"),
+    ([0], [1], [1, 9], "reasoning_end_token_ids", "the id 9 is outside"),
+], ids=["negative", "past-the-tokenizer", "multi-token-past", "over-2**32", "forced"])
+def test_vllm_reasoning_checks_config_ids_against_the_tokenizer(start, end, forced, field, says):
+    # Checked before decoding: the tokenizer's own OverflowError names no
+    # field, and an id past it decodes to "" ("reasoning_end is an empty string").
+    with pytest.raises(stopline.StoplineValueError) as e:
+        vl.vllm_reasoning(_config(start, end, forced), tokenizer=_word_tokenizer())
+    assert e.value.field == f"reasoning_config.{field}" and says in str(e.value), str(e.value)
+    assert e.value.kind == "id_outside"
+
+
+def test_vllm_reasoning_without_a_tokenizer_checks_ids_against_2_32():
+    with pytest.raises(stopline.StoplineValueError, match=r"natural_reasoning_end_token_ids=\[-1\]"):
+        vl.vllm_reasoning(_config([0], [-1]))
+    r = vl.vllm_reasoning(_config([0], [1]), tokenizer=_word_tokenizer())
+    assert (r.options["reasoning_start_id"], r.options["reasoning_end_id"]) == (0, 1)
+
+
+@pytest.mark.parametrize("args, kw, raises, field", [
+    (("<a>", "<b>", None), {}, TypeError, "tokenizer"),
+    (("<a>", "<b>", "a tokenizer name"), {}, TypeError, "tokenizer"),
+    (("<a>", "<b>", _word_tokenizer()), {"forced_end": 5}, TypeError, "forced_end"),
+    (("<a>", "\ud800", _word_tokenizer()), {}, ValueError, "reasoning_end"),
+    (("\ud800", "<b>", _word_tokenizer()), {}, ValueError, "reasoning_start"),
+], ids=["none", "str", "forced_end-int", "end-surrogate", "start-surrogate"])
+def test_reasoning_from_markers_bad_input_names_the_argument(args, kw, raises, field):
+    with pytest.raises(raises) as e:
+        reasoning_from_markers(*args, **kw)
+    assert e.value.field == field, str(e.value)
+
+
+def test_reasoning_from_markers_reads_a_tokenizers_tokenizer():
+    # A tokenizers.Tokenizer's encode() gives an Encoding, not a list of ids.
+    r = reasoning_from_markers("<a>", "<b>", _word_tokenizer())
+    assert (r.options["reasoning_start_id"], r.options["reasoning_end_id"]) == (0, 1)
+
+
+def test_a_thinking_budget_over_64_bits_names_thinking_token_budget():
+    with pytest.raises(stopline.StoplineValueError) as e:
+        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=2**70, reasoning=IDS)
+    assert (e.value.field, e.value.kind) == ("thinking_token_budget", "out_of_range")
+
+
+# ------------------------------------ tool-call spans through the one reader --
+
+SPANS = reasoning_config({"tool_call_marker_ids": [(3, 4)]})
+
+
+def test_tool_call_spans_alone_are_a_reasoning_configuration():
+    # semantics 11.10: spans without a reasoning block; REASONING_KEYS carry them.
+    from stopline.engines import REASONING_KEYS
+
+    assert {"tool_call_markers", "tool_call_marker_ids"} <= set(REASONING_KEYS)
+    kw = {"num_prompt_tokens": 1, "max_model_len": 100, "stop_token_ids": [7]}
+    # 7 inside the span is an ordinary token; after its end it stops.
+    assert not compat.vllm_check_stop([1, 3, 7], **kw, reasoning=SPANS, num_new_tokens=3).stopped
+    assert compat.vllm_check_stop([1, 3, 7, 4, 7], **kw, reasoning=SPANS, num_new_tokens=5).stopped
+    assert compat.sglang_check_finished([3, 7], max_new_tokens=10, stop_token_ids=[7], reasoning=SPANS).finished_reason \
+        is None
+    with pytest.raises(stopline.StoplineValueError, match="reasoning_end is required"):
+        reasoning_config({"keep_reasoning_markers": True})
+    with pytest.raises(stopline.StoplineTypeError, match=r"tool_call_markers\[0\] must be a \(start, end\) pair"):
+        reasoning_config({"tool_call_markers": ["{}"]})
+
+
+def test_text_spans_in_an_ids_only_check_need_ids_or_a_vocabulary():
+    text_spans = reasoning_config({"tool_call_markers": [("<a>", "<b>")]})
+    with pytest.raises(stopline.StoplineValueError) as e:
+        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, reasoning=text_spans)
+    assert e.value.field == "tool_call_markers" and "tool_call_marker_ids" in str(e.value)
+    both_forms = reasoning_config({"tool_call_markers": [("<a>", "<b>")], "tool_call_marker_ids": [(3, 4)]})
+    assert not compat.vllm_check_stop([3, 7], num_prompt_tokens=1, max_model_len=10, stop_token_ids=[7],
+                                      reasoning=both_forms, num_new_tokens=2).stopped
+
+
+def test_the_detokenizer_step_feeds_real_ids_for_span_marker_ids():
+    with pytest.raises(stopline.StoplineValueError, match="token_ids is required"):
+        compat.vllm_detokenizer_stop(["a", "b"], stop=["b"], reasoning=SPANS)
+    inside = compat.vllm_detokenizer_stop(["<tc>", "b", "</tc>"], stop=["b"], reasoning=SPANS, token_ids=[3, 9, 4],
+                                          num_new_tokens=3)
+    assert inside.stop_string is None and inside.output_text == "<tc>b</tc>"
+    after = compat.vllm_detokenizer_stop(["<tc>", "x", "</tc>", "b"], stop=["b"], reasoning=SPANS,
+                                         token_ids=[3, 9, 4, 9], num_new_tokens=4)
+    assert after.stop_string == "b" and after.output_text == "<tc>x</tc>"

@@ -67,6 +67,13 @@ class Row:
 # ------------------------------------------------------------------ helpers --
 
 
+def _word_tokenizer() -> Any:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    return Tokenizer(WordLevel({"<a>": 0, "<b>": 1, "x": 2}, unk_token="x"))
+
+
 def tracker(**kw: Any) -> stopline.FinishTracker:
     return FT(SP(**kw))
 
@@ -394,6 +401,20 @@ ROWS: list[Row] = [
     Row("StopParams", "a tool-call marker id outside vocab_size",
         lambda: SP(tool_call_marker_ids=[(1, 2**31)], vocab_size=10), ValueError,
         "tool_call_marker_ids[0][1]=2147483648 is outside [0, vocab_size=10)"),
+    Row("StopParams", "a tool-call marker with a lone surrogate", lambda: SP(tool_call_markers=[("\ud800", "</a>")]),
+        ValueError, "tool_call_markers[0][0] is not valid Unicode"),
+    Row("StopParams", "a str where a tool-call marker pair is expected", lambda: SP(tool_call_markers=["{}"]),
+        TypeError, "tool_call_markers[0] must be a (start, end) pair, not a single str"),
+    Row("StopParams", "a tool-call marker pair of one marker", lambda: SP(tool_call_markers=[("<a>",)]),
+        ValueError, "tool_call_markers[0] has 1 item; a (start, end) pair has exactly 2"),
+    Row("StopParams", "over the cap: a tool-call marker of 1025 bytes", lambda: SP(tool_call_markers=[("<a>", "x" * 1025)]),
+        ValueError, "is longer than max_marker_bytes=1024 UTF-8 bytes"),
+    Row("StopParams", "reasoning_end is an int", lambda: SP(reasoning_end=5), TypeError,
+        "reasoning_end must be str, got int"),
+    Row("StopParams", "reasoning_end with a lone surrogate", lambda: SP(reasoning_end="\ud800"), ValueError,
+        "reasoning_end is not valid Unicode"),
+    Row("StopParams", "reasoning_end_id outside vocab_size", lambda: SP(reasoning_end_id=99, vocab_size=10),
+        ValueError, "reasoning_end_id=99 is outside [0, vocab_size=10)"),
     Row("StopParams", "repetition's keys() raises", lambda: SP(repetition=RaisingKeys()), LookupError,
         "the caller's keys() failed"),
     # FinishTracker
@@ -657,6 +678,22 @@ ROWS: list[Row] = [
     Row("compat.vllm_reasoning", "reasoning_parser is not a str",
         lambda: compat.vllm_reasoning(reasoning_parser=3, tokenizer=object()), TypeError,
         "reasoning_parser must be a str"),
+    Row("compat.reasoning_config", "a marker of the wrong type",
+        lambda: compat.reasoning_config({"reasoning_end": 5}), TypeError, "reasoning_end must be str, got int"),
+    Row("compat.vllm_reasoning", "a parser name given as vllm_config",
+        lambda: compat.vllm_reasoning("qwen3"), TypeError, "vllm_config must be a vLLM VllmConfig or ReasoningConfig"),
+    Row("compat.vllm_reasoning", "a config id outside the tokenizer",
+        lambda: compat.vllm_reasoning(type("C", (), {"enabled": True, "reasoning_start_token_ids": [0],
+                                                     "natural_reasoning_end_token_ids": [50]})(),
+                                      tokenizer=_word_tokenizer()), ValueError,
+        "reasoning_config.natural_reasoning_end_token_ids=[50]: the id 50 is outside the tokenizer's 3 ids"),
+    Row("compat.vllm_check_stop", "reasoning is a parser name",
+        lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, reasoning="qwen3"), TypeError,
+        "reasoning must be a mapping of StopParams reasoning keywords, a Reasoning or None, got str"),
+    Row("compat.vllm_check_stop", "thinking_token_budget over 64 bits",
+        lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=2**70,
+                                       reasoning={"reasoning_end_id": 6}), ValueError,
+        "thinking_token_budget=1180591620717411303424 is out of range"),
     Row("compat.vllm_check_stop", "thinking_token_budget without reasoning markers",
         lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=4),
         ValueError, "thinking_token_budget=4 needs reasoning markers"),
@@ -1075,3 +1112,33 @@ def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
     from doc_blocks import run_python_blocks
 
     assert run_python_blocks("docs/errors.md", "e.slot") == 1
+
+
+@pytest.mark.parametrize("kw", [
+    {"reasoning_end_id": -1}, {"reasoning_end_id": 1.5}, {"reasoning_end_id": True}, {"reasoning_end_id": 2**32},
+    {"reasoning_end_id": 2**64}, {"reasoning_end_id": 99, "vocab_size": 10}, {"reasoning_end": 5},
+    {"reasoning_end": "\ud800"}, {"reasoning_end": "x" * 1025}, {"reasoning_start": "x" * 1025, "reasoning_end": "y"},
+    {"reasoning_end": "x", "reasoning_starts_in": 3}, {"reasoning_end": "x", "reasoning_end_ids": [2**32]},
+    {"reasoning_end": "x", "max_reasoning_tokens": -1}, {"reasoning_end_id": 3, "max_reasoning_tokens": 2**64},
+    {"stop_token_ids": [2**32]}, {"stop_token_ids": [2**64]},
+    {"tool_call_marker_ids": [(2**64, 2)]}, {"tool_call_marker_ids": [(2**32, 2)]},
+    {"tool_call_marker_ids": [(-1, 2)]}, {"tool_call_marker_ids": [(1.5, 2)]}, {"tool_call_marker_ids": ["ab"]},
+    {"tool_call_markers": [("\ud800", "x")]}, {"tool_call_markers": ["{}"]}, {"tool_call_markers": [("a",)]},
+    {"tool_call_markers": [("a" * 1025, "b")]}, {"tool_call_markers": [(1, "b")]},
+    {"tool_call_markers": [("a", "b")] * 9},
+], ids=repr)
+def test_the_baseline_refuses_reasoning_and_span_params_as_the_core_does(kw: dict[str, Any]) -> None:
+    """The baseline is the differential tests' oracle: it refuses what the
+    core refuses, with the same class, field and kind."""
+    seen = []
+    for impl in (stopline, baseline):
+        with pytest.raises((stopline.StoplineValueError, stopline.StoplineTypeError)) as info:
+            impl.StopParams(**kw)
+        seen.append((type(info.value), info.value.field, info.value.kind))
+    assert seen[0] == seen[1]
+
+
+def test_none_span_lists_are_no_spans_in_the_core_and_the_baseline() -> None:
+    for impl in (stopline, baseline):
+        p = impl.StopParams(tool_call_markers=None, tool_call_marker_ids=None)
+        assert list(p.tool_call_markers) == [] and list(p.tool_call_marker_ids) == []

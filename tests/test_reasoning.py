@@ -254,7 +254,7 @@ def test_prompt_opened_thinking_with_a_vocabulary() -> None:
     assert (t.reasoning_tokens, t.forced_token_id) == (1, None)
     t.update(out[:2])
     assert (t.reasoning_tokens, t.forced_token_id) == (3, end)
-    with pytest.raises(ValueError, match=r"reasoning_end_id\[0\]=999999 is outside"):
+    with pytest.raises(ValueError, match=r"reasoning_end_id=999999 is outside"):
         stopline.FinishTracker(stopline.StopParams(reasoning_end_id=999999), vocabulary=v)
 
 
@@ -278,7 +278,7 @@ def test_real_tokenizer_splits_the_marker_across_tokens() -> None:
 
 
 def test_thinking_budget_forces_the_end_marker_ids_one_per_step() -> None:
-    # As vLLM's ThinkingTokenBudgetLogitsProcessor: once `budget` tokens follow
+    # As vLLM's ThinkingBudgetStateHolder: once `budget` tokens follow
     # the start marker, the end marker's ids are forced in order.
     p = stopline.StopParams(max_reasoning_tokens=2, reasoning_end_ids=[7, 8], **THINK)
     t = stopline.FinishTracker(p)
@@ -349,7 +349,7 @@ def test_batch_with_texts_equals_trackers(
     (dict(stop=["</think>"], **THINK), r"stop\[0\]=.</think>. overlaps reasoning_end"),
     (dict(stop=["x", "a<think>"], **THINK), r"stop\[1\]=.a<think>. overlaps reasoning_start"),
     (dict(reasoning_end_id=2, eos_token_ids=[2]), r"eos_token_ids\[0\]=2 overlaps reasoning_end_id"),
-    (dict(reasoning_end_id=50, vocab_size=50), r"reasoning_end_id\[0\]=50 is outside"),
+    (dict(reasoning_end_id=50, vocab_size=50), r"reasoning_end_id=50 is outside"),
     (dict(stop=["a"], stop_scopes=["any", "any"], **THINK), "stop_scopes has 2 scopes for 1"),
     (dict(stop=["a"], stop_scopes="thinking", **THINK), "is not one of 'content', 'reasoning' or 'any'"),
     (dict(max_reasoning_tokens=4, **THINK), "reasoning_end_ids is required"),

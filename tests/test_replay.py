@@ -394,3 +394,36 @@ def test_malformed_json_message_reads_cleanly(tmp_path):
     assert ":2: not valid JSON: Expecting value at column 1" in p.stderr
     assert ":3: not valid JSON: Unterminated string starting at column 8" in p.stderr
     assert "at at" not in p.stderr
+
+
+@pytest.mark.parametrize("params, says", [
+    ({"reasoning_end": 5}, "reasoning_end must be str, got int (reasoning_end=5)"),
+    ({"reasoning_end": "x", "keep_reasoning_markers": 1}, "keep_reasoning_markers must be true or false, got 1"),
+    ({"token_aligned": "yes"}, "token_aligned must be true or false, got 'yes'"),
+    ({"reasoning_end": "x", "reasoning_starts_in": 3}, "reasoning_starts_in must be str, got int (reasoning_starts_in=3)"),
+    ({"reasoning_end": "\ud800"}, "reasoning_end is not valid Unicode"),
+    ({"tool_call_markers": [["<a>"]]}, "tool_call_markers[0] has 1 item; a (start, end) pair has exactly 2 "
+                                       "(tool_call_markers=[['<a>']])"),
+], ids=["end-int", "keep-int", "aligned-str", "starts-in-int", "surrogate", "span-pair"])
+def test_invalid_params_name_the_key_and_value(tmp_path, params, says):
+    line = json.dumps({"id": "r0", "params": params, "steps": [{"ids": [1], "texts": ["a"]}]})
+    requests, problems = replay.load_trace(_write(tmp_path, [line]))
+    assert requests == [] and len(problems) == 1
+    assert says in problems[0], problems[0]
+
+
+def test_a_trace_with_tool_call_spans_replays_and_agrees_with_the_reference(tmp_path):
+    # semantics 11.10: "b" met inside the span does not stop; after it, it does.
+    line = json.dumps({"id": "r0", "params": {"stop": ["b"], "tool_call_markers": [["<tc>", "</tc>"]],
+                                              "tool_call_marker_ids": [[3, 4]]},
+                       "steps": [{"ids": [3, 1, 4], "texts": ["<tc>", "b", "</tc>"]},
+                                 {"ids": [1, 1], "texts": ["x", "b"]}]})
+    requests, problems = replay.load_trace(_write(tmp_path, [line]))
+    assert problems == []
+    outcomes, _ = replay.replay_requests(requests)
+    o = outcomes["r0"]
+    assert (o.finish_reason, o.text) == ("stop", "<tc>b</tc>x")
+    assert replay.check_against_reference(requests[0], o) == []
+    no_texts = json.dumps({"id": "r1", "params": {"tool_call_markers": [["<tc>", "</tc>"]]},
+                           "steps": [{"ids": [3]}]})
+    assert "text tool-call markers" in replay.load_trace(_write(tmp_path, [no_texts]))[1][0]

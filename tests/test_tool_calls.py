@@ -179,14 +179,14 @@ def test_bad_span_definitions_name_the_field(impl: Any, kw: dict[str, Any], fiel
 
 
 def test_marker_pair_shape_and_type_errors() -> None:
-    with pytest.raises(ValueError, match=r"tool_call_markers\[0\] has 1 markers"):
+    with pytest.raises(ValueError, match=r"tool_call_markers\[0\] has 1 item; a \(start, end\) pair has exactly 2"):
         stopline.StopParams(tool_call_markers=[("a",)])
-    with pytest.raises(TypeError, match=r"tool_call_markers\[0\]\[1\] must be a str"):
+    with pytest.raises(TypeError, match=r"tool_call_markers\[0\]\[1\] must be str, got int"):
         stopline.StopParams(tool_call_markers=[("a", 5)])
     with pytest.raises(ValueError, match=r"tool_call_marker_ids\[0\]\[0\]"):
         stopline.StopParams(tool_call_marker_ids=[(-1, 2)])
     cap = stopline.LIMITS["max_marker_bytes"]
-    with pytest.raises(ValueError, match=f"tool_call_markers totals {cap + 1} UTF-8 bytes"):
+    with pytest.raises(ValueError, match=rf"^tool_call_markers\[0\]\[0\]=\"x+\".* is longer than max_marker_bytes={cap} UTF-8 bytes$"):
         stopline.StopParams(tool_call_markers=[("x" * (cap + 1), "y")])
 
 
@@ -213,3 +213,50 @@ def test_real_tokenizer_ids_only_with_a_split_span_marker() -> None:
     assert not any(d.endswith(("<", "<tool", "</")) for d in deltas)
     with pytest.raises(ValueError, match=r"tool_call_marker_ids\[0\]\[1\]=1000000 is outside \[0, vocabulary size="):
         stopline.FinishTracker(stopline.StopParams(tool_call_marker_ids=[(1, 10**6)]), vocabulary=v)
+
+
+# ------------------------------------------------------------- bad input --
+
+
+def test_a_tool_call_marker_with_a_lone_surrogate_is_a_value_error_naming_the_element() -> None:
+    # As stop[i] (docs/errors.md): a ValueError naming the element.
+    for impl in (baseline, stopline):
+        with pytest.raises(stopline.StoplineValueError) as e:
+            impl.StopParams(tool_call_markers=[("\ud800", "</t>")])
+        assert (e.value.field, e.value.kind) == ("tool_call_markers[0][0]", "lone_surrogate")
+    assert "not valid Unicode" in str(e.value)
+
+
+def test_a_str_is_not_a_tool_call_marker_pair() -> None:
+    # ["{}"] would otherwise open a span at every "{" and close it at "}".
+    for impl in (stopline, baseline):
+        with pytest.raises(stopline.StoplineTypeError) as e:
+            impl.StopParams(tool_call_markers=["{}"])
+        assert (e.value.field, e.value.kind) == ("tool_call_markers[0]", "single_str")
+
+
+def test_a_pair_of_the_wrong_length_and_an_over_cap_marker_name_the_element() -> None:
+    with pytest.raises(ValueError, match=r"^tool_call_markers\[0\] has 3 items; a \(start, end\) pair has exactly 2$"):
+        stopline.StopParams(tool_call_markers=[("<a>", "</a>", "x")])
+    with pytest.raises(ValueError) as e:
+        stopline.StopParams(tool_call_markers=[("<a>", "</a>"), ("<b>", "b" * 1025)])
+    assert str(e.value).startswith('tool_call_markers[1][1]="bbb')
+    assert "is longer than max_marker_bytes=1024 UTF-8 bytes" in str(e.value)
+    assert e.value.kind == "too_many_bytes"  # type: ignore[attr-defined]
+
+
+def test_an_end_id_may_be_another_pairs_start_id() -> None:
+    # semantics.md 11.10: only start ids are awaited together; inside a span
+    # only its own end is, so (1, 2), (2, 3) is unambiguous: 2 closes the first
+    # span, a later 2 opens the second.
+    kw = {"tool_call_marker_ids": [(1, 2), (2, 3)], "stop_token_ids": [9]}
+    for impl in (stopline, baseline):
+        t = impl.FinishTracker(impl.StopParams(**kw))
+        t.update([1, 9, 2, 2, 9])  # 9 inside either span is an ordinary token
+        assert not t.finished and t.in_tool_call
+        t.update([3])
+        assert not t.in_tool_call
+        t.update([9])
+        assert (t.finish_reason, t.stop_reason, t.num_tokens) == ("stop", 9, 7)
+    with pytest.raises(ValueError, match="overlaps another pair's start"):
+        stopline.StopParams(tool_call_marker_ids=[(1, 2), (1, 3)])

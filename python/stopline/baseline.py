@@ -190,6 +190,76 @@ def _param_int(name: str, v: Any) -> int:
     return _index(v, name)
 
 
+def _i64(name: str, v: Any) -> int:
+    """An int argument the core reads as a 64-bit int (out_of_range past it)."""
+    n = _param_int(name, v)
+    if not -(2**63) <= n < 2**63:
+        raise _err(StoplineValueError, f"{name}={n} is out of range", name, "out_of_range")
+    return n
+
+
+def _token_id(name: str, v: Any) -> int:
+    """One marker id as the core reads it: an int in ``[0, 2**32)``."""
+    n = _param_int(name, v)
+    if n < 0:
+        raise _err(StoplineValueError, f"{name} must be >= 0, got {n}", name, "below")
+    if n >= 2**64:
+        raise _err(StoplineValueError, f"{name}={n} is out of range", name, "out_of_range")
+    if n >= 2**32:
+        raise _err(StoplineValueError, f"{name}={n} is not a valid token id", name, "not_a_token_id")
+    return n
+
+
+def _text(name: str, v: Any) -> str:
+    """A str of valid Unicode, errors naming ``name`` as the core's."""
+    if not isinstance(v, str):
+        raise _err(StoplineTypeError, f"{name} must be str, got {type(v).__name__}", name, "wrong_type")
+    _check_encodable(v, name)
+    return v
+
+
+def _marker_text(name: str, v: Any) -> str:
+    """A reasoning marker text: :func:`_text`, at most ``max_marker_bytes``
+    (1,024) UTF-8 bytes."""
+    text = _text(name, v)
+    if len(text.encode()) > _MAX_MARKER_BYTES:
+        raise _err(StoplineValueError, f"{name} is longer than {_MAX_MARKER_BYTES} UTF-8 bytes", name, "too_many_bytes")
+    return text
+
+
+_MAX_MARKER_BYTES = 1024
+_MAX_SPANS = 8
+
+
+def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[Any, Any], ...]:
+    """``tool_call_markers`` / ``tool_call_marker_ids``: ``None`` or at most 8
+    (start, end) pairs, each side read by ``read(field, value)``."""
+    if obj is None:
+        return ()
+    try:
+        items = list(obj)
+    except TypeError:
+        raise _err(StoplineTypeError, f"{name} must be a sequence of (start, end) pairs, got {type(obj).__name__}",
+                   name, "wrong_type") from None
+    if len(items) > _MAX_SPANS:
+        raise _err(StoplineValueError, f"{name} has {len(items)} entries; at most {_MAX_SPANS} are accepted",
+                   name, "too_many")
+    out = []
+    for i, pair in enumerate(items):
+        at = f"{name}[{i}]"
+        if isinstance(pair, str):
+            raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, not a single str", at, "single_str")
+        try:
+            two = list(pair)
+        except TypeError:
+            raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, got {type(pair).__name__}",
+                       at, "wrong_type") from None
+        if len(two) != 2:
+            raise _err(StoplineValueError, f"{at} has {len(two)} items; a (start, end) pair has exactly 2", at, "count")
+        out.append((read(f"{at}[0]", two[0]), read(f"{at}[1]", two[1])))
+    return tuple(out)
+
+
 def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
     if isinstance(ids, (str, bytes)):
         raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type")
@@ -199,9 +269,11 @@ def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
         raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type") from None
     out = []
     for i, t in enumerate(items):
-        t = _param_int(f"{name}[{i}]", t)
+        t = _i64(f"{name}[{i}]", t)
         if t < 0:
             raise _err(StoplineValueError, f"{name}[{i}] = {t} is negative", f"{name}[{i}]", "not_a_token_id")
+        if t >= 2**32:
+            raise _err(StoplineValueError, f"{name}[{i}] = {t} is not a valid token id", f"{name}[{i}]", "not_a_token_id")
         if vocab_size is not None and t >= vocab_size:
             raise _err(StoplineValueError,
                        f"{name}[{i}] = {t} is outside the vocabulary (vocab_size={vocab_size})",
@@ -446,13 +518,13 @@ class StopParams:
     stop_regex_scopes: str | Sequence[str] | None = None
     stop_token_id_scopes: str | Sequence[str] | None = None
     token_aligned: bool = False
-    tool_call_markers: Sequence[tuple[str, str]] = ()
-    tool_call_marker_ids: Sequence[tuple[int, int]] = ()
+    tool_call_markers: Sequence[tuple[str, str]] | None = ()
+    tool_call_marker_ids: Sequence[tuple[int, int]] | None = ()
 
     @property
     def spans(self) -> tuple[tuple[tuple[str | None, int | None], tuple[str | None, int | None]], ...]:
         """Tool-call span pairs ``((start text, start id), (end text, end id))``."""
-        texts, ids = tuple(self.tool_call_markers), tuple(self.tool_call_marker_ids)
+        texts, ids = tuple(self.tool_call_markers or ()), tuple(self.tool_call_marker_ids or ())
         n = max(len(texts), len(ids))
         return tuple(
             tuple(
@@ -464,13 +536,6 @@ class StopParams:
     def _check_spans(self) -> None:
         """Tool-call span pairs (semantics.md 11.10), as the core checks them."""
         texts, ids = self.tool_call_markers, self.tool_call_marker_ids
-        for name, lst in (("tool_call_markers", texts), ("tool_call_marker_ids", ids)):
-            if len(lst) > 8:
-                raise _err(StoplineValueError, f"{name} has {len(lst)} entries; at most 8 are accepted", name, "too_many")
-            for i, pair in enumerate(lst):
-                if len(pair) != 2:
-                    raise _err(StoplineValueError, f"{name}[{i}] has {len(pair)} markers for 2 a (start, end) pair",
-                               f"{name}[{i}]", "count")
         if texts and ids and len(texts) != len(ids):
             raise _err(StoplineValueError, f"tool_call_marker_ids has {len(ids)} pairs for {len(texts)} pairs of tool_call_markers",
                        "tool_call_marker_ids", "count")
@@ -485,9 +550,10 @@ class StopParams:
                     continue
                 if t == "":
                     raise bad("tool_call_markers", i, side, '""', "is an empty string; a marker must be non-empty", "empty_marker")
-                if len(t.encode()) > 1024:
-                    raise _err(StoplineValueError, "tool_call_markers is too long", "tool_call_markers", "too_many_bytes")
                 shown = '"' + t + '"'
+                if len(t.encode()) > _MAX_MARKER_BYTES:
+                    raise bad("tool_call_markers", i, side, shown,
+                              f"is longer than max_marker_bytes={_MAX_MARKER_BYTES} UTF-8 bytes", "too_many_bytes")
                 for name in ("reasoning_start", "reasoning_end"):
                     rt = getattr(self, name) if self.has_reasoning else None
                     if rt is not None and (rt == t or (side == 0 and name == "reasoning_start" and (rt in t or t in rt))):
@@ -571,7 +637,7 @@ class StopParams:
         for name in ("reasoning_start_id", "reasoning_end_id"):
             v = getattr(self, name)
             if v is not None and self.vocab_size is not None and v >= self.vocab_size:
-                raise _err(StoplineValueError, f"{name}[0]={v} is outside [0, vocab_size={self.vocab_size})", name, "id_outside")
+                raise _err(StoplineValueError, f"{name}={v} is outside [0, vocab_size={self.vocab_size})", name, "id_outside")
         for i, st in enumerate(self.stop):
             for name in ("reasoning_start", "reasoning_end"):
                 m = getattr(self, name)
@@ -668,8 +734,28 @@ class StopParams:
                 raise _err(StoplineValueError, f"repetition.min_count must be >= 2, got {cnt}", "repetition.min_count", "below")
             rep = {"max_pattern_size": mx, "min_pattern_size": mnp, "min_count": cnt}
         put("repetition", rep)
-        put("tool_call_markers", tuple(tuple(p) for p in self.tool_call_markers))
-        put("tool_call_marker_ids", tuple(tuple(_id_list("tool_call_marker_ids", p, None)) for p in self.tool_call_marker_ids))
+        # The fields the core reads before it checks them together (its
+        # classes, fields and kinds, docs/errors.md).
+        for name in ("reasoning_start", "reasoning_end"):
+            if getattr(self, name) is not None:
+                put(name, _marker_text(name, getattr(self, name)))
+        sin = self.reasoning_starts_in
+        if sin is not None and not isinstance(sin, str):
+            raise _err(StoplineTypeError, f"reasoning_starts_in must be str, got {type(sin).__name__}",
+                       "reasoning_starts_in", "wrong_type")
+        put("tool_call_markers", _pairs("tool_call_markers", self.tool_call_markers, _text))
+        put("tool_call_marker_ids", _pairs("tool_call_marker_ids", self.tool_call_marker_ids, _token_id))
+        for name in ("reasoning_start_id", "reasoning_end_id"):
+            if getattr(self, name) is not None:
+                put(name, _token_id(name, getattr(self, name)))
+        mrt = self.max_reasoning_tokens
+        if mrt is not None:
+            mrt = _param_int("max_reasoning_tokens", mrt)
+            if mrt < 0:
+                raise _err(StoplineValueError, f"max_reasoning_tokens must be >= 0, got {mrt}", "max_reasoning_tokens", "below")
+            if mrt >= 2**64:
+                raise _err(StoplineValueError, f"max_reasoning_tokens={mrt} is out of range", "max_reasoning_tokens", "out_of_range")
+            put("max_reasoning_tokens", mrt)
         self._check_reasoning(put)
         if not self.has_reasoning:
             self._check_spans()

@@ -16,7 +16,8 @@ hands the decision back in the engine's own vocabulary:
 * Reasoning models: :func:`reasoning_config` (explicit markers) or
   :func:`vllm_reasoning` / :func:`sglang_reasoning` (an engine's
   ``--reasoning-parser``) give the ``stopline.engines.Reasoning`` that the
-  helpers take as ``reasoning=``: stops then fire only in content
+  helpers take as ``reasoning=`` (or the mapping itself; anything else is a
+  ``TypeError`` naming ``reasoning``): stops then fire only in content
   (docs/semantics.md 11).
 * :func:`to_vllm_status` and :func:`to_sglang_finish_reason` translate a
   result of a long-lived ``FinishTracker`` or ``FinishBatch`` (the hot path)

@@ -54,7 +54,10 @@ PARAM_FIELDS = (
     "reasoning_start", "reasoning_start_id", "reasoning_end", "reasoning_end_id",
     "reasoning_end_ids", "reasoning_starts_in", "keep_reasoning_markers",
     "max_reasoning_tokens", "stop_scopes", "stop_token_id_scopes", "token_aligned",
+    # tool-call spans (section 11.10): pairs as two-element lists
+    "tool_call_markers", "tool_call_marker_ids",
 )
+_BOOL_FIELDS = ("ignore_eos", "include_stop_str_in_output", "keep_reasoning_markers", "token_aligned")
 _REQUEST_KEYS = {"id", "params", "steps", "arrival", "source"}
 _STEP_KEYS = {"ids", "texts", "grammar_terminated_at"}
 _MAX_ID = 2**32 - 1
@@ -221,10 +224,16 @@ def _parse_request(obj: Any, file: str, line: int, impl: Any) -> Request:
     bad = set(params) - set(PARAM_FIELDS)
     if bad:
         raise _unknown("params has unknown fields", bad)
+    for key in _BOOL_FIELDS:  # StopParams' own error for these names no field
+        if key in params and not isinstance(params[key], bool):
+            raise ValueError(f"invalid params: {key} must be true or false, got {shown(params[key])}")
     try:
         impl.StopParams(**params)  # validate now, so one bad request cannot stop a batch step
     except (TypeError, ValueError, OverflowError) as e:
-        raise ValueError(f"invalid params: {e}") from None
+        # The error names the field; the message adds the params key's value.
+        key = str(getattr(e, "field", None) or "").split("[")[0].split(".")[0]
+        value = f" ({key}={shown(params[key])})" if key in params else ""
+        raise ValueError(f"invalid params: {e}{value}") from None
     steps = obj.get("steps")
     if not isinstance(steps, list):
         raise ValueError("'steps' must be a list")
@@ -345,11 +354,12 @@ def _check_loaded(req: Request, impl: Any) -> None:
         req.id.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"'id' {shown(req.id)} is not valid Unicode (lone surrogate)") from None
-    if req.params.get("stop") or req.params.get("reasoning_start") or req.params.get("reasoning_end"):
+    if req.params.get("stop") or req.params.get("reasoning_start") or req.params.get("reasoning_end") \
+            or req.params.get("tool_call_markers"):
         for k, st in enumerate(req.steps):
             if st.texts is None and st.ids:
-                raise ValueError(f"steps[{k}] has no texts, but the params have stop strings or text "
-                                 "reasoning markers, which are matched on text")
+                raise ValueError(f"steps[{k}] has no texts, but the params have stop strings, text "
+                                 "reasoning markers or text tool-call markers, which are matched on text")
 
 
 # ------------------------------------------------------------------ replaying

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    extract_ids, extract_nonneg, extract_opt_nonneg, py_repr, shown_value, take_capped, type_name,
-    wrong_type,
+    extract_ids, extract_nonneg, extract_opt_nonneg, extract_utf8, py_repr, shown_value,
+    take_capped, type_name, wrong_type,
 };
 use super::errors::{arg_err, to_py_err};
 use super::matchers::{compile_regexes, compile_stops};
@@ -55,6 +55,25 @@ fn extract_scopes(obj: Option<&Bound<'_, PyAny>>, field: &str, n: usize) -> PyRe
         .collect()
 }
 
+/// A pair with more than two items says how many (`take_capped` reports
+/// only the cap); any other error is returned as is.
+fn pair_count_err(e: PyErr, item: &Bound<'_, PyAny>, at: &str) -> PyErr {
+    match item.len() {
+        Ok(n) if n > 2 && e.is_instance_of::<pyo3::exceptions::PyValueError>(item.py()) => {
+            arg_err(at, Problem::NotAPair { n })
+        }
+        _ => e,
+    }
+}
+
+/// An optional marker text (`reasoning_start`, `reasoning_end`) or option
+/// name: a str that is valid Unicode, errors naming `field`.
+fn opt_text(obj: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<Option<String>> {
+    obj.filter(|o| !o.is_none())
+        .map(|o| extract_utf8(o, &|| field.to_owned()).map(str::to_owned))
+        .transpose()
+}
+
 /// `tool_call_markers` (pairs of str) and `tool_call_marker_ids` (pairs of
 /// int): the span marker pairs, pair i of one list with pair i of the other.
 fn extract_spans(
@@ -76,18 +95,21 @@ fn extract_spans(
         let mut out = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let at = format!("{field}[{i}]");
-            let two = take_capped(item, &at, "a (start, end) pair", 2)?;
-            if two.len() != 2 {
+            if item.is_instance_of::<pyo3::types::PyString>() {
+                // As for `stop`: a str is a sequence, but never meant as one.
+                let what = "a (start, end) pair";
                 return Err(arg_err(
                     &at,
-                    Problem::Count {
-                        n: two.len(),
-                        unit: "markers",
-                        expected: 2,
-                        per: "a (start, end) pair",
-                        hint: "",
+                    Problem::SingleStr {
+                        what,
+                        wrapped: None,
                     },
                 ));
+            }
+            let two = take_capped(item, &at, "a (start, end) pair", 2)
+                .map_err(|e| pair_count_err(e, item, &at))?;
+            if two.len() != 2 {
+                return Err(arg_err(&at, Problem::NotAPair { n: two.len() }));
             }
             out.push([two[0].clone(), two[1].clone()]);
         }
@@ -114,10 +136,7 @@ fn extract_spans(
     for (i, pair) in texts.iter().flatten().enumerate() {
         for (side, o) in pair.iter().enumerate() {
             let at = format!("{TEXTS}[{i}][{side}]");
-            spans[i][side].text = Some(
-                o.extract()
-                    .map_err(|_| arg_err(&at, wrong_type("a str", o)))?,
-            );
+            spans[i][side].text = Some(extract_utf8(o, &|| at.clone())?.to_owned());
         }
     }
     for (i, pair) in ids.iter().flatten().enumerate() {
@@ -374,12 +393,12 @@ impl PyStopParams {
         vocab_size: Option<&Bound<'_, PyAny>>,
         repetition: Option<&Bound<'_, PyAny>>,
         stop_regex: Option<&Bound<'_, PyAny>>,
-        reasoning_start: Option<String>,
+        reasoning_start: Option<&Bound<'_, PyAny>>,
         reasoning_start_id: Option<&Bound<'_, PyAny>>,
-        reasoning_end: Option<String>,
+        reasoning_end: Option<&Bound<'_, PyAny>>,
         reasoning_end_id: Option<&Bound<'_, PyAny>>,
         reasoning_end_ids: Option<&Bound<'_, PyAny>>,
-        reasoning_starts_in: Option<String>,
+        reasoning_starts_in: Option<&Bound<'_, PyAny>>,
         keep_reasoning_markers: bool,
         max_reasoning_tokens: Option<&Bound<'_, PyAny>>,
         stop_scopes: Option<&Bound<'_, PyAny>>,
@@ -430,12 +449,12 @@ impl PyStopParams {
         };
         params.reasoning = extract_reasoning(
             &params,
-            reasoning_start,
+            opt_text(reasoning_start, "reasoning_start")?,
             reasoning_start_id,
-            reasoning_end,
+            opt_text(reasoning_end, "reasoning_end")?,
             reasoning_end_id,
             reasoning_end_ids,
-            reasoning_starts_in,
+            opt_text(reasoning_starts_in, "reasoning_starts_in")?,
             keep_reasoning_markers,
             max_reasoning_tokens,
             [stop_scopes, stop_regex_scopes, stop_token_id_scopes],

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
-from stopline._caps import field_type_error, field_value_error, int_items, integer, shown, str_items, unknown_keys
+from stopline._caps import (
+    field_type_error,
+    field_value_error,
+    int_items,
+    integer,
+    items,
+    shown,
+    str_items,
+    unknown_keys,
+)
 from stopline._core import LIMITS, FinishTracker, StopParams, Vocabulary
 
 
@@ -175,7 +184,8 @@ def vocabulary_for(tokenizer: Any) -> Vocabulary | None:
 # ------------------------------------------------------------- reasoning --
 
 #: The ``StopParams`` keywords an engine-wide reasoning configuration may set
-#: (docs/semantics.md 11); ``max_reasoning_tokens`` comes per request.
+#: (docs/semantics.md 11), tool-call spans (11.10) included;
+#: ``max_reasoning_tokens`` comes per request.
 REASONING_KEYS = (
     "reasoning_start",
     "reasoning_start_id",
@@ -185,6 +195,8 @@ REASONING_KEYS = (
     "reasoning_starts_in",
     "keep_reasoning_markers",
     "token_aligned",
+    "tool_call_markers",
+    "tool_call_marker_ids",
 )
 
 
@@ -219,12 +231,20 @@ class Reasoning:
             return None
         return self.tracker(StopParams(**self.options), prompt_ids).channel
 
+    @property
+    def has_block(self) -> bool:
+        """Whether a reasoning block is configured (else tool-call spans
+        alone, docs/semantics.md 11.10: no channels, no scopes)."""
+        return bool(self.options.get("reasoning_end")) or self.options.get("reasoning_end_id") is not None
+
     def needs_decoding(self) -> bool:
         """Whether an ids-only check must decode its ids (with
         :attr:`vocabulary`) to see a marker: one is given only as text."""
         o = self.options
-        text_only = (o.get("reasoning_start") and o.get("reasoning_start_id") is None) or (
-            o.get("reasoning_end") and o.get("reasoning_end_id") is None
+        text_only = (
+            (o.get("reasoning_start") and o.get("reasoning_start_id") is None)
+            or (o.get("reasoning_end") and o.get("reasoning_end_id") is None)
+            or (o.get("tool_call_markers") and not o.get("tool_call_marker_ids"))
         )
         return bool(text_only) and self.vocabulary is not None
 
@@ -261,6 +281,13 @@ class Reasoning:
                         f"={shown(text)} has no single token id, and this check sees ids only: give a "
                         f"{id_key} or a vocabulary to decode the ids with",
                     )
+            spans = kw.pop("tool_call_markers", None)
+            if spans and not kw.get("tool_call_marker_ids"):
+                raise field_value_error(
+                    "tool_call_markers",
+                    " have no token ids, and this check sees ids only: give tool_call_marker_ids or a "
+                    "vocabulary to decode the ids with",
+                )
         if max_reasoning_tokens is not None:
             kw["max_reasoning_tokens"] = max_reasoning_tokens
         if starts_in is not None:
@@ -314,18 +341,24 @@ class Reasoning:
         return FinishTracker(params, self.vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
 
 
+#: What an adapter's ``reasoning=`` accepts (read by :func:`reasoning_config`).
+ReasoningArg: TypeAlias = "Reasoning | Mapping[str, Any] | None"
+
+
 def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Vocabulary | None = None) -> Reasoning | None:
     """An adapter's ``reasoning=`` argument as a :class:`Reasoning`: ``None``
     (off), a :class:`Reasoning` (as is), or a mapping of :data:`REASONING_KEYS`
-    (``{"reasoning_start": "<think>", "reasoning_end": "</think>"}``), checked
-    now by building a ``StopParams`` from it, so a bad configuration fails at
-    engine start, not on the first request.
+    (``{"reasoning_start": "<think>", "reasoning_end": "</think>"}``, or
+    tool-call spans with or without a reasoning block:
+    ``{"tool_call_marker_ids": [(151657, 151658)]}``), checked now by building
+    a ``StopParams`` from it, so a bad configuration fails at engine start,
+    not on the first request. Every adapter's ``reasoning=`` is read here.
 
     Raises:
         TypeError: not a mapping; a value of the wrong type (naming
             ``reasoning_start`` etc. as ``StopParams`` does).
         ValueError: an unknown key (the first few shown), a mapping without
-            an end marker, an empty marker, an id over ``2**32``, whatever
+            an end marker or spans, an empty marker, an id over ``2**32``, whatever
             ``StopParams`` refuses (naming the field).
     """
     if value is None or isinstance(value, Reasoning):
@@ -340,17 +373,27 @@ def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Voca
         options["reasoning_end_ids"] = tuple(
             int_items(options["reasoning_end_ids"], "reasoning_end_ids", LIMITS["max_stop_token_ids"])
         )
-    if not options.get("reasoning_end") and options.get("reasoning_end_id") is None:
+    for key in ("tool_call_markers", "tool_call_marker_ids"):
+        if key in options and not isinstance(options[key], (str, bytes)):
+            # Kept as tuples: the configuration is shared by every request.
+            options[key] = tuple(tuple(p) if isinstance(p, Iterable) and not isinstance(p, (str, bytes)) else p
+                                 for p in items(options[key], key, "a sequence of (start, end) pairs",
+                                                LIMITS["max_tool_call_spans"]))
+    spans = options.get("tool_call_markers") or options.get("tool_call_marker_ids")
+    if not options.get("reasoning_end") and options.get("reasoning_end_id") is None and not spans:
         # StopParams would build a params without channels from {} (or from
-        # only keep_reasoning_markers): a reasoning configuration needs its end.
+        # only keep_reasoning_markers): a reasoning configuration needs its
+        # end (or tool-call spans alone, docs/semantics.md 11.10).
         raise field_value_error("reasoning_end", " is required: a reasoning configuration needs an end marker "
-                                "(reasoning_end text or reasoning_end_id)")
+                                "(reasoning_end text or reasoning_end_id) or tool-call spans")
     StopParams(**options)  # the core's checks, naming the field
     return Reasoning(options=options, vocabulary=vocabulary)
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
-    return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+    encoded = tokenizer.encode(text, add_special_tokens=False)
+    # A tokenizers.Tokenizer gives an Encoding, a transformers tokenizer a list.
+    return [int(i) for i in getattr(encoded, "ids", encoded)]
 
 
 def reasoning_from_markers(
@@ -373,22 +416,33 @@ def reasoning_from_markers(
     :func:`vocabulary_for`.
 
     Raises:
-        TypeError / ValueError: a marker that is not a str or is empty, one
-            that tokenizes to nothing (naming ``reasoning_start`` /
-            ``reasoning_end``), as :func:`reasoning_config`.
+        TypeError / ValueError: a ``tokenizer`` without ``encode()``; a marker
+            that is not a str, is empty, holds a lone surrogate or tokenizes
+            to nothing (naming ``reasoning_start`` / ``reasoning_end`` /
+            ``forced_end``), as :func:`reasoning_config`.
     """
+    if isinstance(tokenizer, (str, bytes)) or not callable(getattr(tokenizer, "encode", None)):
+        raise field_type_error("tokenizer", "a tokenizer with encode() (transformers or tokenizers)", tokenizer)
     kw: dict[str, Any] = dict(options)
     for key, text in (("reasoning_start", start), ("reasoning_end", end), ("reasoning_end_ids", forced_end)):
         if text is None:
             continue
+        name = "forced_end" if key == "reasoning_end_ids" else key
         if not isinstance(text, str):
-            raise field_type_error(key, "a str", text)
+            raise field_type_error(name, "a str", text)
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                raise field_value_error(
+                    name, " is not valid Unicode (it contains a lone surrogate)", "lone_surrogate"
+                ) from None
         if not text and key != "reasoning_end_ids":
             kw[key] = text  # StopParams names the empty marker
             continue
         ids = _encode(tokenizer, text) if text else []
         if not ids:
-            raise field_value_error(key, f"={shown(text)} gives no token ids with this tokenizer")
+            raise field_value_error(name, f"={shown(text)} gives no token ids with this tokenizer")
         if key == "reasoning_end_ids":
             kw[key] = ids
             continue
@@ -413,4 +467,6 @@ def thinking_budget(value: Any, field_name: str) -> int | None:
         return None
     if budget < 0:
         raise field_value_error(field_name, f" must be >= 0 or -1 (unlimited), got {budget}")
+    if budget >= 2**64:  # named here: StopParams would name max_reasoning_tokens
+        raise field_value_error(field_name, f"={budget} is out of range (at most 2**64 - 1)", "out_of_range")
     return budget

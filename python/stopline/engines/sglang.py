@@ -36,6 +36,8 @@ from ._common import output_ids as read_ids
 from ._common import (
     FinishState,
     Reasoning,
+    ReasoningArg,
+    reasoning_config,
     reasoning_from_markers,
     replay,
     split,
@@ -425,7 +427,7 @@ def sglang_check_finished(
     vocab_size: int | None = None,
     no_stop_trim: bool = False,
     grammar_terminated: bool = False,
-    reasoning: Reasoning | None = None,
+    reasoning: ReasoningArg = None,
     thinking_budget: int | None = None,
     prompt_ids: Sequence[int] | None = None,
 ) -> SglangFinishResult:
@@ -508,6 +510,7 @@ def sglang_check_finished(
     """
     ids = read_ids(output_ids, "output_ids")
     start = split(len(ids), new_accepted_len, "new_accepted_len")
+    reasoning = reasoning_config(reasoning)
     # Without texts the reasoning's vocabulary decodes the ids and reads the
     # prompt; with texts the prompt only says where the output starts.
     fed_texts = output_texts is not None
@@ -608,8 +611,9 @@ class ReqFinish:
         tokenizer: Any = None,
         prompt_ids: Sequence[int] = (),
         vocabulary: Vocabulary | None = None,
-        reasoning: Reasoning | None = None,
+        reasoning: ReasoningArg = None,
     ):
+        reasoning = reasoning_config(reasoning)
         prompt = read_ids(prompt_ids, "prompt_ids")
         if vocabulary is None and tokenizer is not None:
             vocabulary = vocabulary_for(tokenizer)

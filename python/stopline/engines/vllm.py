@@ -37,6 +37,7 @@ from stopline._core import FinishTracker, StopParams
 from ._common import (
     FinishState,
     Reasoning,
+    ReasoningArg,
     output_ids,
     reasoning_config,
     reasoning_from_markers,
@@ -97,8 +98,29 @@ def to_vllm_status(finish_reason: str | None) -> str | None:
 # --------------------------------------------------------------- reasoning --
 
 
-def _ids_of(value: Any, field_name: str) -> list[int]:
-    return output_ids(value, field_name) if value is not None else []
+def _tokenizer_size(tokenizer: Any) -> int | None:
+    """How many ids ``tokenizer`` decodes (added tokens included): ``len()``
+    of a ``transformers`` tokenizer, ``get_vocab_size(with_added_tokens=True)``
+    of a ``tokenizers.Tokenizer``; ``None`` when it tells neither."""
+    try:
+        return int(len(tokenizer))
+    except TypeError:
+        pass
+    size_of = getattr(tokenizer, "get_vocab_size", None)
+    return int(size_of(with_added_tokens=True)) if callable(size_of) else None
+
+
+def _ids_of(value: Any, field_name: str, size: int | None) -> list[int]:
+    """A ``ReasoningConfig`` id list, each id in ``[0, size)`` (``size``: the
+    tokenizer's, else ``2**32``), checked before the tokenizer decodes them
+    (its own errors name no field; an id past it decodes to ``""``)."""
+    ids = output_ids(value, field_name) if value is not None else []
+    limit = 2**32 if size is None else size
+    for i in ids:
+        if not 0 <= i < limit:
+            where = "[0, 2**32)" if size is None else f"the tokenizer's {size} ids [0, {size})"
+            raise field_value_error(field_name, f"={shown(ids)}: the id {i} is outside {where}", "id_outside")
+    return ids
 
 
 def vllm_reasoning(
@@ -164,13 +186,21 @@ def vllm_reasoning(
             )
         return reasoning_from_markers(start or None, end, tokenizer, field_name="reasoning_parser", **options)
     config = getattr(vllm_config, "reasoning_config", vllm_config)
-    if config is None or not getattr(config, "enabled", False):
+    if config is None:
         return None
+    if not hasattr(config, "enabled"):  # a parser name or any other object: not silently "off"
+        raise field_type_error(
+            "vllm_config", "a vLLM VllmConfig or ReasoningConfig (a parser name goes in reasoning_parser=)",
+            vllm_config,
+        )
+    if not config.enabled:
+        return None
+    size = None if tokenizer is None else _tokenizer_size(tokenizer)
     kw: dict[str, Any] = dict(options)
     for key, attr in (("reasoning_start", "reasoning_start_token_ids"),
                       ("reasoning_end", "natural_reasoning_end_token_ids")):
         field_name = f"reasoning_config.{attr}"
-        ids = _ids_of(getattr(config, attr, None), field_name)
+        ids = _ids_of(getattr(config, attr, None), field_name, size)
         if len(ids) == 1:
             kw[f"{key}_id"] = ids[0]
         if tokenizer is not None and ids:
@@ -179,7 +209,8 @@ def vllm_reasoning(
             raise field_value_error(
                 field_name, f"={shown(ids)} is several tokens: pass tokenizer= to match the marker as text"
             )
-    forced = _ids_of(getattr(config, "reasoning_end_token_ids", None), "reasoning_config.reasoning_end_token_ids")
+    forced = _ids_of(getattr(config, "reasoning_end_token_ids", None), "reasoning_config.reasoning_end_token_ids",
+                     size)
     if forced:
         kw["reasoning_end_ids"] = forced
     return reasoning_config(kw, "reasoning_config", vocabulary_for(tokenizer) if tokenizer is not None else None)
@@ -339,7 +370,8 @@ def detokenizer_params(
     extra: dict[str, Any] = {}
     if reasoning is not None:
         extra = reasoning.stop_kwargs(max_reasoning_tokens=None, ids_only=False, starts_in=starts_in)
-        extra["stop_token_id_scopes"] = ["any"]
+        if reasoning.has_block:  # the terminator id ends the update in either channel
+            extra["stop_token_id_scopes"] = ["any"]
     return StopParams(
         stop=stops or None,
         include_stop_str_in_output=include_stop_str_in_output,
@@ -350,17 +382,18 @@ def detokenizer_params(
 
 
 def _needs_ids(params: StopParams) -> bool:
-    """Whether the reasoning markers include ids, so the real token ids must
-    be fed (stand-ins would never match them)."""
+    """Whether the reasoning or tool-call span markers include ids, so the
+    real token ids must be fed (stand-ins would never match them)."""
     r = params.reasoning
-    return r is not None and (r["reasoning_start_id"] is not None or r["reasoning_end_id"] is not None)
+    by_id = r is not None and (r["reasoning_start_id"] is not None or r["reasoning_end_id"] is not None)
+    return by_id or bool(params.tool_call_marker_ids)
 
 
 def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_ids: bool) -> list[int]:
     if token_ids is None:
         if needs_ids:
             raise field_value_error(
-                "token_ids", " is required: the reasoning markers are token ids, recognised by id"
+                "token_ids", " is required: the reasoning or tool-call markers are token ids, recognised by id"
             )
         ids = [_PLAIN_ID] * count
     else:
@@ -492,7 +525,7 @@ def vllm_check_stop(
     repetition_detection: Any = None,
     num_new_tokens: int = 1,
     thinking_token_budget: int | None = None,
-    reasoning: Reasoning | None = None,
+    reasoning: ReasoningArg = None,
     prompt_token_ids: Sequence[int] | None = None,
 ) -> VllmStopResult:
     """vLLM v1's ``check_stop(request, max_model_len)``, decided by stopline.
@@ -567,13 +600,13 @@ def vllm_check_stop(
         repetition_detection=repetition_detection,
         thinking_token_budget=thinking_token_budget,
     )
-    tracker = scheduler_tracker(fields, max_model_len, reasoning, prompt_token_ids)
+    tracker = scheduler_tracker(fields, max_model_len, reasoning_config(reasoning), prompt_token_ids)
     r = replay(tracker, ids, None, start)
     return _stop_result(r, ids[start:r.num_tokens] if r.num_tokens > start else (), r.decided_before_new)
 
 
 def vllm_check_stop_request(
-    request: Any, max_model_len: int, *, num_new_tokens: int = 1, reasoning: Reasoning | None = None
+    request: Any, max_model_len: int, *, num_new_tokens: int = 1, reasoning: ReasoningArg = None
 ) -> VllmStopResult:
     """:func:`vllm_check_stop` reading its inputs from a vLLM ``Request``
     (:func:`request_fields` says what is read).
@@ -588,6 +621,7 @@ def vllm_check_stop_request(
             :func:`vllm_check_stop`.
     """
     fields = request_fields(request)  # refuses pooling requests before reading their ids
+    reasoning = reasoning_config(reasoning)
     prompt = getattr(request, "prompt_token_ids", None) if reasoning is not None else None
     return vllm_check_stop(
         request.output_token_ids,
@@ -635,7 +669,8 @@ class RequestStop:
             type (at construction, naming the field).
     """
 
-    def __init__(self, request: Any, max_model_len: int, *, reasoning: Reasoning | None = None):
+    def __init__(self, request: Any, max_model_len: int, *, reasoning: ReasoningArg = None):
+        reasoning = reasoning_config(reasoning)
         prompt = getattr(request, "prompt_token_ids", None) if reasoning is not None else None
         self._tracker = scheduler_tracker(request_fields(request), max_model_len, reasoning, prompt)
         self._seen = 0
@@ -740,7 +775,7 @@ def vllm_detokenizer_stop(
     min_tokens: int = 0,
     num_new_tokens: int = 1,
     stop_terminated: bool = False,
-    reasoning: Reasoning | None = None,
+    reasoning: ReasoningArg = None,
     token_ids: Sequence[int] | None = None,
     prompt_token_ids: Sequence[int] | None = None,
 ) -> VllmStopStringResult:
@@ -790,6 +825,7 @@ def vllm_detokenizer_stop(
     """
     pieces = read_texts(texts, "texts")
     start = split(len(pieces), num_new_tokens, "num_new_tokens")
+    reasoning = reasoning_config(reasoning)
     starts_in = reasoning.prompt_channel(prompt_token_ids) if reasoning is not None else None
     params = detokenizer_params(
         stop=stop, include_stop_str_in_output=include_stop_str_in_output, min_tokens=min_tokens,
@@ -851,9 +887,10 @@ class DetokenizerStop:
         self,
         sampling_params: Any,
         *,
-        reasoning: Reasoning | None = None,
+        reasoning: ReasoningArg = None,
         prompt_token_ids: Sequence[int] | None = None,
     ):
+        reasoning = reasoning_config(reasoning)
         starts_in = reasoning.prompt_channel(prompt_token_ids) if reasoning is not None else None
         params = detokenizer_params(**detokenizer_fields(sampling_params), reasoning=reasoning, starts_in=starts_in)
         self._tracker = FinishTracker(params)

@@ -225,7 +225,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     (this class) or ``thinking_token_budget`` (:class:`StoplineBuiltinsProcessor`)
     gets its end marker forced (:meth:`LogitsConstraints.force`) once it has
     thought that many tokens, one id per step, counted as vLLM's
-    ``ThinkingTokenBudgetLogitsProcessor`` (docs/semantics.md 11.8). The
+    ``ThinkingBudgetStateHolder`` (docs/semantics.md 11.8). The
     markers are the engine's (:attr:`reasoning_for`, by default
     :func:`engine_reasoning`); a prompt that ends inside ``<think>`` is read,
     and its thinking counted as vLLM counts it, when the tokenizer's
