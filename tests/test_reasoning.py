@@ -429,6 +429,7 @@ def test_sglang_40529_4_the_thinking_switch_is_never_dropped() -> None:
     # fires; reasoning_starts_in="content" says the same without a prompt.
     with pytest.raises(TypeError, match="enable_thinking"):
         stopline.StopParams(enable_thinking=False)  # type: ignore[call-arg]
+    pytest.importorskip("tokenizers")
     from reasoning_peers import tokenizer
 
     from stopline.tools.models import ModelFileError
@@ -501,7 +502,7 @@ def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker_at_once() -> 
     # vLLM 0.33's ThinkingBudgetStateHolder: a prompt that opened the block
     # with more thinking tokens than the budget forces the end ids from the
     # first output token on, one per step (not end_ids[count - budget]).
-    from tokenizers import Tokenizer
+    Tokenizer = pytest.importorskip("tokenizers").Tokenizer
 
     tok = Tokenizer.from_str(json.dumps({
         "version": "1.0", "added_tokens": [],
