@@ -627,3 +627,14 @@ def test_the_detokenizer_step_feeds_real_ids_for_span_marker_ids():
     after = compat.vllm_detokenizer_stop(["<tc>", "x", "</tc>", "b"], stop=["b"], reasoning=SPANS,
                                          token_ids=[3, 9, 4, 9], num_new_tokens=4)
     assert after.stop_string == "b" and after.output_text == "<tc>x</tc>"
+
+
+def test_marker_ids_read_the_prompt_without_a_vocabulary():
+    # The integrations.md form (marker ids, no tokenizer): a prompt that
+    # opened the block starts the output in reasoning, so a content-scoped
+    # stop id met while thinking does not fire (vllm#52393).
+    r = reasoning_config({"reasoning_start_id": 151667, "reasoning_end_id": 151668})
+    res = compat.vllm_check_stop([3, 7, 151668, 7], num_prompt_tokens=3, max_model_len=100, stop_token_ids=[7],
+                                 prompt_token_ids=[1, 2, 151667], reasoning=r)
+    assert (res.stop_reason, res.num_output_tokens) == (7, 4)
+    assert r.prompt_channel([1, 2, 151667]) == "reasoning" and r.prompt_channel([151667, 5, 151668]) == "content"

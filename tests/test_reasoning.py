@@ -521,3 +521,24 @@ def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker_at_once() -> 
             forced.append(t.forced_token_id)
             t.update(forced[-1] if forced[-1] is not None else 4)
         assert (forced, t.channel, t.reasoning) == (want, "content", "y" if budget == 4 else ""), budget
+
+
+def test_a_prompt_is_read_by_marker_ids_without_a_vocabulary() -> None:
+    # semantics.md 11 rule 1: marker ids read a prompt without a Vocabulary
+    # (the prompt-opened block, and the budget's prompt count); text-only
+    # markers cannot, and a prompt is then refused, naming the field.
+    p = stopline.StopParams(stop=["x"], reasoning_start_id=5, reasoning_end_id=6, max_reasoning_tokens=2)
+    t = stopline.FinishTracker(p, prompt_token_ids=[1, 5, 2, 3])
+    assert (t.channel, t.forced_token_id) == ("reasoning", 6)
+    assert stopline.FinishTracker(p, prompt_token_ids=[5, 2, 6]).channel == "content"
+    b = stopline.FinishBatch(2)
+    b.add(0, p, prompt_token_ids=[5])
+    b.add(1, p, prompt_token_ids=[5, 6])
+    r = b.step([0, 1], [7, 7], texts=["x", "x"])
+    assert r.finished_slots == [1]  # the stop is content-scoped: slot 0 is thinking
+    with pytest.raises(stopline.StoplineTypeError) as e:
+        stopline.FinishTracker(p, prompt_token_ids="abc")
+    assert e.value.field == "prompt_token_ids[0]"
+    with pytest.raises(stopline.StoplineValueError, match="needs a vocabulary") as e:
+        stopline.FinishTracker(stopline.StopParams(reasoning_start="<a>", reasoning_end="<b>"), prompt_token_ids=[1])
+    assert e.value.field == "prompt_token_ids"

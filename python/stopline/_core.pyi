@@ -719,8 +719,10 @@ class FinishTracker:
             vocabulary: with a ``Vocabulary``, ``update`` takes token ids only
                 (``texts`` must be None) and stopline decodes them
                 (semantics.md 10).
-            prompt_token_ids: the prompt's ids, to prime the decoder (only
-                with ``vocabulary``).
+            prompt_token_ids: the prompt's ids, to prime the decoder (with
+                ``vocabulary``) and to read a reasoning block the prompt opened
+                (semantics.md 11 rule 1; without ``vocabulary`` only when both
+                reasoning markers have ids, read by id).
             skip_special_tokens, spaces_between_special_tokens: as vLLM's
                 sampling parameters of the same names (only with ``vocabulary``).
 
@@ -950,9 +952,11 @@ class FinishBatch:
     ) -> None:
         """Starts a new sequence in an empty slot.
 
-        ``prompt_token_ids`` primes the slot's decoder; it and the two flags
-        (as vLLM's sampling parameters) apply only to a batch built with a
-        ``vocabulary``.
+        ``prompt_token_ids`` primes the slot's decoder and is read for a
+        reasoning block the prompt opened (semantics.md 11 rule 1); the two
+        flags (as vLLM's sampling parameters) apply only to a batch built with
+        a ``vocabulary``, and so does a prompt unless both reasoning markers
+        have ids.
 
         Raises:
             ValueError: ``slot`` is outside ``[0, max_slots)`` or already in

@@ -72,6 +72,7 @@ are rejected.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -237,12 +238,15 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
     if obj is None:
         return ()
     try:
-        items = list(obj)
+        # A sized list is counted as it is; an iterator is read one past the cap.
+        n = len(obj) if hasattr(obj, "__len__") else None
+        items = list(itertools.islice(obj, _MAX_SPANS + 1))
+        n = len(items) if n is None else n
     except TypeError:
         raise _err(StoplineTypeError, f"{name} must be a sequence of (start, end) pairs, got {type(obj).__name__}",
                    name, "wrong_type") from None
-    if len(items) > _MAX_SPANS:
-        raise _err(StoplineValueError, f"{name} has {len(items)} entries; at most {_MAX_SPANS} are accepted",
+    if n > _MAX_SPANS:
+        raise _err(StoplineValueError, f"{name} has {n} entries; at most {_MAX_SPANS} are accepted",
                    name, "too_many")
     out = []
     for i, pair in enumerate(items):

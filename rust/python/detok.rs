@@ -231,11 +231,16 @@ pub(super) fn seq_decoder(
     spaces_between_special_tokens: bool,
 ) -> PyResult<Option<SeqDecoder>> {
     let Some(v) = vocab else {
-        if prompt_token_ids.is_some_and(|o| !o.is_none()) {
+        // Marker ids alone read a prompt (prompt_state); nothing to prime.
+        let by_ids = params.reasoning.as_ref().is_some_and(|r| {
+            let s = r.spec();
+            s.start.token_id.is_some() && s.end.token_id.is_some()
+        });
+        if !by_ids && prompt_token_ids.is_some_and(|o| !o.is_none()) {
             return Err(value_error(
                 "prompt_token_ids",
                 "required",
-                "prompt_token_ids needs a vocabulary (pass vocabulary= when constructing)",
+                "prompt_token_ids needs a vocabulary (pass vocabulary= when constructing) unless the reasoning markers are given as ids",
             ));
         }
         return Ok(None);
@@ -251,19 +256,24 @@ pub(super) fn seq_decoder(
     .map_err(to_py_err)
 }
 
-/// With a vocabulary and reasoning channels: checks the marker ids against
-/// the vocabulary and reads the prompt's tail for an open reasoning block
-/// (semantics.md 11, rule 1).
+/// With reasoning channels: reads the prompt's tail for an open reasoning
+/// block (semantics.md 11, rule 1), markers by id and, with a vocabulary
+/// (whose size the marker ids are checked against), by text.
 pub(super) fn prompt_state(
     vocab: Option<&Vocabulary>,
     params: &StopParams,
     prompt_token_ids: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PromptState> {
-    let (Some(v), Some(r)) = (vocab, &params.reasoning) else {
+    let Some(r) = &params.reasoning else {
         return Ok(PromptState::NoMarker);
     };
-    r.check_ids("vocabulary size", v.vocab_size() as u64)
-        .map_err(to_py_err)?;
     let prompt = prompt_ids(prompt_token_ids)?;
-    Ok(r.prompt_state(&prompt, |id| v.token_text(id)))
+    match vocab {
+        Some(v) => {
+            r.check_ids("vocabulary size", v.vocab_size() as u64)
+                .map_err(to_py_err)?;
+            Ok(r.prompt_state(&prompt, |id| v.token_text(id)))
+        }
+        None => Ok(r.prompt_state(&prompt, |_| None)),
+    }
 }

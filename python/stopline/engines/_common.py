@@ -219,17 +219,25 @@ class Reasoning:
 
     def prompt_channel(self, prompt_ids: Sequence[int] | None) -> str | None:
         """The channel output starts in after ``prompt_ids``, by the core's
-        rule (docs/semantics.md 11.1: the configured ``reasoning_starts_in``,
-        else an unclosed start marker in the prompt's tail); ``None`` when
-        it cannot be read (no vocabulary or no prompt): the params then
-        decide (content). For a check fed texts, which has no vocabulary of
-        its own to read the prompt with."""
+        rule (docs/semantics.md 11 rule 1: the configured
+        ``reasoning_starts_in``, else an unclosed start marker in the
+        prompt's tail, by id, and by text with a vocabulary); ``None`` when
+        it cannot be read (no prompt, or text-only markers and no
+        vocabulary): the params then decide (content). For a check fed
+        texts, which has no vocabulary of its own to read the prompt with."""
         starts_in = self.options.get("reasoning_starts_in")
         if starts_in is not None:
             return str(starts_in)
-        if self.vocabulary is None or prompt_ids is None:
+        if prompt_ids is None or not (self.vocabulary is not None or self.markers_by_id):
             return None
         return self.tracker(StopParams(**self.options), prompt_ids).channel
+
+    @property
+    def markers_by_id(self) -> bool:
+        """Whether both block markers have ids, so that a prompt can be read
+        without a vocabulary."""
+        o = self.options
+        return o.get("reasoning_start_id") is not None and o.get("reasoning_end_id") is not None
 
     @property
     def has_block(self) -> bool:
@@ -332,12 +340,13 @@ class Reasoning:
         return True
 
     def tracker(self, params: StopParams, prompt_ids: Sequence[int] | None) -> FinishTracker:
-        """An ids-only tracker for ``params``; with a vocabulary it reads
-        ``prompt_ids`` (prompt-opened thinking, the thinking budget's prompt
-        count). Special tokens are kept: marker ids match by id either way."""
-        if self.vocabulary is None:
-            return FinishTracker(params)
+        """An ids-only tracker for ``params``; with a vocabulary, or marker
+        ids, it reads ``prompt_ids`` (prompt-opened thinking, the thinking
+        budget's prompt count). Special tokens are kept: marker ids match by
+        id either way."""
         prompt = None if prompt_ids is None else output_ids(prompt_ids, "prompt_token_ids")
+        if self.vocabulary is None:
+            return FinishTracker(params, prompt_token_ids=prompt if self.markers_by_id else None)
         return FinishTracker(params, self.vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
 
 
