@@ -638,3 +638,22 @@ def test_marker_ids_read_the_prompt_without_a_vocabulary():
                                  prompt_token_ids=[1, 2, 151667], reasoning=r)
     assert (res.stop_reason, res.num_output_tokens) == (7, 4)
     assert r.prompt_channel([1, 2, 151667]) == "reasoning" and r.prompt_channel([151667, 5, 151668]) == "content"
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_a_stop_terminated_update_inside_a_tool_call_span_finishes(include):
+    # The scheduler ended the request (EOS or a stop id) while a tool call
+    # was open: no stop token id fires inside a span (semantics.md 11.10),
+    # yet the update finishes, and the last token's text is kept only with
+    # include_stop_str_in_output, as vLLM's detokenizer does; a later update
+    # is ignored. vllm_detokenizer_stop agrees.
+    spans = reasoning_config({"tool_call_markers": [("<tool_call>", "</tool_call>")]})
+    d = vl.DetokenizerStop(vllm_params(stop=["\n\n"], include_stop_str_in_output=include), reasoning=spans)
+    assert d.update(['Sure<tool_call>{"a": 1']) is None
+    assert d.update(["</s>"], stop_terminated=True) is None
+    want = 'Sure<tool_call>{"a": 1' + ("</s>" if include else "")
+    assert (d.output_text, d.num_output_tokens, d.get_next_output_text()) == (want, 2, want)
+    assert d.update(["more"]) is None and d.output_text == want
+    r = compat.vllm_detokenizer_stop(['Sure<tool_call>{"a": 1', "</s>"], stop=["\n\n"], stop_terminated=True,
+                                     include_stop_str_in_output=include, num_new_tokens=1, reasoning=spans)
+    assert (r.output_text, r.num_output_tokens, r.content) == (want, 2, want)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -101,8 +101,11 @@ def replay(
     texts: Sequence[str] | None,
     start: int,
     grammar_at_end: bool = False,
+    feed: Callable[[FinishTracker, list[int], list[str] | None, int | None], Any] | None = None,
 ) -> Replay:
-    """Feeds ``ids[:start]`` as one step and ``ids[start:]`` as the next.
+    """Feeds ``ids[:start]`` as one step and ``ids[start:]`` as the next
+    (``feed(tracker, ids, texts, grammar_terminated_at)`` instead of
+    ``tracker.update`` for the new ones, when given).
 
     The finish machine is step invariant (semantics.md 6.10), so splitting
     the history anywhere gives the same answer; the split only tells whether
@@ -119,7 +122,11 @@ def replay(
     decided_before_new = tracker.finished
     if new and not decided_before_new:
         grammar = len(new) - 1 if grammar_at_end else None
-        tracker.update(new, None if texts is None else texts[start:], grammar)
+        new_texts = None if texts is None else list(texts[start:])
+        if feed is None:
+            tracker.update(new, new_texts, grammar)
+        else:
+            feed(tracker, list(new), new_texts, grammar)
     return Replay(
         finished=tracker.finished,
         finish_reason=tracker.finish_reason,

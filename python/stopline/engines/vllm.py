@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stopline._caps import field_type_error, field_value_error, integer, one_of, shown
-from stopline._core import FinishTracker, StopParams
+from stopline._core import FinishTracker, StepResult, StopParams
 
 from ._common import (
     FinishState,
@@ -389,7 +389,38 @@ def _needs_ids(params: StopParams) -> bool:
     return by_id or bool(params.tool_call_marker_ids)
 
 
-def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_ids: bool) -> list[int]:
+def _feed_detokenizer(
+    tracker: FinishTracker,
+    params: StopParams,
+    ids: list[int],
+    pieces: Sequence[str],
+    stop_terminated: bool,
+    real_last: int,
+) -> list[StepResult]:
+    """One detokenizer update of ``tracker`` (``ids`` from
+    :func:`_detokenizer_ids`). A stop-terminated update's last token ends the
+    request whatever the state, the scheduler having decided: inside a
+    tool-call span, where no stop token id fires (docs/semantics.md 11.10),
+    it is fed as an ordinary token (``real_last``; its text only with
+    ``include_stop_str_in_output``, as vLLM's detokenizer) and the tracker is
+    aborted, releasing what it holds."""
+    if not (stop_terminated and (params.tool_call_markers or params.tool_call_marker_ids)):
+        return [tracker.update(ids, list(pieces))]
+    out = [tracker.update(ids[:-1], list(pieces[:-1]))] if len(ids) > 1 else []
+    if tracker.finished or not tracker.in_tool_call:
+        if not tracker.finished:
+            out.append(tracker.update(ids[-1:], list(pieces[-1:])))
+        return out
+    out.append(tracker.update([real_last], [pieces[-1] if params.include_stop_str_in_output else ""]))
+    if not tracker.finished:
+        out.append(tracker.abort())
+    return out
+
+
+def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_ids: bool) -> tuple[list[int], int]:
+    """The ids to feed (stand-ins unless given; the last one the terminator
+    when ``stop_terminated``) and the real last id (``_PLAIN_ID`` when none
+    were given)."""
     if token_ids is None:
         if needs_ids:
             raise field_value_error(
@@ -400,9 +431,10 @@ def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_id
         ids = list(output_ids(token_ids, "token_ids"))
         if len(ids) != count:
             raise field_value_error("token_ids", f" has {len(ids)} ids for {count} text pieces; pass one id per piece")
+    real_last = ids[-1] if ids else _PLAIN_ID
     if stop_terminated and ids:
         ids[-1] = _TERMINATOR_ID
-    return ids
+    return ids, real_last
 
 
 # --------------------------------------------------------- request reading --
@@ -831,8 +863,12 @@ def vllm_detokenizer_stop(
         stop=stop, include_stop_str_in_output=include_stop_str_in_output, min_tokens=min_tokens,
         reasoning=reasoning, starts_in=starts_in,
     )
-    ids = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, _needs_ids(params))
-    r = replay(params, ids, pieces, start)
+    ids, real_last = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, _needs_ids(params))
+
+    def feed(tracker: FinishTracker, new: list[int], new_texts: list[str] | None, grammar: int | None) -> None:
+        _feed_detokenizer(tracker, params, new, new_texts or [], bool(stop_terminated), real_last)
+
+    r = replay(params, ids, pieces, start, feed=feed)
     return VllmStopStringResult(
         stop_string=r.stop_reason if isinstance(r.stop_reason, str) else None,
         output_text=r.text,
@@ -894,7 +930,9 @@ class DetokenizerStop:
         starts_in = reasoning.prompt_channel(prompt_token_ids) if reasoning is not None else None
         params = detokenizer_params(**detokenizer_fields(sampling_params), reasoning=reasoning, starts_in=starts_in)
         self._tracker = FinishTracker(params)
+        self._params = params
         self._needs_ids = _needs_ids(params)
+        self._spans = bool(params.tool_call_markers or params.tool_call_marker_ids)
         self._released: list[str] = []
         self._channels: list[tuple[str, str]] = []
         self._done = False
@@ -919,20 +957,21 @@ class DetokenizerStop:
         pieces = read_texts(new_texts, "new_texts")
         if not pieces:
             return None
-        if len(pieces) == 1 and token_ids is None and not self._needs_ids:  # plain decoding, passed as an int
-            r = self._tracker.update(_TERMINATOR_ID if stop_terminated else _PLAIN_ID, pieces)
+        if len(pieces) == 1 and token_ids is None and not self._needs_ids and not self._spans:
+            # plain decoding, passed as an int
+            results = [self._tracker.update(_TERMINATOR_ID if stop_terminated else _PLAIN_ID, pieces)]
         else:
-            ids = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, self._needs_ids)
-            r = self._tracker.update(ids, pieces)
-        delta = r.text_delta
-        if delta:
-            self._released.append(delta)
-            if r.channel is not None:
-                self._channels.append((r.reasoning_delta, r.content_delta))
-        if not r.finished:
+            ids, real_last = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, self._needs_ids)
+            results = _feed_detokenizer(self._tracker, self._params, ids, pieces, bool(stop_terminated), real_last)
+        for r in results:
+            if r.text_delta:
+                self._released.append(r.text_delta)
+                if r.channel is not None:
+                    self._channels.append((r.reasoning_delta, r.content_delta))
+        if not self._tracker.finished:
             return None
         self._done = True
-        reason = r.stop_reason
+        reason = self._tracker.stop_reason
         return reason if isinstance(reason, str) else None
 
     @property
