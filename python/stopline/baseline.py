@@ -238,10 +238,9 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
     if obj is None:
         return ()
     try:
-        # A sized list is counted as it is; an iterator is read one past the cap.
-        n = len(obj) if hasattr(obj, "__len__") else None
+        # Read one past the cap (an iterator may be endless); a sized one is counted whole.
         items = list(itertools.islice(obj, _MAX_SPANS + 1))
-        n = len(items) if n is None else n
+        n = len(obj) if hasattr(obj, "__len__") else len(items)
     except TypeError:
         raise _err(StoplineTypeError, f"{name} must be a sequence of (start, end) pairs, got {type(obj).__name__}",
                    name, "wrong_type") from None

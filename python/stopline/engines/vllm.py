@@ -389,6 +389,10 @@ def _needs_ids(params: StopParams) -> bool:
     return by_id or bool(params.tool_call_marker_ids)
 
 
+def _has_spans(params: StopParams) -> bool:
+    return bool(params.tool_call_markers or params.tool_call_marker_ids)
+
+
 def _feed_detokenizer(
     tracker: FinishTracker,
     params: StopParams,
@@ -404,12 +408,13 @@ def _feed_detokenizer(
     it is fed as an ordinary token (``real_last``; its text only with
     ``include_stop_str_in_output``, as vLLM's detokenizer) and the tracker is
     aborted, releasing what it holds."""
-    if not (stop_terminated and (params.tool_call_markers or params.tool_call_marker_ids)):
+    if not (stop_terminated and _has_spans(params)):
         return [tracker.update(ids, list(pieces))]
     out = [tracker.update(ids[:-1], list(pieces[:-1]))] if len(ids) > 1 else []
-    if tracker.finished or not tracker.in_tool_call:
-        if not tracker.finished:
-            out.append(tracker.update(ids[-1:], list(pieces[-1:])))
+    if tracker.finished:
+        return out
+    if not tracker.in_tool_call:
+        out.append(tracker.update(ids[-1:], list(pieces[-1:])))
         return out
     out.append(tracker.update([real_last], [pieces[-1] if params.include_stop_str_in_output else ""]))
     if not tracker.finished:
@@ -932,7 +937,7 @@ class DetokenizerStop:
         self._tracker = FinishTracker(params)
         self._params = params
         self._needs_ids = _needs_ids(params)
-        self._spans = bool(params.tool_call_markers or params.tool_call_marker_ids)
+        self._spans = _has_spans(params)
         self._released: list[str] = []
         self._channels: list[tuple[str, str]] = []
         self._done = False
