@@ -333,7 +333,8 @@ def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list
         why = getattr(e, "strerror", None) or str(e)
         if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
             why = f"not a complete, valid gzip file ({shown(why)})"
-        raise TraceFileError(f"cannot read trace file {shown(name)}: {why}") from None
+        # The operator's own path, bounded by the OS (PATH_MAX): shown whole, as the per-line problems show it.
+        raise TraceFileError(f"cannot read trace file {name!r}: {why}") from None
     return requests, problems
 
 
