@@ -93,3 +93,15 @@ def test_forced_scenario_runs_and_checks_at_tiny_sizes(dtype):
     rec = dict(dtype=dtype, vocab=160, rows=6, frac=0.5, copy=1.0, bitmask=2.0, all=4.0, forced=4.2, checked="ok")
     line = suite.format_row(rec)
     assert line.count("|") == suite.header().splitlines()[0].count("|") and "| 1.05x | ok |" in line
+
+
+def test_floor_kernel_flags_rows_whose_slot_is_out_of_range():
+    """The 'floor' column's kernel does the least an apply-shaped launch does: each row reads
+    its slot and writes its flag (True when the slot is outside [0, rows))."""
+    from stopline.tools.bench.floor_kernel import slot_to_flag
+
+    dev = "cuda" if CUDA else "cpu"
+    slots = torch.tensor([0, 3, -1, 5, 2], device=dev)
+    flags = torch.ones(5, dtype=torch.bool, device=dev)
+    slot_to_flag(slots, flags)
+    assert flags.tolist() == [False, False, True, True, False]

@@ -47,7 +47,11 @@ next call. Still one launch, no host sync, and the scratch buffer is allocated
 once per state and reused, so ``apply`` can be captured in a CUDA graph. The
 stop and bias tables are loaded before the arrival, and the last program
 gathers the stop and bias logits together, so the launch's tail is one memory
-round trip after the atomic.
+round trip after the atomic. When the last program reads no logit another chunk
+wrote (no active stop id, bias id or forced id) the arrival is a relaxed atomic.
+A grammar row's first tile (mask words and kept logits) is loaded beside the
+row's slot, before the slot's tables are known, when no ban is written before
+the pass (a launch without bans or bad words).
 
 The dense loop is latency-bound: what counts is the bytes in flight per
 multiprocessor. So a tile is 64 mask words (each thread then loads its rows'
@@ -121,14 +125,18 @@ def _sparse_bans(row_ptr, row64, slot, pos, lo, hi, ban_ptr, bad_prefix_ptr, bad
 
 
 @triton.jit
-def _mask_words(bitmask_ptr, allowed_ptr, start, w_hi, use_bitmask, use_allowed, forced,
-                DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr):
+def _mask_words(bitmask_ptr, allowed_ptr, start, w_hi, use_bitmask, use_allowed, forced, pre,
+                DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
+                PRE: tl.constexpr = False):
     """The row's keep bits for words ``widx``: grammar bitmask AND the slot's dense mask; on a
-    forced row (``forced >= 0``) only the forced id's bit, and no mask word is read."""
+    forced row (``forced >= 0``) only the forced id's bit, and no mask word is read. With ``PRE``
+    the grammar words are ``pre`` (loaded earlier by ``_early_words``)."""
     widx = start + tl.arange(0, DENSE_WORDS)
     wok = widx < w_hi
     bits = widx * 0 - 1
-    if HAS_BITMASK:
+    if PRE:
+        bits = tl.where(use_bitmask != 0, pre, bits)
+    elif HAS_BITMASK:
         bits = tl.load(bitmask_ptr + widx, mask=tl.where(use_bitmask != 0, wok, False), other=-1)
     if HAS_ALLOWED:
         bits = bits & tl.load(allowed_ptr + widx, mask=tl.where(use_allowed != 0, wok, False), other=-1)
@@ -207,36 +215,47 @@ def _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc,
 
 
 @triton.jit
-def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
+def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced, bits0, v0,
                 DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
-                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr, KEPT_ONLY: tl.constexpr):
-    """Step 2 over bitmask words [w_lo, w_hi) of the row; returns the kept finite count."""
+                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr, KEPT_ONLY: tl.constexpr,
+                EARLY: tl.constexpr):
+    """Step 2 over bitmask words [w_lo, w_hi) of the row; returns the kept finite count. With
+    ``EARLY``, ``bits0``/``v0`` are the first tile's grammar words and the logits they keep."""
     # Per-thread counters, reduced once after the loop: a reduction per tile would put
     # CTA barriers in every iteration.
     if PAIRS:
         acc = tl.zeros([DENSE_WORDS, 4], tl.uint32)  # two 16-bit counters per (word, byte)
     else:
         acc = tl.zeros([DENSE_WORDS, 8], tl.int32)
+    bits = _mask_words(bm_row, al_row, w_lo, w_hi, use_bitmask, use_allowed, forced, bits0,
+                       DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, EARLY)
+    if EARLY:
+        # v0 holds every vector the final bits keep unless the row is not a grammar row or is
+        # forced (bits not a subset of bits0): only then is the tile read again.
+        early_ok = (use_bitmask != 0) & (forced < 0)
+        v = _tile_load(row_ptr, tl.where(early_ok, 0, bits), w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16,
+                       KEPT_ONLY)
+        v = tl.where(early_ok, v0, v)
+    else:
+        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
     if PREFETCH:
         # A tile's logits load waits for its mask words, so the words are loaded two tiles
         # ahead and the logits one tile ahead of the tile being masked.
-        bits = _mask_words(bm_row, al_row, w_lo, w_hi, use_bitmask, use_allowed, forced,
-                           DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
-        bits_next = _mask_words(bm_row, al_row, w_lo + DENSE_WORDS, w_hi, use_bitmask, use_allowed, forced,
+        bits_next = _mask_words(bm_row, al_row, w_lo + DENSE_WORDS, w_hi, use_bitmask, use_allowed, forced, bits0,
                                 DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
         for start in range(w_lo, w_hi, DENSE_WORDS):
             v_next = _tile_load(row_ptr, bits_next, start + DENSE_WORDS, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16,
                                 KEPT_ONLY)
             bits_after = _mask_words(bm_row, al_row, start + 2 * DENSE_WORDS, w_hi, use_bitmask, use_allowed,
-                                     forced, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
+                                     forced, bits0, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
             acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
             v = v_next
             bits = bits_next
             bits_next = bits_after
     else:
-        for start in range(w_lo, w_hi, DENSE_WORDS):
-            bits = _mask_words(bm_row, al_row, start, w_hi, use_bitmask, use_allowed, forced,
+        acc = _tile_apply(row_ptr, v, bits, w_lo, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
+        for start in range(w_lo + DENSE_WORDS, w_hi, DENSE_WORDS):
+            bits = _mask_words(bm_row, al_row, start, w_hi, use_bitmask, use_allowed, forced, bits0,
                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
             v = _tile_load(row_ptr, bits, start, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
             acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
@@ -373,24 +392,38 @@ def _constraints_kernel(
     PAIRS: tl.constexpr,
     PREFETCH: tl.constexpr,
     KEPT_ONLY: tl.constexpr,
+    EARLY: tl.constexpr,
+    RELAXED: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     row64 = row.to(tl.int64)
+    row_ptr = logits_ptr + row64 * logits_stride
+    bm_row = bitmask_ptr + row64 * bitmask_stride
+    w_lo = chunk * chunk_words
+    w_hi = tl.minimum(w_lo + chunk_words, num_words)
+    # Rows with a grammar (for the bitmask and the "structured" policy).
+    if HAS_GRAMMAR_ROWS:
+        is_grammar = tl.load(grammar_ptr + row).to(tl.int32)
+    else:
+        is_grammar = (row * 0 + HAS_BITMASK).to(tl.int32)
+    use_bitmask = is_grammar * HAS_BITMASK
+    bits0 = row * 0
+    v0 = row * 0
+    if EARLY:
+        # Row-indexed, so issued before the slot is known: the first tile's grammar words and
+        # the logits they keep (reads only; nothing is written before the slot is checked).
+        # A row without a grammar reads nothing here.
+        none = row * 0
+        bits0 = _mask_words(bm_row, bm_row, w_lo, w_hi, use_bitmask, none, none - 1, none, DENSE_WORDS, True, False)
+        bits0 = tl.where(use_bitmask != 0, bits0, 0)
+        v0 = _tile_load(row_ptr, bits0, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, True)
     slot = tl.load(slots_ptr + row).to(tl.int64)
     pos = tl.load(pos_ptr + row).to(tl.int64)
     slot_ok = (slot >= 0) & (slot < max_slots)
     NEG = float("-inf")
     INF = float("inf")
     if slot_ok:
-        row_ptr = logits_ptr + row64 * logits_stride
-
-        # Rows with a grammar (for the bitmask and the "structured" policy).
-        if HAS_GRAMMAR_ROWS:
-            is_grammar = tl.load(grammar_ptr + row).to(tl.int32)
-        else:
-            is_grammar = (slot * 0 + HAS_BITMASK).to(tl.int32)
-        use_bitmask = is_grammar * HAS_BITMASK
         if HAS_ALLOWED:
             use_allowed = tl.load(has_allowed_ptr + slot)
         else:
@@ -402,8 +435,6 @@ def _constraints_kernel(
 
         if (use_bitmask != 0) | (use_allowed != 0) | (forced >= 0):
             # Dense row: this program owns bitmask words [w_lo, w_hi).
-            w_lo = chunk * chunk_words
-            w_hi = tl.minimum(w_lo + chunk_words, num_words)
             stops, policy, bias_ids, bv = _tail_tables(slot, stop_ptr, restore_ptr, bias_id_ptr, bias_val_ptr,
                                                        N_STOP, N_BIAS)
             # A forced row gets no bans: every column but the forced one ends -inf anyway.
@@ -412,15 +443,26 @@ def _constraints_kernel(
                          bad_prefix_ptr, bad_plen_ptr, bad_last_ptr, hist_ptr, hist_len_ptr,
                          draft_ptr, draft_stride, draft_width, N_BAN, N_BAD, N_PFX, HAS_DRAFT)
             tl.debug_barrier()
-            bm_row = bitmask_ptr + row64 * bitmask_stride
             al_row = allowed_ptr + slot * num_words
             count = _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
-                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, PAIRS, IS_BF16, PREFETCH, KEPT_ONLY)
+                                bits0, v0, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, PAIRS, IS_BF16, PREFETCH,
+                                KEPT_ONLY, EARLY)
             last = count == count
             if SPLIT:
-                # Publish this chunk's stores and count; the last arrival gets the total.
+                # Publish this chunk's count (and stores); the last arrival gets the total. The
+                # last program reads logits other chunks wrote only for active stop ids, bias ids
+                # or a forced id: without them the arrival need not release (or acquire) stores.
                 tl.debug_barrier()
-                old = tl.atomic_add(scratch_ptr + row, count.to(tl.int64) + (1 << 32), sem="acq_rel")
+                arrival = count.to(tl.int64) + (1 << 32)
+                tail_reads = (forced >= 0) | (RELAXED == 0)
+                if N_STOP > 0:
+                    tail_reads |= min_active & (tl.max(((stops >= 0) & (stops < vocab)).to(tl.int32), axis=0) != 0)
+                if N_BIAS > 0:
+                    tail_reads |= tl.max(((bias_ids >= 0) & (bias_ids < vocab)).to(tl.int32), axis=0) != 0
+                if tail_reads:
+                    old = tl.atomic_add(scratch_ptr + row, arrival, sem="acq_rel")
+                else:
+                    old = tl.atomic_add(scratch_ptr + row, arrival, sem="relaxed")
                 tl.debug_barrier()
                 arrived = old >> 32
                 last = arrived == tl.num_programs(1) - 1
@@ -509,13 +551,15 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
                  pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None,
-                 n_forced: int = 0, kept_only: bool = True):
+                 n_forced: int = 0, kept_only: bool = True, early: bool = True):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
     keyword overrides (benchmark sweeps) take precedence over it;
     ``kept_only=False`` reads every vector of a dense row (the earlier kernel's
-    traffic, for comparison). ``n_forced``
+    traffic, for comparison); ``early=False`` loads the first tile only after
+    the slot's tables and always releases a chunk's stores (the previous
+    kernel). ``n_forced``
     (slots with a forced token, host count) only picks the grid: with none, a
     launch without a dense mask runs one program per row; a forced row is
     handled correctly by either grid."""
@@ -597,6 +641,10 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         PAIRS=pairs,
         PREFETCH=bool(prefetch),
         KEPT_ONLY=bool(kept_only),
+        # The early first-tile load needs the bitmask to be the only thing a tile reads before the
+        # pass, so no ban may be written into it first (bans are stored before the pass).
+        EARLY=bool(early) and bool(kept_only) and bitmask is not None and st.ban_ids.shape[1] == 0 and n_bad == 0,
+        RELAXED=bool(early),
         num_warps=num_warps,
     )
     return infeasible

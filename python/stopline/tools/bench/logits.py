@@ -26,6 +26,9 @@ Columns:
   vLLM's sources are not found;
 - dense scenarios (no bitmask, no allowed ids): ``min`` (min_tokens, 2 stop
   ids), ``bias`` (16 ``logit_bias`` ids), ``bad`` (the bad words above);
+- ``floor``: the least a Triton launch shaped like ``apply`` does (one program
+  per row reads its slot and writes its flag; ``floor_kernel.py``): the launch
+  and latency floor a small batch cannot go under;
 - ``forced``: ``all`` with every fourth slot forced to one token id
   (``LogitsConstraints.force``, a spent thinking budget), one launch; ``forced
   vs all`` is its time over ``all``'s (issue 21: forced rows should add
@@ -275,6 +278,14 @@ class Case:
     def copy(self) -> Fn:
         return lambda: self.dst.copy_(self.base)
 
+    def floor(self) -> Fn:
+        import torch
+
+        from .floor_kernel import slot_to_flag
+
+        flags = torch.empty(self.rows, dtype=torch.bool, device=self.base.device)
+        return lambda: slot_to_flag(self.slots, flags)
+
     def bitmask_only(self, kernel: Callable[..., None]) -> Fn:
         return lambda: kernel(self.work, self.bitmask)
 
@@ -354,6 +365,7 @@ def run_grid(rows: Sequence[int], vocabs: Sequence[int], dtypes: Sequence[str], 
                     case = Case(R, V, dtype_name, frac)
                     rec: dict[str, Any] = dict(dtype=dtype_name, vocab=V, rows=R, frac=frac)
                     rec["copy"] = time_graph(case.copy())
+                    rec["floor"] = time_graph(case.floor())
                     for name, fn in xgr.items():
                         rec[name] = time_graph(case.bitmask_only(fn))
                     rec["bitmask"] = time_graph(case.stopline("bitmask"))
@@ -404,7 +416,7 @@ def _check(case: Case, xgr: dict[str, Callable[..., None]]) -> str:
     return "ok" if all(checks) else "MISMATCH"
 
 
-COLUMNS = ("copy", "xgr cuda", "xgr triton", "bitmask", "all", "forced", "min", "bias", "bad", "all eager",
+COLUMNS = ("copy", "floor", "xgr cuda", "xgr triton", "bitmask", "all", "forced", "min", "bias", "bad", "all eager",
            "vllm eager")
 
 
