@@ -105,3 +105,30 @@ def test_floor_kernel_flags_rows_whose_slot_is_out_of_range():
     flags = torch.ones(5, dtype=torch.bool, device=dev)
     slot_to_flag(slots, flags)
     assert flags.tolist() == [False, False, True, True, False]
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_floor_split_kernel_writes_the_flags_once_per_row_and_resets_its_words(chunks):
+    """'floor split': rows x chunks programs, the last arrival per row writes the flag and
+    leaves the row's arrival word at zero for the next launch."""
+    from stopline.tools.bench.floor_kernel import arrival_to_flag
+
+    dev = "cuda" if CUDA else "cpu"
+    slots = torch.tensor([0, 7, 2, -3], device=dev)
+    scratch = torch.zeros(4, dtype=torch.int64, device=dev)
+    for _ in range(2):
+        flags = torch.ones(4, dtype=torch.bool, device=dev)
+        arrival_to_flag(slots, flags, scratch, chunks)
+        assert flags.tolist() == [False, True, False, True] and scratch.tolist() == [0, 0, 0, 0]
+
+
+def test_chunks_per_row_is_the_grid_apply_launches():
+    from stopline.logits.triton_kernel import chunks_per_row, split_words
+    from stopline.logits.tuning import DEFAULT_TILES
+
+    dw, _, _, pps, wave, _ = DEFAULT_TILES["float32"]
+    dev = torch.device("cuda" if CUDA else "cpu")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if CUDA else 1
+    for rows, V in [(1, 128256), (256, 151936), (4096, 32000)]:
+        W = (V + 31) // 32
+        assert chunks_per_row(rows, V, torch.float32, dev) == -(-W // split_words(rows, W, dw, pps, sms, wave))

@@ -508,6 +508,21 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _device_sms(dev: torch.device) -> int:
+    if dev.type != "cuda":
+        return 1
+    return _sm_count(dev.index if dev.index is not None else torch.cuda.current_device())
+
+
+def chunks_per_row(rows: int, vocab: int, dtype: torch.dtype, device: torch.device,
+                   tuning: KernelTuning | None = None) -> int:
+    """Programs per dense row that ``apply_triton`` launches with default knobs (benchmarks)."""
+    tuning = KernelTuning() if tuning is None else tuning
+    W = _cdiv(vocab, 32)
+    dw, _, _, pps, wave = (tuple(tuning.tiles[str(dtype).removeprefix("torch.")]) + (0, 0))[:5]
+    return _cdiv(W, tuning.chunk_words or split_words(rows, W, dw, pps, _device_sms(device), wave))
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -586,10 +601,8 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     elif chunk_words is None:
         chunk_words = tuning.chunk_words
         if chunk_words is None:
-            dev = logits.device
-            sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) \
-                if dev.type == "cuda" else 1
-            chunk_words = split_words(R, W, dense_words, progs_per_sm, sms, wave if wave_progs is None else wave_progs)
+            chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device),
+                                      wave if wave_progs is None else wave_progs)
     n_chunks = _cdiv(W, chunk_words)
     split = n_chunks > 1
     if prefetch_default and chunk_words <= dense_words:

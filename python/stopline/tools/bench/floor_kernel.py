@@ -1,7 +1,14 @@
-"""The least a Triton launch shaped like ``LogitsConstraints.apply`` does: one
-program per row reads the row's slot and writes the row's flag. Its time is
-the floor for small batches (launch, one dependent load, one store), the
-``floor`` column of ``stopline bench --suite logits``."""
+"""The least a Triton launch shaped like ``LogitsConstraints.apply`` does, the
+floors under the small-batch times of ``stopline bench --suite logits``:
+
+- ``floor``: one program per row reads the row's slot and writes the row's
+  flag (launch, one dependent load, one store);
+- ``floor split``: the grid ``apply`` launches for the bitmask scenario (rows x
+  chunks); each program reads its row's slot and adds to the row's arrival
+  word, and the last arrival writes the flag and resets the word, as the
+  kernel's chunk programs do with their counts. The difference between the two
+  is what combining a split row's counts into one flag costs.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +25,22 @@ def _slot_to_flag(slots_ptr, flag_ptr, max_slots):
     tl.store(flag_ptr + row, (slot < 0) | (slot >= max_slots))
 
 
+@triton.jit
+def _arrival_to_flag(slots_ptr, flag_ptr, scratch_ptr, max_slots):
+    row = tl.program_id(0)
+    slot = tl.load(slots_ptr + row).to(tl.int64)
+    old = tl.atomic_add(scratch_ptr + row, slot * 0 + 1, sem="relaxed")
+    if old == tl.num_programs(1) - 1:
+        tl.store(scratch_ptr + row, old * 0)
+        tl.store(flag_ptr + row, (slot < 0) | (slot >= max_slots))
+
+
 def slot_to_flag(slots: Any, flags: Any) -> None:
     """``flags[r] = slots[r]`` out of ``[0, len(slots))``, one program per row."""
     _slot_to_flag[(slots.shape[0],)](slots, flags, slots.shape[0])
+
+
+def arrival_to_flag(slots: Any, flags: Any, scratch: Any, chunks: int) -> None:
+    """The same flags from a ``rows x chunks`` grid whose last arrival per row writes them;
+    ``scratch`` is ``int64 [rows]``, zero before and after."""
+    _arrival_to_flag[(slots.shape[0], chunks)](slots, flags, scratch, slots.shape[0])

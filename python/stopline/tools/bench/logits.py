@@ -26,9 +26,11 @@ Columns:
   vLLM's sources are not found;
 - dense scenarios (no bitmask, no allowed ids): ``min`` (min_tokens, 2 stop
   ids), ``bias`` (16 ``logit_bias`` ids), ``bad`` (the bad words above);
-- ``floor``: the least a Triton launch shaped like ``apply`` does (one program
-  per row reads its slot and writes its flag; ``floor_kernel.py``): the launch
-  and latency floor a small batch cannot go under;
+- ``floor``, ``floor split``: the least a Triton launch shaped like ``apply``
+  does (``floor_kernel.py``): one program per row reads its slot and writes its
+  flag; and the same on the bitmask scenario's grid (rows x chunks), the last
+  of a row's programs to arrive writing the flag: the launch and latency
+  floors a small batch cannot go under;
 - ``forced``: ``all`` with every fourth slot forced to one token id
   (``LogitsConstraints.force``, a spent thinking budget), one launch; ``forced
   vs all`` is its time over ``all``'s (issue 21: forced rows should add
@@ -286,6 +288,20 @@ class Case:
         flags = torch.empty(self.rows, dtype=torch.bool, device=self.base.device)
         return lambda: slot_to_flag(self.slots, flags)
 
+    def floor_split(self) -> Fn:
+        """The floor on the grid the bitmask scenario launches (chunks per row as ``apply`` picks them)."""
+        import torch
+
+        from stopline.logits.triton_kernel import chunks_per_row
+
+        from .floor_kernel import arrival_to_flag
+
+        dev = self.base.device
+        chunks = chunks_per_row(self.rows, self.V, self.base.dtype, dev, self.plain._tuning)
+        flags = torch.empty(self.rows, dtype=torch.bool, device=dev)
+        scratch = torch.zeros(self.rows, dtype=torch.int64, device=dev)
+        return lambda: arrival_to_flag(self.slots, flags, scratch, chunks)
+
     def bitmask_only(self, kernel: Callable[..., None]) -> Fn:
         return lambda: kernel(self.work, self.bitmask)
 
@@ -366,6 +382,7 @@ def run_grid(rows: Sequence[int], vocabs: Sequence[int], dtypes: Sequence[str], 
                     rec: dict[str, Any] = dict(dtype=dtype_name, vocab=V, rows=R, frac=frac)
                     rec["copy"] = time_graph(case.copy())
                     rec["floor"] = time_graph(case.floor())
+                    rec["floor split"] = time_graph(case.floor_split())
                     for name, fn in xgr.items():
                         rec[name] = time_graph(case.bitmask_only(fn))
                     rec["bitmask"] = time_graph(case.stopline("bitmask"))
@@ -416,7 +433,7 @@ def _check(case: Case, xgr: dict[str, Callable[..., None]]) -> str:
     return "ok" if all(checks) else "MISMATCH"
 
 
-COLUMNS = ("copy", "floor", "xgr cuda", "xgr triton", "bitmask", "all", "forced", "min", "bias", "bad", "all eager",
+COLUMNS = ("copy", "floor", "floor split", "xgr cuda", "xgr triton", "bitmask", "all", "forced", "min", "bias", "bad", "all eager",
            "vllm eager")
 
 
