@@ -366,6 +366,36 @@ print(json.dumps([decode, from_file, control, len(v.decode(ids))]))
     assert control == 0, out
 
 
+@pytest.mark.skipif(not getattr(sys, "_is_gil_enabled", lambda: True)(), reason="measures GIL release; this interpreter runs without a GIL")
+def test_long_texts_are_scanned_without_the_gil() -> None:
+    # A multi-megabyte text fed to a StopMatcher or FinishTracker.update (one
+    # piece or many) is scanned without the GIL; the control, a decode step's
+    # piece, keeps it. The same load-proof probe as above; fresh matchers and
+    # trackers each call, so nothing is cached.
+    out = run_child(GIL_PROBE + r"""
+from stopline import FinishTracker, StopParams, StopStrings
+stops = StopStrings(["never here", "nor this"])
+text = ("lorem ipsum dolor sit amet, " * 150_000)[:4_000_000]
+pieces = [text[i:i + 40_000] for i in range(0, len(text), 40_000)]
+params = StopParams(stop=["never here"])
+obs = Observer()
+try:
+    N = 200
+    feed = obs.calls_until_seen(lambda i: (lambda m=stops.matcher(): m.feed(text)), N)
+    one = obs.calls_until_seen(lambda i: (lambda t=FinishTracker(params): t.update([1], [text])), N)
+    many = obs.calls_until_seen(lambda i: (lambda t=FinishTracker(params): t.update(list(range(100)), pieces)), N)
+    control = obs.calls_until_seen(lambda i: (lambda m=stops.matcher(): m.feed("a short piece")), N)
+finally:
+    obs.close()
+t = FinishTracker(params)
+print(json.dumps([feed, one, many, control, len(t.update([1], [text]).text_delta)]))
+""")
+    feed, one, many, control, n_chars = out
+    assert n_chars == 4_000_000, out  # nothing held back: the text ends with no prefix of a stop
+    assert feed > 0 and one > 0 and many > 0, out
+    assert control == 0, out
+
+
 class _IndexInterrupts:
     def __index__(self) -> int:
         raise KeyboardInterrupt

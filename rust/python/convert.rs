@@ -41,6 +41,27 @@ impl<L: Entries> ReadAs<Vec<String>> for Option<std::sync::Arc<L>> {
 
 /// Python's `repr()` of a Rust value converted to its Python counterpart.
 /// Python's `repr()` of a Rust value converted to its Python counterpart.
+/// Ids from which decoding runs without the GIL: below, releasing and
+/// taking it back costs more than the decode.
+pub(super) const DETACH_IDS: usize = 4096;
+
+/// Text bytes from which a scan runs without the GIL: about a millisecond of
+/// work. Below, giving the GIL up is not worth the wait to take it back from a
+/// busy thread (up to its switch interval, docs/reliability.md); a decode
+/// step's piece is far below.
+pub(super) const DETACH_TEXT_BYTES: usize = 64 * 1024;
+
+/// Runs `f` without the GIL when `long`: core work that touches no Python
+/// object, so other threads run meanwhile.
+#[inline]
+pub(super) fn detach_if<T: Send>(py: Python<'_>, long: bool, f: impl FnOnce() -> T + Send) -> T {
+    if long {
+        py.detach(f)
+    } else {
+        f()
+    }
+}
+
 pub(super) fn py_repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<String> {
     Ok(value.into_bound_py_any(py)?.repr()?.to_string())
 }

@@ -7,7 +7,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::convert::{extract_ids, extract_utf8, type_name};
+use super::convert::{detach_if, extract_ids, extract_utf8, type_name, DETACH_IDS};
 use super::errors::{arg_err, to_py_err, value_error};
 use crate::detok_batch::SeqDecoder;
 use crate::detokenize::{read_tokenizer_file, DecodeOptions, DecodeState, Vocabulary};
@@ -181,18 +181,13 @@ impl PyIncrementalDecoder {
     }
 }
 
-/// Ids from which decoding runs without the GIL: below, releasing and
-/// taking it back costs more than the decode.
-const DETACH_IDS: usize = 4096;
-
 /// Runs a decode of `n` ids, without the GIL when it is long.
 fn py_decode<T: Send>(
     py: Python<'_>,
     n: usize,
     f: impl FnOnce() -> Result<T, Error> + Send,
 ) -> PyResult<T> {
-    let r = if n >= DETACH_IDS { py.detach(f) } else { f() };
-    r.map_err(to_py_err)
+    detach_if(py, n >= DETACH_IDS, f).map_err(to_py_err)
 }
 
 pub(super) fn prompt_ids(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {

@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use super::convert::{
-    extract_i64_arg, extract_str, extract_utf8, py_repr, single_str_err, take_capped, Entries,
+    detach_if, extract_i64_arg, extract_str, extract_utf8, py_repr, single_str_err, take_capped,
+    Entries, DETACH_TEXT_BYTES,
 };
 use super::errors::{arg_err, to_py_err};
 use crate::error::{Error, Problem};
@@ -247,7 +248,9 @@ macro_rules! matcher_class {
             #[doc = $feed_doc]
             fn feed(&mut self, delta: &Bound<'_, PyAny>) -> PyResult<Option<PyStopMatch>> {
                 let (text, chars) = extract_str(delta, &|| "delta".into())?;
-                let hit = self.inner.feed_counted(text, chars);
+                let inner = &mut self.inner;
+                let long = text.len() >= DETACH_TEXT_BYTES;
+                let hit = detach_if(delta.py(), long, || inner.feed_counted(text, chars));
                 let names: fn(&$core) -> &[String] = $names;
                 Ok(hit.map(|m| PyStopMatch::from_core(m, names(&self.inner))))
             }

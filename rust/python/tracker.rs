@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use super::convert::{extract_ids, extract_int, opt_list, with_pieces};
+use super::convert::{
+    detach_if, extract_ids, extract_int, opt_list, with_pieces, DETACH_IDS, DETACH_TEXT_BYTES,
+};
 use super::detok;
 use super::errors::{arg_err, to_py_err};
 use super::params::params_arg;
@@ -114,14 +116,18 @@ impl PyFinishTracker {
                     },
                 ));
             }
-            let step = dec
-                .update(vocab, &mut self.inner, &ids, g)
+            let inner = &mut self.inner;
+            let long = ids.len() >= DETACH_IDS;
+            let step = detach_if(token_ids.py(), long, || dec.update(vocab, inner, &ids, g))
                 .map_err(to_py_err)?;
             return Ok(PyStepResult::new(&self.inner, &step));
         }
         let inner = &mut self.inner;
+        let py = token_ids.py();
         let step = with_pieces(opt_list(texts), &|i| format!("texts[{i}]"), |pieces, _| {
-            inner.update(&ids, pieces, g).map_err(to_py_err)
+            let bytes: usize = pieces.map_or(0, |p| p.iter().map(|s| s.len()).sum());
+            let long = bytes >= DETACH_TEXT_BYTES || ids.len() >= DETACH_IDS;
+            detach_if(py, long, || inner.update(&ids, pieces, g)).map_err(to_py_err)
         })?;
         Ok(PyStepResult::new(&self.inner, &step))
     }
