@@ -91,9 +91,14 @@ impl Error {
             | Error::RegexTooLarge { index, .. } => format!("stop_regex[{index}]"),
             Error::NewCharCount { .. } => "new_char_count".into(),
             Error::Param { field, problem } | Error::Step { field, problem, .. } => {
-                match problem.index() {
-                    Some(i) => format!("{field}[{i}]"),
-                    None => (*field).into(),
+                match (&**problem, problem.index()) {
+                    // As the message names it, and as the conversion names a
+                    // bad element of the pair: `tool_call_marker_ids[0][1]`.
+                    (Problem::PairMarker { index, side, .. }, _) => {
+                        format!("{field}[{index}][{side}]")
+                    }
+                    (_, Some(i)) => format!("{field}[{i}]"),
+                    (_, None) => (*field).into(),
                 }
             }
             Error::Slot { .. } => "slot".into(),

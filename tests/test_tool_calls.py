@@ -159,20 +159,22 @@ def test_params_round_trip() -> None:
 
 @pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])
 @pytest.mark.parametrize(("kw", "field", "message"), [
-    (dict(tool_call_markers=[("", "b")]), "tool_call_markers[0]", r"tool_call_markers\[0\]\[0\]=\"\" is an empty string"),
-    (dict(tool_call_markers=[("<a>", "b"), ("x<a>", "c")]), "tool_call_markers[0]",
+    (dict(tool_call_markers=[("", "b")]), "tool_call_markers[0][0]", r"tool_call_markers\[0\]\[0\]=\"\" is an empty string"),
+    (dict(tool_call_markers=[("<a>", "b"), ("x<a>", "c")]), "tool_call_markers[0][0]",
      r"tool_call_markers\[0\]\[0\]=\"<a>\" overlaps tool_call_markers\[1\]\[0\]"),
-    (dict(tool_call_markers=[("<think>", "x")], **THINK), "tool_call_markers[0]", "overlaps reasoning_start"),
+    (dict(tool_call_markers=[("<think>", "x")], **THINK), "tool_call_markers[0][0]", "overlaps reasoning_start"),
     (dict(stop=["x</t>"], tool_call_markers=[("<t>", "</t>")]), "stop[0]", "overlaps tool_call_markers"),
     (dict(stop_token_ids=[4], tool_call_marker_ids=[(3, 4)]), "stop_token_ids[0]", "overlaps tool_call_marker_ids"),
-    (dict(tool_call_marker_ids=[(3, 99)], vocab_size=50), "tool_call_marker_ids[0]",
+    (dict(tool_call_marker_ids=[(3, 99)], vocab_size=50), "tool_call_marker_ids[0][1]",
      r"tool_call_marker_ids\[0\]\[1\]=99 is outside \[0, vocab_size=50\)"),
-    (dict(tool_call_marker_ids=[(3, 4), (3, 5)]), "tool_call_marker_ids[0]", "overlaps another pair's start"),
+    (dict(tool_call_marker_ids=[(3, 4), (3, 5)]), "tool_call_marker_ids[0][0]", "overlaps another pair's start"),
     (dict(tool_call_markers=[("a", "b")] * 9), "tool_call_markers", "has 9 entries; at most 8"),
     (dict(tool_call_markers=[("a", "b")], tool_call_marker_ids=[(1, 2), (3, 4)]), "tool_call_marker_ids",
      "has 2 pairs for 1 pairs of tool_call_markers"),
 ])
 def test_bad_span_definitions_name_the_field(impl: Any, kw: dict[str, Any], field: str, message: str) -> None:
+    # The field is the element the message names (a marker of a pair: [i][side]), as the
+    # conversion names a bad element (tool_call_marker_ids[0][0] for -1).
     with pytest.raises(ValueError, match=message) as e:
         impl.StopParams(**kw)
     assert e.value.field == field  # type: ignore[attr-defined]

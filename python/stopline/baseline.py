@@ -544,7 +544,7 @@ class StopParams:
                        "tool_call_marker_ids", "count")
 
         def bad(field: str, i: int, side: int, shown: str, what: str, kind: str) -> StoplineValueError:
-            return _err(StoplineValueError, f"{field}[{i}][{side}]={shown} {what}", f"{field}[{i}]", kind)
+            return _err(StoplineValueError, f"{field}[{i}][{side}]={shown} {what}", f"{field}[{i}][{side}]", kind)
 
         spans = self.spans
         for i, pair in enumerate(spans):
