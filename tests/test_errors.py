@@ -273,7 +273,7 @@ ROWS: list[Row] = [
         "accepted; ('stop-000042|', 10,000,000)", check=lambda r: r == ("stop-000042|", BIG)),
     # StopParams
     Row("StopParams", "max_tokens = 0", lambda: SP(max_tokens=0), ValueError, "max_tokens must be >= 1, got 0"),
-    Row("StopParams", "max_tokens < 0", lambda: SP(max_tokens=-1), ValueError, "max_tokens must be >= 0, got -1"),
+    Row("StopParams", "max_tokens < 0", lambda: SP(max_tokens=-1), ValueError, "max_tokens must be >= 1, got -1"),
     Row("StopParams", "max_tokens is a float", lambda: SP(max_tokens=1.5), TypeError,
         "max_tokens must be an int, got float"),
     Row("StopParams", "max_tokens is NaN", lambda: SP(max_tokens=math.nan), TypeError,
@@ -1136,6 +1136,26 @@ def test_the_baseline_refuses_reasoning_and_span_params_as_the_core_does(kw: dic
             impl.StopParams(**kw)
         seen.append((type(info.value), info.value.field, info.value.kind))
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("name", ["max_tokens", "min_tokens", "prompt_len", "max_model_len", "vocab_size"])
+def test_the_baseline_reads_counts_in_the_cores_range(name: str) -> None:
+    """Counts are 64-bit ints in the core (vocab_size also at most 2**32 - 1, ids being
+    u32): the baseline accepts and refuses the same values, with the same message, field
+    and kind (it used to accept 2**64). A negative count that must be >= 1 says so."""
+    for v in (-(2**64), -(2**63) - 1, -(2**63), -1, 0, 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64):
+        seen = []
+        for impl in (stopline, baseline):
+            try:
+                impl.StopParams(**{name: v})
+                seen.append(None)
+            except (stopline.StoplineValueError, stopline.StoplineTypeError) as e:
+                seen.append((type(e), str(e), e.field, e.kind))
+        assert seen[0] == seen[1], (v, seen)
+        if v == -1 and name in ("max_tokens", "max_model_len", "vocab_size"):
+            assert seen[0] is not None and f"{name} must be >= 1, got -1" in seen[0][1]
+        if v >= 2**63:
+            assert seen[0] is not None and seen[0][3] == "out_of_range"
 
 
 def test_none_span_lists_are_no_spans_in_the_core_and_the_baseline() -> None:

@@ -664,32 +664,35 @@ class StopParams:
 
         vocab = self.vocab_size
         if vocab is not None:
-            vocab = _param_int("vocab_size", vocab)
+            vocab = _i64("vocab_size", vocab)
             if vocab < 1:
                 raise _err(StoplineValueError, f"vocab_size must be >= 1, got {vocab}", "vocab_size", "below")
+            if vocab > 2**32 - 1:  # token ids are u32
+                raise _err(StoplineValueError, f"vocab_size={vocab} is more than the supported {2**32 - 1}",
+                           "vocab_size", "unsupported")
         put("vocab_size", vocab)
 
         mt = self.max_tokens
         if mt is not None:
-            mt = _param_int("max_tokens", mt)
+            mt = _i64("max_tokens", mt)
             if mt < 1:
                 raise _err(StoplineValueError, f"max_tokens must be >= 1, got {mt}", "max_tokens", "below")
         put("max_tokens", mt)
 
-        mn = _param_int("min_tokens", self.min_tokens)
+        mn = _i64("min_tokens", self.min_tokens)
         if mn < 0:
             raise _err(StoplineValueError, f"min_tokens must be >= 0, got {mn}", "min_tokens", "below")
         if mt is not None and mn > mt:
             raise _err(StoplineValueError, f"min_tokens={mn} is greater than max_tokens={mt}", "min_tokens", "greater")
         put("min_tokens", mn)
 
-        pl = _param_int("prompt_len", self.prompt_len)
+        pl = _i64("prompt_len", self.prompt_len)
         if pl < 0:
             raise _err(StoplineValueError, f"prompt_len must be >= 0, got {pl}", "prompt_len", "below")
         put("prompt_len", pl)
         mml = self.max_model_len
         if mml is not None:
-            mml = _param_int("max_model_len", mml)
+            mml = _i64("max_model_len", mml)
             if mml < 1:
                 raise _err(StoplineValueError, f"max_model_len must be >= 1, got {mml}", "max_model_len", "below")
             if pl >= mml:

@@ -359,10 +359,27 @@ pub(super) fn extract_opt_nonneg(
     obj: Option<&Bound<'_, PyAny>>,
     field: &str,
 ) -> PyResult<Option<u64>> {
+    extract_opt_at_least(obj, field, 0)
+}
+
+/// An optional count that must be at least 1 (`max_tokens`, `vocab_size`):
+/// a negative value gets the same ">= 1" message as 0.
+pub(super) fn extract_opt_positive(
+    obj: Option<&Bound<'_, PyAny>>,
+    field: &str,
+) -> PyResult<Option<u64>> {
+    extract_opt_at_least(obj, field, 1)
+}
+
+fn extract_opt_at_least(
+    obj: Option<&Bound<'_, PyAny>>,
+    field: &str,
+    min: i64,
+) -> PyResult<Option<u64>> {
     match obj {
         None => Ok(None),
         Some(o) if o.is_none() => Ok(None),
-        Some(o) => extract_nonneg(o, field).map(Some),
+        Some(o) => Ok(Some(extract_at_least(o, field, min)? as u64)),
     }
 }
 

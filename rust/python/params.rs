@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    extract_ids, extract_nonneg, extract_opt_nonneg, extract_utf8, py_repr, shown_value,
-    take_capped, type_name, wrong_type,
+    extract_ids, extract_nonneg, extract_opt_nonneg, extract_opt_positive, extract_utf8, py_repr,
+    shown_value, take_capped, type_name, wrong_type,
 };
 use super::errors::{arg_err, to_py_err};
 use super::matchers::{compile_regexes, compile_stops};
@@ -414,12 +414,12 @@ impl PyStopParams {
                 _ => Ok(Vec::new()),
             }
         };
-        let vocab = extract_opt_nonneg(vocab_size, "vocab_size")?;
+        let vocab = extract_opt_positive(vocab_size, "vocab_size")?;
         let mut params = StopParams {
-            max_tokens: extract_opt_nonneg(max_tokens, "max_tokens")?,
+            max_tokens: extract_opt_positive(max_tokens, "max_tokens")?,
             min_tokens: extract_opt_nonneg(min_tokens, "min_tokens")?.unwrap_or(0),
             prompt_len: extract_opt_nonneg(prompt_len, "prompt_len")?.unwrap_or(0),
-            max_model_len: extract_opt_nonneg(max_model_len, "max_model_len")?,
+            max_model_len: extract_opt_positive(max_model_len, "max_model_len")?,
             eos_token_ids: ids(eos_token_ids, "eos_token_ids")?,
             ignore_eos,
             stop_token_ids: ids(stop_token_ids, "stop_token_ids")?,
