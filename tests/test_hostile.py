@@ -355,14 +355,23 @@ try:
     N = 200
     decode = obs.calls_until_seen(lambda i: (lambda: v.decode(ids)), N)
     from_file = obs.calls_until_seen(lambda i: (lambda: Vocabulary.from_file(PATH)), N)
+    # A tracker or batch slot primes its decoder with the whole prompt.
+    prime = obs.calls_until_seen(lambda i: (lambda: FinishTracker(StopParams(), vocabulary=v, prompt_token_ids=ids)), N)
+    batch = FinishBatch(4, vocabulary=v)
+    def add(i):
+        def call():
+            batch.add(i % 4, StopParams(), prompt_token_ids=ids)
+            batch.remove(i % 4)
+        return call
+    add_slot = obs.calls_until_seen(add, N)
     control = obs.calls_until_seen(lambda i: (lambda: v.decode(short)), N)
 finally:
     obs.close()
-print(json.dumps([decode, from_file, control, len(v.decode(ids))]))
+print(json.dumps([decode, from_file, control, len(v.decode(ids)), prime, add_slot]))
 """.replace("PATH", repr(str(path))))
-    decode, from_file, control, n_chars = out
+    decode, from_file, control, n_chars, prime, add_slot = out
     assert n_chars == 3 * 400_000 - 1  # 400,000 two-letter tokens joined by spaces (no decoder)
-    assert decode > 0 and from_file > 0, out
+    assert decode > 0 and from_file > 0 and prime > 0 and add_slot > 0, out
     assert control == 0, out
 
 

@@ -241,14 +241,14 @@ pub(super) fn seq_decoder(
         return Ok(None);
     };
     let prompt = prompt_ids(prompt_token_ids)?;
-    SeqDecoder::new(
-        v,
-        params,
-        &prompt,
-        options(skip_special_tokens, spaces_between_special_tokens),
-    )
-    .map(Some)
-    .map_err(to_py_err)
+    let opts = options(skip_special_tokens, spaces_between_special_tokens);
+    let prime = || SeqDecoder::new(v, params, &prompt, opts);
+    // Priming decodes the whole prompt (the exact decoder state after it).
+    let primed = match prompt_token_ids {
+        Some(o) => py_decode(o.py(), prompt.len(), prime)?,
+        None => prime().map_err(to_py_err)?,
+    };
+    Ok(Some(primed))
 }
 
 /// With reasoning channels: reads the prompt's tail for an open reasoning
