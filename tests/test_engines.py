@@ -447,6 +447,11 @@ def test_detokenizer_stop_needs_ids_for_marker_ids():
     assert e.value.field == "token_ids"
     with pytest.raises(ValueError, match="token_ids has 1 ids for 2 text pieces"):
         d.update(["a", "b"], token_ids=[5])
+    # The adapter feeds 2**32 - 1 as the stop-terminated token: a real one is refused, not
+    # silently read as the scheduler's stop.
+    with pytest.raises(ValueError, match="token_ids holds 4294967295, which this adapter reserves") as e:
+        d.update(["a", "b"], token_ids=[5, 2**32 - 1])
+    assert e.value.field == "token_ids"
     assert d.update(["", "x", "", "y x"], token_ids=[5, 7, 6, 8]) == "x"
     assert (d.reasoning, d.content) == ("x", "y ")
 

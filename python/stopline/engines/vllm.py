@@ -436,6 +436,10 @@ def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_id
         ids = list(output_ids(token_ids, "token_ids"))
         if len(ids) != count:
             raise field_value_error("token_ids", f" has {len(ids)} ids for {count} text pieces; pass one id per piece")
+        if _TERMINATOR_ID in ids:  # no tokenizer comes near 2**32 ids
+            raise field_value_error(
+                "token_ids", f" holds {_TERMINATOR_ID}, which this adapter reserves for a stop-terminated update"
+            )
     real_last = ids[-1] if ids else _PLAIN_ID
     if stop_terminated and ids:
         ids[-1] = _TERMINATOR_ID
@@ -950,12 +954,14 @@ class DetokenizerStop:
         ``new_texts[i]`` is the decoded text of the i-th new token (``""``
         while a character is incomplete), as vLLM's ``decode_next`` returns it.
         ``token_ids``: the new tokens' ids (vLLM's ``new_token_ids``), one per
-        piece; required when the reasoning markers are token ids.
+        piece, each in ``[0, 2**32 - 1)``; required when the reasoning
+        markers are token ids.
 
         Raises:
             TypeError / ValueError: ``new_texts`` not a sequence of str, or
                 longer than ``LIMITS["max_step_tokens"]``; ``token_ids``
-                missing while required, or not one per piece.
+                missing while required, not one per piece, or holding
+                ``2**32 - 1`` (reserved for the stop-terminated token).
         """
         if self._done:
             return None
