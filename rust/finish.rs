@@ -112,6 +112,15 @@ fn at_most(field: &'static str, value: u64, other: &'static str, limit: u64) -> 
 }
 
 impl StopParams {
+    /// Whether a prompt can be read for an open reasoning block without a
+    /// vocabulary ([`crate::reasoning::ReasoningSpec::reads_prompt_by_ids`]); false without
+    /// a reasoning block.
+    pub fn reads_prompt_by_ids(&self) -> bool {
+        self.reasoning
+            .as_ref()
+            .is_some_and(|r| r.spec().reads_prompt_by_ids())
+    }
+
     /// Checks every field and their combinations.
     ///
     /// # Errors

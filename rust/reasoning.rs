@@ -130,6 +130,17 @@ pub struct ReasoningSpec {
     pub spans: Vec<[Marker; 2]>,
 }
 
+impl ReasoningSpec {
+    /// Whether a prompt's tail can be read without a vocabulary for an
+    /// open block (docs/semantics.md 11, rule 1): both block markers are
+    /// token ids. With a marker given only as text the prompt must be
+    /// decoded, and a tracker without a vocabulary refuses a prompt rather
+    /// than ignore it.
+    pub fn reads_prompt_by_ids(&self) -> bool {
+        self.start.token_id.is_some() && self.end.token_id.is_some()
+    }
+}
+
 impl Marker {
     fn is_empty(&self) -> bool {
         self.text.is_none() && self.token_id.is_none()

@@ -542,3 +542,27 @@ def test_a_prompt_is_read_by_marker_ids_without_a_vocabulary() -> None:
     with pytest.raises(stopline.StoplineValueError, match="needs a vocabulary") as e:
         stopline.FinishTracker(stopline.StopParams(reasoning_start="<a>", reasoning_end="<b>"), prompt_token_ids=[1])
     assert e.value.field == "prompt_token_ids"
+
+
+@pytest.mark.parametrize("kw", [
+    dict(reasoning_start_id=7, reasoning_end_id=8),
+    dict(reasoning_start="<think>", reasoning_start_id=7, reasoning_end="</think>", reasoning_end_id=8),
+    dict(reasoning_start="<think>", reasoning_end="</think>"),
+    dict(reasoning_start="<think>", reasoning_end_id=8),
+    dict(reasoning_end_id=8),
+    dict(stop=["x"]),
+    dict(tool_call_marker_ids=[(3, 4)]),
+])
+def test_reads_prompt_by_ids_is_the_trackers_rule(kw: dict) -> None:
+    """StopParams.reads_prompt_by_ids says whether a tracker without a vocabulary reads a
+    prompt (both block markers are ids) or refuses it: the adapters ask it instead of
+    restating the rule."""
+    p = stopline.StopParams(**kw)
+    by_ids = p.reads_prompt_by_ids
+    assert by_ids == ("reasoning_start_id" in kw and "reasoning_end_id" in kw)
+    if by_ids:
+        t = stopline.FinishTracker(p, prompt_token_ids=[1, 7, 2])
+        assert t.channel == "reasoning"
+    else:
+        with pytest.raises(ValueError, match="prompt_token_ids needs a vocabulary"):
+            stopline.FinishTracker(p, prompt_token_ids=[1, 7, 2])

@@ -582,6 +582,12 @@ class StopParams:
         """The reasoning arguments as accepted (scopes one per entry), a new
         dict on every read; ``None`` without reasoning channels."""
     @property
+    def reads_prompt_by_ids(self) -> bool:
+        """Whether a tracker reads a prompt for an open reasoning block
+        without a vocabulary: both block markers are token ids
+        (docs/semantics.md 11, rule 1); otherwise ``prompt_token_ids``
+        needs a ``vocabulary``."""
+    @property
     def token_aligned(self) -> bool:
         """Whether text is released only in whole tokens."""
     @property

@@ -227,10 +227,7 @@ pub(super) fn seq_decoder(
 ) -> PyResult<Option<SeqDecoder>> {
     let Some(v) = vocab else {
         // Marker ids alone read a prompt (prompt_state); nothing to prime.
-        let by_ids = params.reasoning.as_ref().is_some_and(|r| {
-            let s = r.spec();
-            s.start.token_id.is_some() && s.end.token_id.is_some()
-        });
+        let by_ids = params.reads_prompt_by_ids();
         if !by_ids && prompt_token_ids.is_some_and(|o| !o.is_none()) {
             return Err(value_error(
                 "prompt_token_ids",

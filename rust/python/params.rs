@@ -506,6 +506,14 @@ impl PyStopParams {
         self.span_pairs(|m| m.token_id)
     }
 
+    /// Whether a tracker reads a prompt for an open reasoning block without a
+    /// vocabulary: both block markers are token ids (docs/semantics.md 11,
+    /// rule 1). Otherwise `prompt_token_ids` needs a `vocabulary`.
+    #[getter]
+    fn reads_prompt_by_ids(&self) -> bool {
+        self.inner.reads_prompt_by_ids()
+    }
+
     /// Whether text is released only in whole tokens.
     #[getter]
     fn token_aligned(&self) -> bool {

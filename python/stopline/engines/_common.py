@@ -235,16 +235,12 @@ class Reasoning:
         starts_in = self.options.get("reasoning_starts_in")
         if starts_in is not None:
             return str(starts_in)
-        if prompt_ids is None or not (self.vocabulary is not None or self.markers_by_id):
+        if prompt_ids is None:
             return None
-        return self.tracker(StopParams(**self.options), prompt_ids).channel
-
-    @property
-    def markers_by_id(self) -> bool:
-        """Whether both block markers have ids, so that a prompt can be read
-        without a vocabulary."""
-        o = self.options
-        return o.get("reasoning_start_id") is not None and o.get("reasoning_end_id") is not None
+        params = StopParams(**self.options)
+        if self.vocabulary is None and not params.reads_prompt_by_ids:
+            return None
+        return self.tracker(params, prompt_ids).channel
 
     @property
     def has_block(self) -> bool:
@@ -353,7 +349,7 @@ class Reasoning:
         id either way."""
         prompt = None if prompt_ids is None else output_ids(prompt_ids, "prompt_token_ids")
         if self.vocabulary is None:
-            return FinishTracker(params, prompt_token_ids=prompt if self.markers_by_id else None)
+            return FinishTracker(params, prompt_token_ids=prompt if params.reads_prompt_by_ids else None)
         return FinishTracker(params, self.vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
 
 
