@@ -219,6 +219,22 @@ def test_request_stop_fields_named():
         vl.RequestStop(request, 10)
 
 
+def test_request_stop_refuses_an_output_that_shrank():
+    """A RequestStop feeds the ids past those it has seen; an output list
+    shorter than that (another request's, or a reset one) used to be read
+    from its end again, so [5, 6, 7] then [5] then [5, 6, 7] counted
+    [5, 6, 7, 6, 7]. It is refused naming output_token_ids, nothing fed."""
+    sp = NS(max_tokens=10, min_tokens=0, eos_token_id=2, stop_token_ids=None, ignore_eos=False)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=3, max_tokens=None, output_token_ids=[])
+    r = vl.RequestStop(request, 100)
+    assert r.feed([5, 6, 7]) is False
+    with pytest.raises(ValueError, match="output_token_ids shrank from 3 to 1 ids") as info:
+        r.feed([5])
+    assert info.value.field == "output_token_ids"
+    assert r.feed([5, 6, 7, 8]) is False
+    assert r.tracker.token_ids == [5, 6, 7, 8]
+
+
 def test_detokenizer_stop_update_reads_under_the_cap():
     d = vl.DetokenizerStop(vllm_params(stop=["ab"]))
     with pytest.raises(ValueError, match="new_texts has more than 4194304 entries"):

@@ -750,7 +750,10 @@ class RequestStop:
 
         Raises:
             TypeError / ValueError: an id that is not an int or is negative;
-                more new ids than ``LIMITS["max_step_tokens"]``.
+                more new ids than ``LIMITS["max_step_tokens"]``; fewer ids
+                than earlier calls fed (vLLM only appends to a running
+                request's output: a shorter list is another request's, or a
+                reset one's, and feeding from its end would count ids twice).
         """
         n = len(output_token_ids)
         seen = self._seen
@@ -758,6 +761,11 @@ class RequestStop:
         if done:
             self._fed_before = self._tracker.num_tokens
             return True
+        if n < seen:
+            raise field_value_error(
+                "output_token_ids",
+                f" shrank from {seen} to {n} ids; a RequestStop follows one running request's growing output",
+            )
         # Running: every id fed so far is kept, so `seen` is the kept count.
         self._fed_before = seen
         if n == seen:
