@@ -353,6 +353,22 @@ def test_compat_reexports_the_reasoning_reader():
     assert reasoning_config(IDS) is IDS and reasoning_config(None) is None
 
 
+def test_reasoning_config_reads_a_span_pair_under_a_cap():
+    """A span pair given as an endless iterator was copied with tuple() and
+    grew until memory ran out; it is refused naming the pair, as
+    StopParams names a pair of the wrong length (kind "count"), and a
+    one-shot iterator pair is kept as a tuple every request can read."""
+    with pytest.raises(ValueError, match=r"tool_call_markers\[0\] has more than 2 items") as info:
+        reasoning_config({"tool_call_markers": [itertools.repeat("<a>")]})
+    assert (info.value.field, info.value.kind) == ("tool_call_markers[0]", "count")
+    with pytest.raises(ValueError, match=r"tool_call_marker_ids\[1\] has 3 items") as info:
+        reasoning_config({"tool_call_marker_ids": [(1, 2), [3, 4, 5]]})
+    assert info.value.kind == "count"
+    r = reasoning_config({"tool_call_markers": [iter(["<a>", "</a>"])]})
+    assert r is not None and r.options["tool_call_markers"] == (("<a>", "</a>"),)
+    assert stopline.StopParams(**r.options).tool_call_markers == [("<a>", "</a>")]
+
+
 @pytest.mark.parametrize("value, raises, field, says", [
     (["<think>"], TypeError, "reasoning", "reasoning must be a mapping"),
     ({"reasoning_end": "</think>", "stop": ["x"]}, ValueError, "reasoning", "unknown keys ['stop']"),
