@@ -17,16 +17,18 @@ use crate::finish::{Repetition, StopParams};
 use crate::limits;
 use crate::reasoning::{Channel, Marker, Reasoning, ReasoningSpec, Scope};
 
-/// One scope name, or `None` for a wrong type or an unknown name.
+/// One scope name: a `TypeError` for a wrong type, a `ValueError` for a
+/// lone surrogate (it was "must be a str, got str") or an unknown name.
 fn scope_of(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Scope> {
-    let name: String = obj
-        .extract()
-        .map_err(|_| arg_err(field, wrong_type("a str", obj)))?;
-    Scope::from_name(&name).ok_or_else(|| {
+    if !obj.is_instance_of::<pyo3::types::PyString>() {
+        return Err(arg_err(field, wrong_type("a str", obj)));
+    }
+    let name = extract_utf8(obj, &|| field.to_owned())?;
+    Scope::from_name(name).ok_or_else(|| {
         arg_err(
             field,
             Problem::NotOneOf {
-                shown: crate::error::shown(&name),
+                shown: crate::error::shown(name),
                 allowed: Scope::NAMES.into(),
             },
         )
