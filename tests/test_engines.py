@@ -617,10 +617,16 @@ def test_reasoning_from_markers_reads_a_tokenizers_tokenizer():
     assert (r.options["reasoning_start_id"], r.options["reasoning_end_id"]) == (0, 1)
 
 
-def test_a_thinking_budget_over_64_bits_names_thinking_token_budget():
+@pytest.mark.parametrize("budget", [2**70, 2**64, 2**63])
+def test_a_thinking_budget_over_64_bits_names_thinking_token_budget(budget):
+    # 2**63 and 2**64 - 1 passed the adapter's check (it allowed 2**64 - 1)
+    # and the core then named max_reasoning_tokens, a field the caller never set.
     with pytest.raises(stopline.StoplineValueError) as e:
-        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=2**70, reasoning=IDS)
+        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=budget, reasoning=IDS)
     assert (e.value.field, e.value.kind) == ("thinking_token_budget", "out_of_range")
+    with pytest.raises(stopline.StoplineValueError) as e:
+        compat.sglang_check_finished([1], max_new_tokens=10, thinking_budget=budget, reasoning=IDS)
+    assert (e.value.field, e.value.kind) == ("custom_params['thinking_budget']", "out_of_range")
 
 
 # ------------------------------------ tool-call spans through the one reader --

@@ -499,6 +499,6 @@ def thinking_budget(value: Any, field_name: str) -> int | None:
         return None
     if budget < 0:
         raise field_value_error(field_name, f" must be >= 0 or -1 (unlimited), got {budget}")
-    if budget >= 2**64:  # named here: StopParams would name max_reasoning_tokens
-        raise field_value_error(field_name, f"={budget} is out of range (at most 2**64 - 1)", "out_of_range")
+    if budget >= 2**63:  # named here: StopParams (a 64-bit int) would name max_reasoning_tokens
+        raise field_value_error(field_name, f"={budget} is out of range (at most 2**63 - 1)", "out_of_range")
     return budget
