@@ -403,6 +403,8 @@ ROWS: list[Row] = [
         ValueError, "tool_call_markers[0][0] is not valid Unicode"),
     Row("StopParams", "a str where a tool-call marker pair is expected", lambda: SP(tool_call_markers=["{}"]),
         TypeError, "tool_call_markers[0] must be a (start, end) pair, not a single str"),
+    Row("StopParams", "a set where a tool-call marker pair is expected", lambda: SP(tool_call_markers=[{"<a>", "</a>"}]),
+        TypeError, "tool_call_markers[0] must be a (start, end) pair in order (a tuple or list), got set"),
     Row("StopParams", "a tool-call marker pair of one marker", lambda: SP(tool_call_markers=[("<a>",)]),
         ValueError, "tool_call_markers[0] has 1 item; a (start, end) pair has exactly 2"),
     Row("StopParams", "over the cap: a tool-call marker of 1025 bytes", lambda: SP(tool_call_markers=[("<a>", "x" * 1025)]),

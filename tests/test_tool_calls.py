@@ -237,6 +237,26 @@ def test_a_str_is_not_a_tool_call_marker_pair() -> None:
         assert (e.value.field, e.value.kind) == ("tool_call_markers[0]", "single_str")
 
 
+@pytest.mark.parametrize("kw", [
+    {"tool_call_markers": [{"<tool_call>", "</tool_call>"}]},
+    {"tool_call_markers": [{"<tool_call>": 1, "</tool_call>": 2}]},
+    {"tool_call_marker_ids": [frozenset([151657, 151658])]},
+], ids=repr)
+def test_a_set_or_a_mapping_is_not_a_tool_call_marker_pair(kw: dict[str, Any]) -> None:
+    """A set has no order: {"<tool_call>", "</tool_call>"} was read as a pair
+    in hash order, so which marker opened the span changed from one process
+    to the next (str hashes are seeded per process). The core, the baseline
+    and the engines' reader refuse it, naming the pair."""
+    from stopline.engines import reasoning_config
+
+    for build in (stopline.StopParams, baseline.StopParams, reasoning_config):
+        with pytest.raises(stopline.StoplineTypeError) as e:
+            build(**kw) if build is not reasoning_config else build(kw)
+        field = next(iter(kw)) + "[0]"
+        assert (e.value.field, e.value.kind) == (field, "wrong_type")
+        assert "pair in order" in str(e.value)
+
+
 def test_a_pair_of_the_wrong_length_and_an_over_cap_marker_name_the_element() -> None:
     with pytest.raises(ValueError, match=r"^tool_call_markers\[0\] has 3 items; a \(start, end\) pair has exactly 2$"):
         stopline.StopParams(tool_call_markers=[("<a>", "</a>", "x")])

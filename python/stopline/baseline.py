@@ -250,6 +250,9 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
         at = f"{name}[{i}]"
         if isinstance(pair, str):
             raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, not a single str", at, "single_str")
+        if isinstance(pair, (set, frozenset, dict)):
+            raise _err(StoplineTypeError, f"{at} must be a (start, end) pair in order (a tuple or list), "
+                       f"got {type(pair).__name__}", at, "wrong_type")
         try:
             two = list(pair)
         except TypeError:

@@ -108,6 +108,15 @@ fn extract_spans(
                     },
                 ));
             }
+            // A set or a mapping has no order: which marker starts the span
+            // would follow the hash seed, so it differed between processes.
+            if item.is_instance_of::<pyo3::types::PySet>()
+                || item.is_instance_of::<pyo3::types::PyFrozenSet>()
+                || item.is_instance_of::<pyo3::types::PyDict>()
+            {
+                let what = "a (start, end) pair in order (a tuple or list)";
+                return Err(arg_err(&at, wrong_type(what, item)));
+            }
             let two = take_capped(item, &at, "a (start, end) pair", 2)
                 .map_err(|e| pair_count_err(e, item, &at))?;
             if two.len() != 2 {

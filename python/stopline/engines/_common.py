@@ -10,6 +10,7 @@ import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -411,9 +412,10 @@ def _pair(value: Any, field_name: str) -> Any:
     """One span marker pair of a configuration as a tuple, read under a cap:
     an endless iterator is refused (``kind="count"``, as ``StopParams``
     names a pair of the wrong length), not read until memory runs out. A
-    str or a non-iterable is left for ``StopParams`` to name."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        return value
+    str, a set, a mapping or a non-iterable is left for ``StopParams`` to
+    name."""
+    if isinstance(value, (str, bytes, AbstractSet, Mapping)) or not isinstance(value, Iterable):
+        return value  # an unordered pair too: StopParams refuses it
     two = list(itertools.islice(value, 3))
     if len(two) > 2:
         n = len(value) if isinstance(value, Sized) else None
