@@ -629,3 +629,16 @@ def test_a_decoding_batch_names_token_ids_for_a_run_mismatch() -> None:
             assert (e.value.field, e.value.kind) == ("token_ids", "count")
             assert "tokens in the runs" in str(e.value)
         assert b.step([2], [5], None, None if vocabulary else ["b"]).text_deltas == ["b"]
+
+
+def test_vocab_files_names_a_bad_name_bounded() -> None:
+    """tokenizer_json_path(["qwen3"]) raised "unhashable type: 'list'" (no
+    field), and an unknown name was echoed whole (100,000 characters in)."""
+    from stopline.tools.vocab_files import tokenizer_json_path
+
+    with pytest.raises(stopline.StoplineTypeError) as t:
+        tokenizer_json_path(["qwen3"], download=False)  # type: ignore[arg-type]
+    assert (t.value.field, t.value.kind) == ("name", "wrong_type")
+    with pytest.raises(stopline.StoplineValueError) as v:
+        tokenizer_json_path("x" * 100_000, download=False)
+    assert v.value.field == "name" and len(str(v.value)) < 400 and "is not one of" in str(v.value)
