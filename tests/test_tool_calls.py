@@ -282,3 +282,16 @@ def test_an_end_id_may_be_another_pairs_start_id() -> None:
         assert (t.finish_reason, t.stop_reason, t.num_tokens) == ("stop", 9, 7)
     with pytest.raises(ValueError, match="overlaps another pair's start"):
         stopline.StopParams(tool_call_marker_ids=[(1, 2), (1, 3)])
+
+
+def test_an_ids_only_step_with_text_span_markers_names_the_span_markers() -> None:
+    """The error said "reasoning markers given as text" for a request with
+    no reasoning markers at all (text span markers, or span texts beside
+    block marker ids)."""
+    for kw in ({"tool_call_markers": [("<a>", "</a>")]},
+               {"reasoning_end_id": 5, "tool_call_markers": [("<a>", "</a>")]}):
+        with pytest.raises(stopline.StoplineValueError, match="tool-call markers given as text") as e:
+            stopline.FinishTracker(stopline.StopParams(**kw)).update([1])
+        assert (e.value.field, e.value.kind) == ("texts", "required")
+    with pytest.raises(stopline.StoplineValueError, match="reasoning markers given as text"):
+        stopline.FinishTracker(stopline.StopParams(reasoning_end="</think>")).update([1])
