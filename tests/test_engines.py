@@ -700,3 +700,25 @@ def test_a_stop_terminated_update_inside_a_tool_call_span_finishes(include):
     r = compat.vllm_detokenizer_stop(['Sure<tool_call>{"a": 1', "</s>"], stop=["\n\n"], stop_terminated=True,
                                      include_stop_str_in_output=include, num_new_tokens=1, reasoning=spans)
     assert (r.output_text, r.num_output_tokens, r.content) == (want, 2, want)
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, 1.0])
+def test_a_request_flag_that_is_not_a_bool_is_refused_naming_it(value):
+    """bool() read a duck-typed request's flags: ignore_eos="false" was True
+    (EOS then never finished the request), no_stop_trim="no" kept the stop.
+    A flag is a bool or None (off); anything else names the field."""
+    sp = NS(max_tokens=10, min_tokens=0, eos_token_id=2, stop_token_ids=None, ignore_eos=value)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=1, max_tokens=None, output_token_ids=[])
+    with pytest.raises(TypeError, match="ignore_eos must be a bool") as e:
+        vl.RequestStop(request, 10)
+    assert e.value.field == "ignore_eos"
+    with pytest.raises(TypeError, match="include_stop_str_in_output must be a bool"):
+        vl.DetokenizerStop(NS(stop=["x"], include_stop_str_in_output=value, min_tokens=0))
+    for name in ("ignore_eos", "no_stop_trim"):
+        sgp = NS(max_new_tokens=5, min_new_tokens=0, stop_strs=None, stop_regex_strs=None, stop_token_ids=None,
+                 ignore_eos=False, no_stop_trim=False, custom_params=None)
+        setattr(sgp, name, value)
+        with pytest.raises(TypeError, match=f"{name} must be a bool"):
+            sg.ReqFinish(sgp)
+    sp.ignore_eos = None  # None is off, as a missing attribute
+    assert vl.RequestStop(request, 10).feed([2]) is True

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stopline._caps import field_type_error, field_value_error, integer, one_of, shown
+from stopline._caps import field_type_error, field_value_error, flag, integer, one_of, shown
 from stopline._core import FinishTracker, StepResult, StopParams
 
 from ._common import (
@@ -485,7 +485,7 @@ def request_fields(request: Any) -> dict[str, Any]:
         min_tokens=getattr(sp, "min_tokens", 0) or 0,
         eos_token_id=eos,
         stop_token_ids=getattr(sp, "stop_token_ids", None),
-        ignore_eos=bool(getattr(sp, "ignore_eos", False)),
+        ignore_eos=flag(getattr(sp, "ignore_eos", False), "ignore_eos"),
         all_stop_token_ids=getattr(sp, "all_stop_token_ids", None),
         repetition_detection=getattr(sp, "repetition_detection", None),
         thinking_token_budget=getattr(sp, "thinking_token_budget", None),
@@ -498,7 +498,7 @@ def detokenizer_fields(sampling_params: Any) -> dict[str, Any]:
     and ``min_tokens``."""
     return dict(
         stop=sampling_params.stop,
-        include_stop_str_in_output=bool(sampling_params.include_stop_str_in_output),
+        include_stop_str_in_output=flag(sampling_params.include_stop_str_in_output, "include_stop_str_in_output"),
         min_tokens=sampling_params.min_tokens or 0,
     )
 
