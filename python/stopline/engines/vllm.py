@@ -752,8 +752,9 @@ class RequestStop:
             TypeError / ValueError: an id that is not an int or is negative;
                 more new ids than ``LIMITS["max_step_tokens"]``; fewer ids
                 than earlier calls fed (vLLM only appends to a running
-                request's output: a shorter list is another request's, or a
-                reset one's, and feeding from its end would count ids twice).
+                request's output; a streaming-input session's update clears
+                it, moving it into the prompt: build a new RequestStop then.
+                Feeding from the shorter list's end would count ids twice).
         """
         n = len(output_token_ids)
         seen = self._seen
@@ -764,7 +765,8 @@ class RequestStop:
         if n < seen:
             raise field_value_error(
                 "output_token_ids",
-                f" shrank from {seen} to {n} ids; a RequestStop follows one running request's growing output",
+                f" shrank from {seen} to {n} ids; a RequestStop follows one running request's growing output "
+                "(a vLLM streaming session that moves its output into the prompt needs a new one)",
             )
         # Running: every id fed so far is kept, so `seen` is the kept count.
         self._fed_before = seen
