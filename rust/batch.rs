@@ -548,6 +548,16 @@ impl FinishBatch {
             grammar_terminated_at,
             flush_tails,
         } = input;
+        // The caller's arguments first: a decoding batch decodes nothing
+        // for a run/ids mismatch, so its (internal) flush tails are short
+        // too, and that error named no argument the caller gave.
+        self.check(
+            slots,
+            token_ids,
+            run_lengths,
+            texts.map(<[S]>::len),
+            grammar_terminated_at,
+        )?;
         if let Some(f) = flush_tails.filter(|f| f.len() != token_ids.len()) {
             return Err(count(
                 "flush_tails",
@@ -557,13 +567,6 @@ impl FinishBatch {
                 "",
             ));
         }
-        self.check(
-            slots,
-            token_ids,
-            run_lengths,
-            texts.map(<[S]>::len),
-            grammar_terminated_at,
-        )?;
         let grammar = |k: usize| grammar_terminated_at.and_then(|g| usize::try_from(g[k]).ok());
         let mut start = 0;
         for (k, &slot) in slots.iter().enumerate() {

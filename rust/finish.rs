@@ -547,8 +547,16 @@ impl FinishTracker {
                     "this sequence has stop strings, which are matched on text"
                 } else if self.params.stop_regexes().is_some() {
                     "this sequence has stop regexes, which are matched on text"
-                } else {
+                } else if self
+                    .params
+                    .reasoning
+                    .as_ref()
+                    .is_some_and(|r| r.has_text_block_marker())
+                {
                     "this sequence has reasoning markers given as text"
+                } else {
+                    // Spans alone, or with a block whose markers are ids.
+                    "this sequence has tool-call markers given as text"
                 };
                 return Err(Error::Step {
                     field: "texts",

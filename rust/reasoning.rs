@@ -705,10 +705,14 @@ impl Reasoning {
             .map_or(true, |s| s.allows(c))
     }
 
+    /// Whether a block marker (`reasoning_start` / `reasoning_end`) is text.
+    pub fn has_text_block_marker(&self) -> bool {
+        self.spec.start.text.is_some() || self.spec.end.text.is_some()
+    }
+
     /// Whether steps must carry text: a text marker or a stop on text.
     pub fn needs_text(&self) -> bool {
-        self.spec.start.text.is_some()
-            || self.spec.end.text.is_some()
+        self.has_text_block_marker()
             || self.spec.spans.iter().flatten().any(|m| m.text.is_some())
             || self.stops.iter().any(Option::is_some)
             || self.regexes.iter().any(Option::is_some)

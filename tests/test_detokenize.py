@@ -611,3 +611,34 @@ def test_bench_suite_runs_and_reports() -> None:
     tables = detokenize.tables(Result(rows, {}))
     assert [len(t.rows) for t in tables] == [1]
     assert tables[0].rows[0][:2] == ["smollm2", "8"]
+
+
+def test_a_decoding_batch_names_token_ids_for_a_run_mismatch() -> None:
+    """A FinishBatch with a vocabulary given more (or fewer) ids than its
+    runs hold named an internal argument ("flush_tails has 0 entries for 3
+    slots"); it names token_ids as a batch without a vocabulary does, and
+    the slot's decoder is unchanged."""
+    v = _tiny()
+    for vocabulary in (v, None):
+        b = FinishBatch(3, vocabulary=vocabulary)
+        b.add(2, StopParams(reasoning_end_id=4))
+        assert b.step([2], [0], None, None if vocabulary else ["a"]).text_deltas == ["a"]
+        for args in (([2], [0, 1, 5]), ([2], [0, 5], [1])):
+            with pytest.raises(stopline.StoplineValueError) as e:
+                b.step(*args)
+            assert (e.value.field, e.value.kind) == ("token_ids", "count")
+            assert "tokens in the runs" in str(e.value)
+        assert b.step([2], [5], None, None if vocabulary else ["b"]).text_deltas == ["b"]
+
+
+def test_vocab_files_names_a_bad_name_bounded() -> None:
+    """tokenizer_json_path(["qwen3"]) raised "unhashable type: 'list'" (no
+    field), and an unknown name was echoed whole (100,000 characters in)."""
+    from stopline.tools.vocab_files import tokenizer_json_path
+
+    with pytest.raises(stopline.StoplineTypeError) as t:
+        tokenizer_json_path(["qwen3"], download=False)  # type: ignore[arg-type]
+    assert (t.value.field, t.value.kind) == ("name", "wrong_type")
+    with pytest.raises(stopline.StoplineValueError) as v:
+        tokenizer_json_path("x" * 100_000, download=False)
+    assert v.value.field == "name" and len(str(v.value)) < 400 and "is not one of" in str(v.value)

@@ -219,6 +219,22 @@ def test_request_stop_fields_named():
         vl.RequestStop(request, 10)
 
 
+def test_request_stop_refuses_an_output_that_shrank():
+    """A RequestStop feeds the ids past those it has seen; an output list
+    shorter than that (another request's, or a reset one) used to be read
+    from its end again, so [5, 6, 7] then [5] then [5, 6, 7] counted
+    [5, 6, 7, 6, 7]. It is refused naming output_token_ids, nothing fed."""
+    sp = NS(max_tokens=10, min_tokens=0, eos_token_id=2, stop_token_ids=None, ignore_eos=False)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=3, max_tokens=None, output_token_ids=[])
+    r = vl.RequestStop(request, 100)
+    assert r.feed([5, 6, 7]) is False
+    with pytest.raises(ValueError, match="output_token_ids shrank from 3 to 1 ids") as info:
+        r.feed([5])
+    assert info.value.field == "output_token_ids"
+    assert r.feed([5, 6, 7, 8]) is False
+    assert r.tracker.token_ids == [5, 6, 7, 8]
+
+
 def test_detokenizer_stop_update_reads_under_the_cap():
     d = vl.DetokenizerStop(vllm_params(stop=["ab"]))
     with pytest.raises(ValueError, match="new_texts has more than 4194304 entries"):
@@ -335,6 +351,22 @@ def test_compat_reexports_the_reasoning_reader():
     assert compat.reasoning_config is reasoning_config and isinstance(compat.reasoning_config(IDS), Reasoning)
     assert compat.vllm_reasoning is vl.vllm_reasoning and compat.sglang_reasoning is sg.sglang_reasoning
     assert reasoning_config(IDS) is IDS and reasoning_config(None) is None
+
+
+def test_reasoning_config_reads_a_span_pair_under_a_cap():
+    """A span pair given as an endless iterator was copied with tuple() and
+    grew until memory ran out; it is refused naming the pair, as
+    StopParams names a pair of the wrong length (kind "count"), and a
+    one-shot iterator pair is kept as a tuple every request can read."""
+    with pytest.raises(ValueError, match=r"tool_call_markers\[0\] has more than 2 items") as info:
+        reasoning_config({"tool_call_markers": [itertools.repeat("<a>")]})
+    assert (info.value.field, info.value.kind) == ("tool_call_markers[0]", "count")
+    with pytest.raises(ValueError, match=r"tool_call_marker_ids\[1\] has 3 items") as info:
+        reasoning_config({"tool_call_marker_ids": [(1, 2), [3, 4, 5]]})
+    assert info.value.kind == "count"
+    r = reasoning_config({"tool_call_markers": [iter(["<a>", "</a>"])]})
+    assert r is not None and r.options["tool_call_markers"] == (("<a>", "</a>"),)
+    assert stopline.StopParams(**r.options).tool_call_markers == [("<a>", "</a>")]
 
 
 @pytest.mark.parametrize("value, raises, field, says", [
@@ -585,10 +617,16 @@ def test_reasoning_from_markers_reads_a_tokenizers_tokenizer():
     assert (r.options["reasoning_start_id"], r.options["reasoning_end_id"]) == (0, 1)
 
 
-def test_a_thinking_budget_over_64_bits_names_thinking_token_budget():
+@pytest.mark.parametrize("budget", [2**70, 2**64, 2**63])
+def test_a_thinking_budget_over_64_bits_names_thinking_token_budget(budget):
+    # 2**63 and 2**64 - 1 passed the adapter's check (it allowed 2**64 - 1)
+    # and the core then named max_reasoning_tokens, a field the caller never set.
     with pytest.raises(stopline.StoplineValueError) as e:
-        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=2**70, reasoning=IDS)
+        compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=budget, reasoning=IDS)
     assert (e.value.field, e.value.kind) == ("thinking_token_budget", "out_of_range")
+    with pytest.raises(stopline.StoplineValueError) as e:
+        compat.sglang_check_finished([1], max_new_tokens=10, thinking_budget=budget, reasoning=IDS)
+    assert (e.value.field, e.value.kind) == ("custom_params['thinking_budget']", "out_of_range")
 
 
 # ------------------------------------ tool-call spans through the one reader --
@@ -662,3 +700,25 @@ def test_a_stop_terminated_update_inside_a_tool_call_span_finishes(include):
     r = compat.vllm_detokenizer_stop(['Sure<tool_call>{"a": 1', "</s>"], stop=["\n\n"], stop_terminated=True,
                                      include_stop_str_in_output=include, num_new_tokens=1, reasoning=spans)
     assert (r.output_text, r.num_output_tokens, r.content) == (want, 2, want)
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, 1.0])
+def test_a_request_flag_that_is_not_a_bool_is_refused_naming_it(value):
+    """bool() read a duck-typed request's flags: ignore_eos="false" was True
+    (EOS then never finished the request), no_stop_trim="no" kept the stop.
+    A flag is a bool or None (off); anything else names the field."""
+    sp = NS(max_tokens=10, min_tokens=0, eos_token_id=2, stop_token_ids=None, ignore_eos=value)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=1, max_tokens=None, output_token_ids=[])
+    with pytest.raises(TypeError, match="ignore_eos must be a bool") as e:
+        vl.RequestStop(request, 10)
+    assert e.value.field == "ignore_eos"
+    with pytest.raises(TypeError, match="include_stop_str_in_output must be a bool"):
+        vl.DetokenizerStop(NS(stop=["x"], include_stop_str_in_output=value, min_tokens=0))
+    for name in ("ignore_eos", "no_stop_trim"):
+        sgp = NS(max_new_tokens=5, min_new_tokens=0, stop_strs=None, stop_regex_strs=None, stop_token_ids=None,
+                 ignore_eos=False, no_stop_trim=False, custom_params=None)
+        setattr(sgp, name, value)
+        with pytest.raises(TypeError, match=f"{name} must be a bool"):
+            sg.ReqFinish(sgp)
+    sp.ignore_eos = None  # None is off, as a missing attribute
+    assert vl.RequestStop(request, 10).feed([2]) is True

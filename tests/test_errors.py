@@ -403,6 +403,8 @@ ROWS: list[Row] = [
         ValueError, "tool_call_markers[0][0] is not valid Unicode"),
     Row("StopParams", "a str where a tool-call marker pair is expected", lambda: SP(tool_call_markers=["{}"]),
         TypeError, "tool_call_markers[0] must be a (start, end) pair, not a single str"),
+    Row("StopParams", "a set where a tool-call marker pair is expected", lambda: SP(tool_call_markers=[{"<a>", "</a>"}]),
+        TypeError, "tool_call_markers[0] must be a (start, end) pair in order (a tuple or list), got set"),
     Row("StopParams", "a tool-call marker pair of one marker", lambda: SP(tool_call_markers=[("<a>",)]),
         ValueError, "tool_call_markers[0] has 1 item; a (start, end) pair has exactly 2"),
     Row("StopParams", "over the cap: a tool-call marker of 1025 bytes", lambda: SP(tool_call_markers=[("<a>", "x" * 1025)]),
@@ -1126,6 +1128,19 @@ def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
     {"tool_call_markers": [("\ud800", "x")]}, {"tool_call_markers": ["{}"]}, {"tool_call_markers": [("a",)]},
     {"tool_call_markers": [("a" * 1025, "b")]}, {"tool_call_markers": [(1, "b")]},
     {"tool_call_markers": [("a", "b")] * 9},
+    # Found by a differential probe: the baseline accepted (0 read as "not
+    # given", a scope name unchecked for an empty list), or named another
+    # field or kind.
+    {"reasoning_start_id": 0}, {"max_reasoning_tokens": 0}, {"reasoning_end_id": 0, "vocab_size": 0},
+    {"reasoning_start_id": 2**63}, {"reasoning_end_id": -(2**100)},
+    {"reasoning_end": "x", "max_reasoning_tokens": 2**63}, {"reasoning_end": "x", "max_reasoning_tokens": -(2**100)},
+    {"reasoning_end": "x", "stop_scopes": "bogus"}, {"tool_call_markers": [("<a>", "</a>")], "stop_scopes": "c"},
+    {"reasoning_end": "x", "stop": ["a"], "stop_scopes": 5}, {"reasoning_end": "x", "stop": ["a"], "stop_scopes": [5]},
+    {"reasoning_end": "x", "stop": ["a"], "stop_regex_scopes": "bogus"},
+    {"reasoning_end": "x", "stop": ["a"], "stop_scopes": ["\ud800"]},
+    {"reasoning_end": "x", "stop_token_ids": [1], "stop_token_id_scopes": "\ud800"},
+    {"reasoning_end_ids": [-1]}, {"reasoning_end_ids": [1.5]}, {"reasoning_starts_in": "bogus"},
+    {"reasoning_end": "x", "reasoning_end_ids": "ab"}, {"eos_token_ids": True},
 ], ids=repr)
 def test_the_baseline_refuses_reasoning_and_span_params_as_the_core_does(kw: dict[str, Any]) -> None:
     """The baseline is the differential tests' oracle: it refuses what the
@@ -1156,6 +1171,54 @@ def test_the_baseline_reads_counts_in_the_cores_range(name: str) -> None:
             assert seen[0] is not None and f"{name} must be >= 1, got -1" in seen[0][1]
         if v >= 2**63:
             assert seen[0] is not None and seen[0][3] == "out_of_range"
+
+
+@pytest.mark.parametrize("kw", [
+    {"reasoning_end_id": 0}, {"reasoning_start_id": 0, "reasoning_end_id": 1, "max_reasoning_tokens": 0},
+    {"reasoning_end": "x", "stop": ["a"], "stop_scopes": []},
+    {"reasoning_end": "x", "stop": ["a", "b"], "stop_scopes": iter(["any", "reasoning"])},
+    {"eos_token_ids": None, "stop_token_ids": None, "stop": None, "stop_regex": None},
+    {"eos_token_ids": 2, "reasoning_end_id": 3, "reasoning_end_ids": 3}, {"stop_token_ids": b"\x01\x02"},
+    {"tool_call_markers": [("<a>", "</a>")], "stop_scopes": "any"},
+    {"tool_call_marker_ids": [(1, 2)], "reasoning_end_ids": []},
+], ids=repr)
+def test_the_baseline_accepts_what_the_core_accepts_with_the_same_channels(kw: dict[str, Any]) -> None:
+    """An id or budget of 0 is given (the baseline read 0 as "not set" and
+    built no channels), an empty scope list is the default, ``None`` and one
+    int are the core's list forms; the baseline builds what the core builds."""
+    def fresh() -> dict[str, Any]:
+        return {k: (iter(["any", "reasoning"]) if k == "stop_scopes" and not isinstance(v, (str, list)) else v)
+                for k, v in kw.items()}
+    core, base = stopline.StopParams(**fresh()), baseline.StopParams(**fresh())
+    assert (core.reasoning is not None) == base.has_reasoning
+    assert core.eos_token_ids == list(base.eos_token_ids) and core.stop_token_ids == list(base.stop_token_ids)
+    if core.reasoning is not None:
+        for name in ("stop_scopes", "stop_regex_scopes", "stop_token_id_scopes", "reasoning_end_ids"):
+            assert core.reasoning[name] == list(getattr(base, name)), name
+
+
+@pytest.mark.parametrize("name", ["keep_reasoning_markers", "token_aligned"])
+def test_the_baseline_refuses_a_non_bool_flag_as_the_core_does(name: str) -> None:
+    """The baseline took ``token_aligned=1`` / ``keep_reasoning_markers=None``
+    as flags; the core refuses them (a TypeError naming the argument)."""
+    for v in (1, 0, None, "yes"):
+        for impl in (stopline, baseline):
+            with pytest.raises(TypeError) as info:
+                impl.StopParams(reasoning_end="x", **{name: v})
+            assert name in _describe(info.value)
+
+
+def test_the_baseline_reads_endless_reasoning_lists_under_the_cores_caps() -> None:
+    """An endless ``reasoning_end_ids`` or scope iterator grew the baseline
+    until memory ran out; both refuse it after the cap (``too_many``)."""
+    for kw in ({"reasoning_end_ids": lambda: itertools.repeat(3)},
+               {"stop_scopes": lambda: itertools.repeat("any")}):
+        seen = []
+        for impl in (stopline, baseline):
+            with pytest.raises(ValueError) as info:
+                impl.StopParams(reasoning_end="x", **{k: f() for k, f in kw.items()})
+            seen.append((info.value.field, info.value.kind))  # type: ignore[attr-defined]
+        assert seen[0] == seen[1] and seen[0][1] == "too_many", seen
 
 
 def test_none_span_lists_are_no_spans_in_the_core_and_the_baseline() -> None:

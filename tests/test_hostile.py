@@ -88,6 +88,21 @@ CAPS: list[tuple[str, str, str, str]] = [
      "token_ids has 1099511627776 entries"),
     ("step grammar endless", "FinishBatch(8).step([0], [1], None, None, itertools.repeat(-1))", "ValueError",
      "grammar_terminated_at has more than 8 entries"),
+    # Reasoning and span inputs, in the core and in the baseline (the oracle
+    # grew until memory ran out on the endless lists) and the engines' reader.
+    ("prompt_token_ids endless", "FinishTracker(StopParams(reasoning_start_id=1, reasoning_end_id=2), "
+     "prompt_token_ids=itertools.repeat(1))", "ValueError", "prompt_token_ids has more than 4194304 entries"),
+    ("stop_scopes endless", "StopParams(reasoning_end='x', stop=['a'], stop_scopes=itertools.repeat('any'))",
+     "ValueError", "stop_scopes has more than 65536 entries"),
+    ("baseline stop_scopes endless",
+     "__import__('stopline.baseline', fromlist=['x']).StopParams(reasoning_end='x', stop=['a'], stop_scopes=itertools.repeat('any'))",
+     "ValueError", "stop_scopes has more than 65536 entries"),
+    ("baseline reasoning_end_ids endless",
+     "__import__('stopline.baseline', fromlist=['x']).StopParams(reasoning_end_id=1, reasoning_end_ids=itertools.repeat(1))",
+     "ValueError", "reasoning_end_ids has more than 65536 entries"),
+    ("engine reasoning config, an endless pair",
+     "__import__('stopline.engines', fromlist=['x']).reasoning_config({'tool_call_markers': [itertools.repeat('<a>')]})",
+     "ValueError", "tool_call_markers[0] has more than 2 items"),
 ]
 
 

@@ -293,6 +293,11 @@ def test_criteria_bad_arguments(tok):
         FinishCriteria(tok, [stopline.StopParams()])(torch.tensor([[1, 2], [3, 4]]), None)
     with pytest.raises(ValueError, match="prompt_len"):
         FinishCriteria(tok, stopline.StopParams(), prompt_len=-1)
+    # A wrong type is a TypeError naming prompt_len (it was a ValueError).
+    for bad in ("5", 5.0, True):
+        with pytest.raises(TypeError, match="prompt_len must be an int") as e:
+            FinishCriteria(tok, stopline.StopParams(), prompt_len=bad)
+        assert e.value.field == "prompt_len"
     with pytest.raises(TypeError, match="vocabulary must be a stopline.Vocabulary, got str"):
         FinishCriteria(tok, stopline.StopParams(), vocabulary="tokenizer.json")
 

@@ -237,6 +237,26 @@ def test_a_str_is_not_a_tool_call_marker_pair() -> None:
         assert (e.value.field, e.value.kind) == ("tool_call_markers[0]", "single_str")
 
 
+@pytest.mark.parametrize("kw", [
+    {"tool_call_markers": [{"<tool_call>", "</tool_call>"}]},
+    {"tool_call_markers": [{"<tool_call>": 1, "</tool_call>": 2}]},
+    {"tool_call_marker_ids": [frozenset([151657, 151658])]},
+], ids=repr)
+def test_a_set_or_a_mapping_is_not_a_tool_call_marker_pair(kw: dict[str, Any]) -> None:
+    """A set has no order: {"<tool_call>", "</tool_call>"} was read as a pair
+    in hash order, so which marker opened the span changed from one process
+    to the next (str hashes are seeded per process). The core, the baseline
+    and the engines' reader refuse it, naming the pair."""
+    from stopline.engines import reasoning_config
+
+    for build in (stopline.StopParams, baseline.StopParams, reasoning_config):
+        with pytest.raises(stopline.StoplineTypeError) as e:
+            build(**kw) if build is not reasoning_config else build(kw)
+        field = next(iter(kw)) + "[0]"
+        assert (e.value.field, e.value.kind) == (field, "wrong_type")
+        assert "pair in order" in str(e.value)
+
+
 def test_a_pair_of_the_wrong_length_and_an_over_cap_marker_name_the_element() -> None:
     with pytest.raises(ValueError, match=r"^tool_call_markers\[0\] has 3 items; a \(start, end\) pair has exactly 2$"):
         stopline.StopParams(tool_call_markers=[("<a>", "</a>", "x")])
@@ -262,3 +282,16 @@ def test_an_end_id_may_be_another_pairs_start_id() -> None:
         assert (t.finish_reason, t.stop_reason, t.num_tokens) == ("stop", 9, 7)
     with pytest.raises(ValueError, match="overlaps another pair's start"):
         stopline.StopParams(tool_call_marker_ids=[(1, 2), (1, 3)])
+
+
+def test_an_ids_only_step_with_text_span_markers_names_the_span_markers() -> None:
+    """The error said "reasoning markers given as text" for a request with
+    no reasoning markers at all (text span markers, or span texts beside
+    block marker ids)."""
+    for kw in ({"tool_call_markers": [("<a>", "</a>")]},
+               {"reasoning_end_id": 5, "tool_call_markers": [("<a>", "</a>")]}):
+        with pytest.raises(stopline.StoplineValueError, match="tool-call markers given as text") as e:
+            stopline.FinishTracker(stopline.StopParams(**kw)).update([1])
+        assert (e.value.field, e.value.kind) == ("texts", "required")
+    with pytest.raises(stopline.StoplineValueError, match="reasoning markers given as text"):
+        stopline.FinishTracker(stopline.StopParams(reasoning_end="</think>")).update([1])

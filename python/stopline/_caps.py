@@ -117,6 +117,17 @@ def integer(value: Any, field_name: str) -> int:
     return int(value)
 
 
+def flag(value: Any, field_name: str) -> bool:
+    """A request's on/off field: a bool, ``None`` (off); anything else is a
+    TypeError naming the field (``bool("false")`` is True, which turned a
+    duck-typed request's ``ignore_eos="false"`` on)."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise field_type_error(field_name, "a bool", value)
+    return value
+
+
 def items(values: Any, field_name: str, expected: str, cap: int) -> list[Any]:
     """The items of a caller's iterable read under ``cap`` (:func:`capped`);
     a bare str/bytes or a non-iterable is a TypeError naming the field."""

@@ -201,11 +201,9 @@ def _i64(name: str, v: Any) -> int:
 
 def _token_id(name: str, v: Any) -> int:
     """One marker id as the core reads it: an int in ``[0, 2**32)``."""
-    n = _param_int(name, v)
+    n = _i64(name, v)
     if n < 0:
         raise _err(StoplineValueError, f"{name} must be >= 0, got {n}", name, "below")
-    if n >= 2**64:
-        raise _err(StoplineValueError, f"{name}={n} is out of range", name, "out_of_range")
     if n >= 2**32:
         raise _err(StoplineValueError, f"{name}={n} is not a valid token id", name, "not_a_token_id")
     return n
@@ -252,6 +250,9 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
         at = f"{name}[{i}]"
         if isinstance(pair, str):
             raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, not a single str", at, "single_str")
+        if isinstance(pair, (set, frozenset, dict)):
+            raise _err(StoplineTypeError, f"{at} must be a (start, end) pair in order (a tuple or list), "
+                       f"got {type(pair).__name__}", at, "wrong_type")
         try:
             two = list(pair)
         except TypeError:
@@ -263,26 +264,54 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
     return tuple(out)
 
 
-def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
-    if isinstance(ids, (str, bytes)):
-        raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type")
+_MAX_IDS = 65536  # the core's max_stop_token_ids, for every list of ids and of scopes
+
+
+def _take(obj: Any, name: str, cap: int) -> list[Any]:
+    """The items of an iterable, refused past ``cap`` as the core refuses
+    them (``too_many``): a sized one by its length, an endless one after
+    ``cap + 1`` items instead of being read until memory runs out."""
     try:
-        items = list(ids)
+        n: int | None = len(obj)
+    except OverflowError:
+        n = None
+    except TypeError:
+        n = None
+    if n is not None and n > cap:
+        raise _err(StoplineValueError, f"{name} has {n} entries; at most {cap} are accepted", name, "too_many")
+    items = list(itertools.islice(obj, cap + 1))
+    if len(items) > cap:
+        raise _err(StoplineValueError, f"{name} has more than {cap} entries; at most {cap} are accepted", name, "too_many")
+    return items
+
+
+def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
+    """A list of token ids as the core reads one: ``None`` is none, one int
+    (or bool, refused as such) is a list of one, named without an index."""
+    if ids is None:
+        return ()
+    # A str or bytes is read as the core reads it: a sequence (of str,
+    # refused at [0]; of ints, bytes being a buffer of them).
+    if isinstance(ids, int):
+        return (_one_id(name, ids, vocab_size),)
+    try:
+        it = iter(ids)
     except TypeError:
         raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type") from None
-    out = []
-    for i, t in enumerate(items):
-        t = _i64(f"{name}[{i}]", t)
-        if t < 0:
-            raise _err(StoplineValueError, f"{name}[{i}] = {t} is negative", f"{name}[{i}]", "not_a_token_id")
-        if t >= 2**32:
-            raise _err(StoplineValueError, f"{name}[{i}] = {t} is not a valid token id", f"{name}[{i}]", "not_a_token_id")
-        if vocab_size is not None and t >= vocab_size:
-            raise _err(StoplineValueError,
-                       f"{name}[{i}] = {t} is outside the vocabulary (vocab_size={vocab_size})",
-                       f"{name}[{i}]", "id_outside")
-        out.append(t)
-    return tuple(out)
+    items = _take(ids if hasattr(ids, "__len__") else it, name, _MAX_IDS)
+    return tuple(_one_id(f"{name}[{i}]", t, vocab_size) for i, t in enumerate(items))
+
+
+def _one_id(at: str, value: Any, vocab_size: int | None) -> int:
+    t = _i64(at, value)
+    if t < 0:
+        raise _err(StoplineValueError, f"{at} = {t} is negative", at, "not_a_token_id")
+    if t >= 2**32:
+        raise _err(StoplineValueError, f"{at} = {t} is not a valid token id", at, "not_a_token_id")
+    if vocab_size is not None and t >= vocab_size:
+        raise _err(StoplineValueError, f"{at} = {t} is outside the vocabulary (vocab_size={vocab_size})",
+                   at, "id_outside")
+    return t
 
 
 # ------------------------------------------------------------- stop strings
@@ -481,14 +510,33 @@ _SCOPES = ("content", "reasoning", "any")
 _UNSET = 1 << 62
 
 
-def _scope_list(name: str, v: Any, n: int) -> tuple[str, ...]:
+def _scope_list(name: str, v: Any, n: int, count: bool = True) -> tuple[str, ...]:
+    """One scope per entry, as the core reads a ``*_scopes=`` argument: one
+    name for all (checked even for an empty list), or one per entry; an
+    empty sequence is the default, as ``None``. ``count=False``: the names
+    only (the core checks the count later)."""
+    def scope(x: Any, at: str) -> str:
+        if not isinstance(x, str):
+            raise _err(StoplineTypeError, f"{at} must be a str, got {type(x).__name__}", at, "wrong_type")
+        _check_encodable(x, at)
+        if x not in _SCOPES:
+            raise _err(StoplineValueError, f"{at}={x!r} is not one of 'content', 'reasoning' or 'any'", at, "not_one_of")
+        return x
+
     if v is None:
         return ("content",) * n
-    items = (v,) * n if isinstance(v, str) else tuple(v)
-    for i, x in enumerate(items):
-        if x not in _SCOPES:
-            raise _err(StoplineValueError, f"{name}[{i}]={x!r} is not one of 'content', 'reasoning' or 'any'", f"{name}[{i}]", "not_one_of")
-    if len(items) != n:
+    if isinstance(v, str):
+        return (scope(v, name),) * n
+    try:
+        it = iter(v)
+    except TypeError:
+        raise _err(StoplineTypeError, f"{name} must be a str or a sequence of str, got {type(v).__name__}",
+                   name, "wrong_type") from None
+    items = tuple(scope(x, f"{name}[{i}]")
+                  for i, x in enumerate(_take(v if hasattr(v, "__len__") else it, name, max(_MAX_IDS, n))))
+    if not items:
+        return ("content",) * n
+    if count and len(items) != n:
         raise _err(StoplineValueError, f"{name} has {len(items)} scopes for {n} entries of the list it scopes", name, "count")
     return items
 
@@ -586,19 +634,46 @@ class StopParams:
                 if d is not None and self.vocab_size is not None and d >= self.vocab_size:
                     raise bad("tool_call_marker_ids", i, side, str(d), f"is outside [0, vocab_size={self.vocab_size})", "id_outside")
 
-    @property
-    def has_reasoning(self) -> bool:
-        return any(
-            getattr(self, f) not in (None, (), False)
-            for f in (
+    def _has_spans(self) -> bool:
+        return bool(self.tool_call_markers or self.tool_call_marker_ids)
+
+    def _given(self) -> dict[str, Any]:
+        """The reasoning arguments given, as the core reads them: all but
+        ``None`` (``False`` for the flag; 0 is an id or a budget)."""
+        return {
+            f: v for f in (
                 "reasoning_start", "reasoning_start_id", "reasoning_end", "reasoning_end_id",
                 "reasoning_end_ids", "reasoning_starts_in", "keep_reasoning_markers",
                 "max_reasoning_tokens", "stop_scopes", "stop_regex_scopes", "stop_token_id_scopes",
             )
+            if (v := getattr(self, f)) is not None and v is not False and not (type(v) is tuple and not v)
+        }
+
+    @property
+    def has_reasoning(self) -> bool:
+        given = self._given()
+        if not self._has_spans():
+            return bool(given)
+        # With spans, an empty list or a scope of an empty list is none.
+        lengths = dict(self._scoped())
+        return any(
+            not ((isinstance(v, (list, tuple)) and not v) or (isinstance(v, str) and lengths.get(f) == 0))
+            for f, v in given.items()
         )
 
     def _check_reasoning(self, put: Callable[[str, Any], None]) -> None:
         """Reasoning markers and scopes (semantics.md 11)."""
+        if not self._given() and not self._has_spans():
+            return
+        # What the core's binding reads before the core checks them together.
+        if self.reasoning_starts_in not in (None, "reasoning", "content"):
+            raise _err(
+                StoplineValueError,
+                f"reasoning_starts_in={self.reasoning_starts_in!r} is not one of 'reasoning' or 'content'",
+                "reasoning_starts_in", "not_one_of",
+            )
+        _id_list("reasoning_end_ids", self.reasoning_end_ids, None)
+        read = [_scope_list(name, getattr(self, name), n, count=False) for name, n in self._scoped()]
         if not self.has_reasoning:
             return
         for name in ("reasoning_start", "reasoning_end"):
@@ -619,12 +694,6 @@ class StopParams:
                 StoplineValueError,
                 f"reasoning_end_id={self.reasoning_end_id} overlaps reasoning_start_id",
                 "reasoning_end_id", "overlaps",
-            )
-        if self.reasoning_starts_in not in (None, "reasoning", "content"):
-            raise _err(
-                StoplineValueError,
-                f"reasoning_starts_in={self.reasoning_starts_in!r} is not one of 'reasoning' or 'content'",
-                "reasoning_starts_in", "not_one_of",
             )
         end_ids = _id_list("reasoning_end_ids", self.reasoning_end_ids, self.vocab_size)
         if not end_ids and self.reasoning_end_id is not None:
@@ -651,12 +720,13 @@ class StopParams:
                 for name in ("reasoning_start_id", "reasoning_end_id"):
                     if getattr(self, name) == t:
                         raise _err(StoplineValueError, f"{field_name}[{i}]={t} overlaps {name}", f"{field_name}[{i}]", "overlaps")
-        put("stop_scopes", _scope_list("stop_scopes", self.stop_scopes, len(self.stop)))
-        put("stop_regex_scopes", _scope_list("stop_regex_scopes", self.stop_regex_scopes, len(self.stop_regex)))
-        put(
-            "stop_token_id_scopes",
-            _scope_list("stop_token_id_scopes", self.stop_token_id_scopes, len(self.stop_token_ids)),
-        )
+        for (name, n), scopes in zip(self._scoped(), read):
+            put(name, _scope_list(name, scopes, n))
+
+    def _scoped(self) -> tuple[tuple[str, int], ...]:
+        """Each ``*_scopes`` field with the length of the list it scopes."""
+        return (("stop_scopes", len(self.stop)), ("stop_regex_scopes", len(self.stop_regex)),
+                ("stop_token_id_scopes", len(self.stop_token_ids)))
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -699,15 +769,15 @@ class StopParams:
                 raise _err(StoplineValueError, f"prompt_len={pl} leaves no room for output (max_model_len={mml})", "prompt_len", "no_room")
         put("max_model_len", mml)
 
-        for name in ("ignore_eos", "include_stop_str_in_output"):
+        for name in ("ignore_eos", "include_stop_str_in_output", "keep_reasoning_markers", "token_aligned"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise _err(StoplineTypeError, f"{name} must be bool, got {type(v).__name__} ({v!r})", name, "wrong_type")
 
         put("eos_token_ids", _id_list("eos_token_ids", self.eos_token_ids, vocab))
         put("stop_token_ids", _id_list("stop_token_ids", self.stop_token_ids, vocab))
-        put("stop", _validate_stops(self.stop))
-        put("stop_regex", _validate_regexes(self.stop_regex))
+        put("stop", () if self.stop is None else _validate_stops(self.stop))
+        put("stop_regex", () if self.stop_regex is None else _validate_regexes(self.stop_regex))
 
         rep = self.repetition
         if rep is not None:
@@ -756,11 +826,9 @@ class StopParams:
                 put(name, _token_id(name, getattr(self, name)))
         mrt = self.max_reasoning_tokens
         if mrt is not None:
-            mrt = _param_int("max_reasoning_tokens", mrt)
+            mrt = _i64("max_reasoning_tokens", mrt)
             if mrt < 0:
                 raise _err(StoplineValueError, f"max_reasoning_tokens must be >= 0, got {mrt}", "max_reasoning_tokens", "below")
-            if mrt >= 2**64:
-                raise _err(StoplineValueError, f"max_reasoning_tokens={mrt} is out of range", "max_reasoning_tokens", "out_of_range")
             put("max_reasoning_tokens", mrt)
         self._check_reasoning(put)
         if not self.has_reasoning:

@@ -17,16 +17,18 @@ use crate::finish::{Repetition, StopParams};
 use crate::limits;
 use crate::reasoning::{Channel, Marker, Reasoning, ReasoningSpec, Scope};
 
-/// One scope name, or `None` for a wrong type or an unknown name.
+/// One scope name: a `TypeError` for a wrong type, a `ValueError` for a
+/// lone surrogate (it was "must be a str, got str") or an unknown name.
 fn scope_of(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Scope> {
-    let name: String = obj
-        .extract()
-        .map_err(|_| arg_err(field, wrong_type("a str", obj)))?;
-    Scope::from_name(&name).ok_or_else(|| {
+    if !obj.is_instance_of::<pyo3::types::PyString>() {
+        return Err(arg_err(field, wrong_type("a str", obj)));
+    }
+    let name = extract_utf8(obj, &|| field.to_owned())?;
+    Scope::from_name(name).ok_or_else(|| {
         arg_err(
             field,
             Problem::NotOneOf {
-                shown: crate::error::shown(&name),
+                shown: crate::error::shown(name),
                 allowed: Scope::NAMES.into(),
             },
         )
@@ -105,6 +107,15 @@ fn extract_spans(
                         wrapped: None,
                     },
                 ));
+            }
+            // A set or a mapping has no order: which marker starts the span
+            // would follow the hash seed, so it differed between processes.
+            if item.is_instance_of::<pyo3::types::PySet>()
+                || item.is_instance_of::<pyo3::types::PyFrozenSet>()
+                || item.is_instance_of::<pyo3::types::PyDict>()
+            {
+                let what = "a (start, end) pair in order (a tuple or list)";
+                return Err(arg_err(&at, wrong_type(what, item)));
             }
             let two = take_capped(item, &at, "a (start, end) pair", 2)
                 .map_err(|e| pair_count_err(e, item, &at))?;

@@ -6,9 +6,11 @@ reasoning configuration (:class:`Reasoning`, docs/semantics.md 11)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -388,9 +390,9 @@ def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Voca
     for key in ("tool_call_markers", "tool_call_marker_ids"):
         if key in options and not isinstance(options[key], (str, bytes)):
             # Kept as tuples: the configuration is shared by every request.
-            options[key] = tuple(tuple(p) if isinstance(p, Iterable) and not isinstance(p, (str, bytes)) else p
-                                 for p in items(options[key], key, "a sequence of (start, end) pairs",
-                                                LIMITS["max_tool_call_spans"]))
+            options[key] = tuple(_pair(p, f"{key}[{i}]")
+                                 for i, p in enumerate(items(options[key], key, "a sequence of (start, end) pairs",
+                                                             LIMITS["max_tool_call_spans"])))
     spans = options.get("tool_call_markers") or options.get("tool_call_marker_ids")
     if not options.get("reasoning_end") and options.get("reasoning_end_id") is None and not spans:
         # StopParams would build a params without channels from {} (or from
@@ -400,6 +402,22 @@ def reasoning_config(value: Any, field_name: str = "reasoning", vocabulary: Voca
                                 "(reasoning_end text or reasoning_end_id) or tool-call spans")
     StopParams(**options)  # the core's checks, naming the field
     return Reasoning(options=options, vocabulary=vocabulary)
+
+
+def _pair(value: Any, field_name: str) -> Any:
+    """One span marker pair of a configuration as a tuple, read under a cap:
+    an endless iterator is refused (``kind="count"``, as ``StopParams``
+    names a pair of the wrong length), not read until memory runs out. A
+    str, a set, a mapping or a non-iterable is left for ``StopParams`` to
+    name."""
+    if isinstance(value, (str, bytes, AbstractSet, Mapping)) or not isinstance(value, Iterable):
+        return value  # an unordered pair too: StopParams refuses it
+    two = list(itertools.islice(value, 3))
+    if len(two) > 2:
+        n = len(value) if isinstance(value, Sized) else None
+        count = "more than 2" if n is None or n < 3 else str(n)
+        raise field_value_error(field_name, f" has {count} items; a (start, end) pair has exactly 2", "count")
+    return tuple(two)
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -479,6 +497,6 @@ def thinking_budget(value: Any, field_name: str) -> int | None:
         return None
     if budget < 0:
         raise field_value_error(field_name, f" must be >= 0 or -1 (unlimited), got {budget}")
-    if budget >= 2**64:  # named here: StopParams would name max_reasoning_tokens
-        raise field_value_error(field_name, f"={budget} is out of range (at most 2**64 - 1)", "out_of_range")
+    if budget >= 2**63:  # named here: StopParams (a 64-bit int) would name max_reasoning_tokens
+        raise field_value_error(field_name, f"={budget} is out of range (at most 2**63 - 1)", "out_of_range")
     return budget

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stopline._caps import field_type_error, field_value_error, integer, one_of, shown
+from stopline._caps import field_type_error, field_value_error, flag, integer, one_of, shown
 from stopline._core import FINISH_REASONS, FinishTracker, StopParams, Vocabulary
 
 from ._common import output_ids as read_ids
@@ -403,8 +403,8 @@ def request_fields(sampling_params: Any) -> dict[str, Any]:
         stop_strs=getattr(sp, "stop_strs", None),
         stop_regex_strs=getattr(sp, "stop_regex_strs", None),
         stop_token_ids=getattr(sp, "stop_token_ids", None),
-        ignore_eos=bool(getattr(sp, "ignore_eos", False)),
-        no_stop_trim=bool(getattr(sp, "no_stop_trim", False)),
+        ignore_eos=flag(getattr(sp, "ignore_eos", False), "ignore_eos"),
+        no_stop_trim=flag(getattr(sp, "no_stop_trim", False), "no_stop_trim"),
         thinking_budget=custom.get("thinking_budget") if isinstance(custom, dict) else None,
     )
 

