@@ -78,9 +78,23 @@ def vllm_reference(logits, rows):
     return logits
 
 
+def fill_placeholders(out, real):
+    """vLLM 0.33's ``InputBatch.update_async_output_token_ids`` for one request: the
+    trailing ``-1`` placeholders become the sampled ids (fewer ids shorten the list)."""
+    first = len(out)
+    while first > 0 and out[first - 1] == -1:
+        first -= 1
+    out[first:] = real[: len(out) - first]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("seed", range(25))
-def test_persistent_batch_matches_vllm(seed):
+def test_persistent_batch_matches_vllm(seed, mode):
+    """``async``: vLLM's default async scheduling. The model runner appends a ``-1``
+    placeholder per sampled token; the processors' ``update_state`` sees it, and the
+    sampler fills it in before it calls ``apply``."""
     rng = random.Random(seed)
+    pending: list[tuple[list[int], list[int]]] = []
     cfg = config()
     ours = StoplineBuiltinsProcessor(cfg, torch.device("cpu"), False)
     mins = MinTokensLogitsProcessor(cfg, torch.device("cpu"), False)
@@ -115,6 +129,9 @@ def test_persistent_batch_matches_vllm(seed):
         update = BatchUpdate(batch_size=size, removed=removed, added=added, moved=moved) if (removed or added or moved) else None
         for proc in (ours, mins, bias):
             proc.update_state(update)
+        for out, real in pending:
+            fill_placeholders(out, real)
+        pending.clear()
         if size:
             logits = torch.randn(size, V)
             expect = vllm_reference(logits.clone(), rows)
@@ -126,7 +143,53 @@ def test_persistent_batch_matches_vllm(seed):
                               rows[r][0].bad_words_token_ids, rows[r][0].logit_bias, rows[r][1]) for r in rows}
                 raise AssertionError((diff[:6], [(got[r, c].item(), expect[r, c].item()) for r, c in diff[:6]], detail))
         for _, out in rows.values():
-            out.append(rng.randrange(V))  # the step's sampled token, seen through the live list
+            if mode == "sync":
+                out.append(rng.randrange(V))  # the step's sampled token, seen through the live list
+            else:
+                out.append(-1)
+                pending.append((out, [rng.randrange(V)]))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_placeholders_and_dropped_tokens_feed_as_the_settled_list(seed):
+    """Async scheduling with speculative decoding: the runner appends optimistic
+    placeholders, some left unfilled (fewer ids accepted shorten the list) or still
+    unfilled when ``apply`` runs, and a KV-load failure drops output tokens already fed.
+    Each step the processor masks as one built afresh on the list as it then stands
+    (an unfilled placeholder counts in the position, not in the bad-word history)."""
+    rng = random.Random(seed)
+    cfg = config()
+    ours = StoplineBuiltinsProcessor(cfg, torch.device("cpu"), False)
+    params = [random_params(rng) for _ in range(3)]
+    for p in params:
+        p._bad_words_token_ids = [[1, 2], [3]]
+    outs: list[list[int]] = [[rng.randrange(V) for _ in range(rng.randint(0, 2))] for _ in params]
+    added = [(i, p, [9, 9], out) for i, (p, out) in enumerate(zip(params, outs))]
+    ours.update_state(BatchUpdate(batch_size=len(params), removed=[], added=added, moved=[]))
+    for _ in range(25):
+        for out in outs:
+            u = rng.random()
+            if u < 0.15 and out:
+                del out[rng.randrange(len(out)):]  # tokens dropped after a KV-load failure
+            elif u < 0.85:
+                k = rng.randint(1, 3)
+                out.extend([-1] * k)
+                # Fewer ids accepted than placeholders (the list shortens); sometimes none filled yet.
+                if rng.random() < 0.8:
+                    fill_placeholders(out, [rng.choice([1, 2, 3, rng.randrange(V)]) for _ in range(rng.randint(1, k))])
+        ours.update_state(None)
+        logits = torch.randn(len(params), V)
+        got = ours.apply(logits.clone())
+        fresh = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
+        settled = [[t for t in out if t != -1] for out in outs]
+        fresh.update_state(BatchUpdate(batch_size=len(params), removed=[], moved=[],
+                                       added=[(i, p, [9, 9], list(s)) for i, (p, s) in enumerate(zip(params, settled))]))
+        # The fresh one sees no placeholders: give it the same positions by padding with
+        # ids that end no bad word.
+        for i, out in enumerate(outs):
+            fresh._outputs[fresh._row_slot[i]].extend([0] * (len(out) - len(settled[i])))
+        want = fresh.apply(logits.clone())
+        assert torch.equal(got, want), (outs, settled)
 
 
 def test_extra_args_processor_equals_builtins_processor():

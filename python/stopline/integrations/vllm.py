@@ -58,7 +58,10 @@ for :class:`StoplineLogitsProcessor`; V1 runner only.
 Batch rows move as vLLM condenses its persistent batch; the processor keeps a
 row -> slot map (a move or swap rewrites two map entries, never device state)
 and feeds each slot's new output tokens from the request's live
-``output_tok_ids`` list once per step (O(new tokens)).
+``output_tok_ids`` list once per step (O(new tokens)), in ``apply``: under
+vLLM's async scheduling (on by default) the list ends in ``-1`` placeholders
+during ``update_state`` and holds the sampled ids only by the time the sampler
+calls ``apply``.
 """
 
 from __future__ import annotations
@@ -270,6 +273,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         self._row_slot: dict[int, int] = {}
         self._outputs: dict[int, list[int]] = {}  # slot -> the request's live output list
         self._fed: dict[int, int] = {}  # slot -> output tokens appended to the constraints
+        self._setup: dict[int, tuple[dict[str, Any], int | None, Any]] = {}  # slot -> (constraints, budget, prompt)
         self._batch_size = 0
         self._rows: list[int] = []
         self._positions: list[int] = []
@@ -297,6 +301,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         self.constraints.clear(slot)
         self._outputs.pop(slot, None)
         self._fed.pop(slot, None)
+        self._setup.pop(slot, None)
         self._trackers.pop(slot, None)
         self._free.append(slot)
 
@@ -311,7 +316,8 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         return reasoning.budget_counter(budget, prompt)
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        """Apply vLLM's removed, added, moved lists (in that order), then feed new output tokens."""
+        """Apply vLLM's removed, added, moved lists (in that order); the new output tokens are
+        read in :meth:`apply` (async scheduling fills them in between the two)."""
         if batch_update is not None:
             for index in batch_update.removed:
                 slot = self._row_slot.pop(index, None)
@@ -338,6 +344,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 self._row_slot[index] = slot
                 self._outputs[slot] = output_ids
                 self._fed[slot] = 0
+                self._setup[slot] = (kw or {}, budget, _prompt)
             for a, b, direction in batch_update.moved:
                 slot_a = self._row_slot.pop(a, None)
                 slot_b = self._row_slot.pop(b, None)
@@ -349,25 +356,56 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                     else:  # b was overwritten by a
                         self._release(slot_b)
             self._batch_size = batch_update.batch_size
+
+    def _feed(self) -> None:
+        """Feed each slot's new output tokens and lay out the rows (called by
+        :meth:`apply`). Under vLLM's async scheduling (its default) the model
+        runner appends a ``-1`` placeholder per sampled token and fills it in
+        just before the sampler runs the processors, after ``update_state``;
+        so the ids are read here, where they are known. A placeholder still
+        unfilled is counted in the position but not fed (its id is unknown:
+        a bad word that would end on it cannot fire yet). A list shorter than
+        what was fed (vLLM drops tokens after a KV-load failure, or trims
+        optimistic speculative placeholders) restarts the slot from the list
+        as it is."""
         for slot, output_ids in self._outputs.items():
             n, fed = len(output_ids), self._fed[slot]
-            if n > fed:
-                new = output_ids[fed:n]
-                self.constraints.append_tokens(slot, new)
-                self._fed[slot] = n
-                counter, reasoning = self._trackers.get(slot), self._reasoning
-                if counter is None or reasoning is None or counter.finished:
+            if n < fed:
+                self._restart(slot)
+                fed = 0
+            if n == fed:
+                continue
+            new = output_ids[fed:n]
+            if -1 in new:
+                new = new[: new.index(-1)]
+                if not new:
                     continue
-                if not reasoning.count(counter, new):
-                    del self._trackers[slot]  # the budget is no longer enforced for this request
-                self.constraints.force(slot, counter.forced_token_id if slot in self._trackers else None)
+            self.constraints.append_tokens(slot, new)
+            self._fed[slot] = fed + len(new)
+            counter, reasoning = self._trackers.get(slot), self._reasoning
+            if counter is None or reasoning is None or counter.finished:
+                continue
+            if not reasoning.count(counter, new):
+                del self._trackers[slot]  # the budget is no longer enforced for this request
+            self.constraints.force(slot, counter.forced_token_id if slot in self._trackers else None)
         rows = [self._blank] * self._batch_size
         positions = [0] * self._batch_size
         for index, slot in self._row_slot.items():
             if index < self._batch_size:
                 rows[index] = slot
-                positions[index] = self._fed[slot]
+                positions[index] = len(self._outputs[slot])
         self._rows, self._positions = rows, positions
+
+    def _restart(self, slot: int) -> None:
+        """The slot as when its request was added: its constraints, and its thinking
+        budget counted again from the prompt (the output is then fed anew)."""
+        kw, budget, prompt = self._setup[slot]
+        self.constraints.set(slot, **kw)
+        self._fed[slot] = 0
+        self._trackers.pop(slot, None)
+        if budget is not None:
+            tracker = self._trackers[slot] = self._budget_tracker(budget, prompt)
+            self.constraints.force(slot, tracker.forced_token_id)
 
     # -- model runner V2 --------------------------------------------------
 
@@ -421,6 +459,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
             return self._apply_v2(logits, ctx)
         if not self._row_slot:
             return logits
+        self._feed()
         n = len(self._rows)
         self.constraints.apply(logits[:n], row_slots=self._rows, row_positions=self._positions)
         return logits
