@@ -196,6 +196,94 @@ def test_custom_logit_processor_through_sglang():
             req.output_ids.append(rng.choice([5, 6, 8, 9]))
 
 
+def overlap_loop(reqs_at, serialized, width, steps, sample, check=None, delayed=False):
+    """SGLang's overlap loop (Scheduler.event_loop_overlap, its default) as
+    the processor sees it: batch N is prepared (its KV allocated: the whole
+    fill by alloc_for_extend, one token by alloc_for_decode) and sampled in
+    run_batch, custom processors included, before process_batch_result of
+    batch N-1 appends that batch's token to output_ids. ``reqs_at(step)``:
+    the requests of the batch; ``sample(step, i, req, row)`` the id sampled.
+    ``delayed``: the sample waits until batch N-1's result is processed, as
+    with a grammar or SGLANG_ENABLE_DELAY_SAMPLE=1 (launch_batch_sample_if_needed)."""
+    pending = {}
+    for step in range(steps):
+        reqs = reqs_at(step)
+        for req in reqs:
+            if req.kv.kv_committed_len == 0:
+                req.kv.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
+            else:
+                req.kv.kv_committed_len += 1
+        if delayed:
+            for req, token in pending.values():
+                req.output_ids.append(token)
+            pending = {}
+        logits = torch.randn(len(reqs), width)
+        before = logits.clone()
+        apply_custom_logit_processor(logits, FakeBatchInfo(reqs, serialized))
+        if check is not None:
+            check(step, reqs, before, logits, pending)
+        sampled = {req.rid: (req, sample(step, i, req, logits[i])) for i, req in enumerate(reqs)}
+        for req, token in pending.values():
+            req.output_ids.append(token)
+        pending = sampled
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+def test_overlap_scheduler_row_is_one_token_ahead_of_output_ids(delayed):
+    """Under SGLang's overlap loop a one-row request samples the position
+    after the token output_ids lacks yet (req.kv.kv_committed_len counts it):
+    min_tokens ends on time, and a bad word is not matched against a history
+    that lacks its last token (no ban of 6 after 5 when 8 came between). A
+    request prefilled in the same batch has no lag, nor one whose previous
+    batch was processed first (it sat out a batch, or the sample is delayed).
+    Each row equals a LogitsConstraints built on the visible output at the
+    true position."""
+    serialized = StoplineLogitProcessor.to_str()
+    kw = {"min_tokens": 2, "stop_token_ids": [1], "bad_words": [[5, 6]]}
+    script = [5, 8, 5, 6, 9, 5, 7]
+    reqs = [Req(f"overlap-{i}-{random.random()}", "", array("i", [3, 4]),
+                SamplingParams(max_new_tokens=20, custom_params={"stopline": kw}),
+                custom_logit_processor=serialized, vocab_size=V) for i in range(2)]
+
+    def check(step, batch, before, logits, pending):
+        expect = before.clone()
+        for i, req in enumerate(batch):
+            seen = list(req.output_ids)
+            ref = LogitsConstraints(1, V)
+            ref.set(0, **kw)
+            ref.append_tokens(0, seen)
+            ref.apply(expect[i:i + 1], row_slots=[0], row_positions=[len(seen) + (req.rid in pending)])
+        assert torch.equal(logits, expect)
+        if step == 2:  # request 0 has output [5] and 8 unseen: the true position is 2
+            assert torch.isfinite(logits[0, [1, 6]]).all()
+
+    batches = [reqs[:1], reqs[:1], reqs, reqs, reqs[1:], reqs, reqs]  # request 0 sits out step 4
+    overlap_loop(lambda step: batches[step], serialized, V, len(script),
+                 lambda step, i, req, row: script[step], check, delayed)
+
+
+def test_overlap_scheduler_thinking_budget_is_one_token_late():
+    """Under the overlap loop the budget is counted on output_ids, which lack
+    the newest token: `</think>` (one id) is forced once, one token after the
+    budget (SGLang's own ThinkingBudgetLogitProcessor reads the same list)."""
+    width = 40
+    budgeted = type("OverlapBudget", (StoplineLogitProcessor,),
+                    {"reasoning_markers": {"reasoning_start_id": 30, "reasoning_end_id": 31}})
+    serialized = budgeted.to_str()
+    req = Req(f"overlap-budget-{random.random()}", "", array("i", [3, 30]),
+              SamplingParams(max_new_tokens=20, custom_params={"thinking_budget": 3}),
+              custom_logit_processor=serialized, vocab_size=width)
+    forced = []
+
+    def sample(step, i, req, row):
+        forced.append(int(row.argmax()) if torch.isinf(row).any() else None)
+        return forced[-1] if forced[-1] is not None else 10 + step
+
+    overlap_loop(lambda step: [req], serialized, width, 7, sample)
+    assert forced == [None, None, None, None, 31, None, None]
+    assert list(req.output_ids) == [10, 11, 12, 13, 31, 15]
+
+
 def test_docs_example_runs():
     """The SGLang example in docs/integrations.md runs as written."""
     from doc_blocks import run_python_blocks

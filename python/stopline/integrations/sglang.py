@@ -26,7 +26,7 @@ attribute.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -102,6 +102,22 @@ class _SharedConstraints:
 _SHARED: dict[tuple[str, int], _SharedConstraints] = {}
 
 
+def _token_ahead(req: Any, n_out: int) -> bool:
+    """Whether SGLang has sampled a token for ``req`` that ``req.output_ids`` (``n_out`` ids) lacks yet.
+
+    SGLang's overlap loop (its default) launches decode batch N, sampling and
+    custom processors included, before it appends batch N-1's token to
+    ``output_ids``; the KV length is advanced when a batch is allocated, so
+    ``req.kv.kv_committed_len - len(req.origin_input_ids)`` counts the tokens
+    sampled before this row (docs/integrations.md, "SGLang's overlap
+    scheduler"). Any other difference (a truncated prompt, a prefill chunk, an
+    SGLang without that field) reads as False.
+    """
+    committed = getattr(getattr(req, "kv", None), "kv_committed_len", None)
+    prompt = getattr(req, "origin_input_ids", None)
+    return type(committed) is int and prompt is not None and committed - len(prompt) == n_out + 1
+
+
 class StoplineLogitProcessor(_CustomLogitProcessor):
     """SGLang ``CustomLogitProcessor`` over :class:`stopline.logits.LogitsConstraints`.
 
@@ -127,6 +143,15 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
     the same params; the k-th row of a request samples output position
     ``len(output_ids) + k``. Draft tokens are not visible to the processor, so
     a multi-token bad word is matched against the committed output only.
+
+    Under SGLang's overlap scheduler (its default) a decode batch is sampled
+    before the previous batch's token reaches ``output_ids``; a one-row
+    request then samples position ``len(output_ids) + 1`` (read from
+    ``req.kv.kv_committed_len``). The unseen id is unknown, so multi-token bad
+    words do not fire on that row and the thinking budget is forced a token
+    late, as SGLang's own processor; ``SGLANG_ENABLE_DELAY_SAMPLE=1`` or
+    ``--disable-overlap-schedule`` make both exact (docs/integrations.md,
+    "SGLang's overlap scheduler").
 
     Call: ``logits`` ``[rows, vocab]`` float (modified in place and returned),
     ``custom_param_list`` one dict (or None: row untouched) per row.
@@ -160,11 +185,8 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
         shared = _SHARED.get(key)
         if shared is None:
             shared = _SHARED[key] = _SharedConstraints(logits.device, key[1], self.max_slots)
-        rows: list[int] = []
-        slots: list[int] = []
-        positions: list[int] = []
-        last_rid: Any = object()
-        offset = 0
+        # (row, rid, request, constraints, budget) of each row this processor handles
+        todo: list[tuple[int, Any, Any, dict[str, Any], int | None]] = []
         for row, params in enumerate(custom_param_list):
             if not params:
                 continue
@@ -179,16 +201,26 @@ class StoplineLogitProcessor(_CustomLogitProcessor):
             kw = params.get("stopline", {})
             if not isinstance(kw, dict):
                 raise field_type_error("custom_params['stopline']", "a dict", kw)
-            rid = req.rid
+            todo.append((row, req.rid, req, kw, budget))
+        if not todo:
+            return logits
+        rows_of = Counter(rid for _, rid, _, _, _ in todo)
+        rows: list[int] = []
+        slots: list[int] = []
+        positions: list[int] = []
+        last_rid: Any = object()
+        offset = 0
+        for row, rid, req, kw, budget in todo:
             offset = offset + 1 if rid == last_rid else 0
             last_rid = rid
             output_ids = req.output_ids
-            rows.append(row)
+            # A request with one row (no speculative decoding) may be a token
+            # ahead of its output ids under SGLang's overlap loop.
+            ahead = rows_of[rid] == 1 and _token_ahead(req, len(output_ids))
             counter = None if budget is None else (lambda req=req, budget=budget: self._counter(req, budget))
+            rows.append(row)
             slots.append(shared.slot_for(rid, kw, output_ids, counter))
-            positions.append(len(output_ids) + offset)
-        if not rows:
-            return logits
+            positions.append(len(output_ids) + offset + int(ahead))
         if len(rows) == logits.shape[0]:
             shared.constraints.apply(logits, row_slots=slots, row_positions=positions)
             return logits
