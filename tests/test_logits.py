@@ -377,6 +377,23 @@ def test_split_heuristic_fills_the_gpu_and_uses_whole_tiles():
     assert mod.split_words(4, 1 << 26, 64, 32, 132, 10) <= 16383 * 64  # pair counters stay in 16 bits
 
 
+def test_resident_programs_follow_cudas_occupancy_rule():
+    """The one-wave grid uses what the compiled kernel fits on an SM (H200: 65536 registers,
+    2048 threads, 228 KiB shared memory), not the tuning's WAVE_PROGS: these register counts
+    are the bfloat16 'bitmask' (48) and 'all' (55) kernels and the float32 one (62), as ncu
+    reported them."""
+    mod = _kernel_module()
+    h200 = dict(regs_per_sm=65536, threads_per_sm=2048, shared_per_sm=233472)
+    assert [mod.resident_programs(r, 0, 4, **h200) for r in (48, 55, 62, 72)] == [10, 9, 8, 7]
+    assert mod.resident_programs(16, 0, 16, **h200) == 4  # 2048 threads / 512
+    assert mod.resident_programs(16, 50_000, 4, **h200) == 4  # 228 KiB / (50,000 + 1 KiB reserved)
+    assert mod.resident_programs(16, 50_000, 4, 65536, 2048, 0) == 16  # shared memory not given
+    assert mod.resident_programs(255, 0, 32, **h200) == 1  # never 0
+    # 256 rows x 151936 on 132 SMs: 9 resident programs give 4 chunks a row (1024 programs,
+    # one wave) where the static 10 gives 5 (1280, over the 1188 that fit: a tail wave).
+    assert -(-4748 // mod.split_words(256, 4748, 64, 32, 132, 9)) == 4
+
+
 def test_split_heuristic_on_a_large_vocab_matches_reference():
     # Default tiles and split heuristic (on the CPU it counts one "SM"): 2 rows get several chunks each.
     V = 151936

@@ -86,6 +86,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .constraints import _interpreting
 from .tuning import KernelTuning
 
 # Tile configs and other launch knobs: stopline.logits.tuning.KernelTuning.
@@ -504,14 +505,50 @@ def _constraints_kernel(
 
 
 @functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+def _sm_limits(index: int) -> tuple[int, int, int, int]:
+    """(SMs, registers, threads, shared-memory bytes) of one multiprocessor of CUDA device ``index``."""
+    p = torch.cuda.get_device_properties(index)
+    return (p.multi_processor_count, getattr(p, "regs_per_multiprocessor", 65536),
+            getattr(p, "max_threads_per_multi_processor", 2048), getattr(p, "shared_memory_per_multiprocessor", 0))
+
+
+def _device_index(dev: torch.device) -> int:
+    return dev.index if dev.index is not None else torch.cuda.current_device()
 
 
 def _device_sms(dev: torch.device) -> int:
     if dev.type != "cuda":
         return 1
-    return _sm_count(dev.index if dev.index is not None else torch.cuda.current_device())
+    return _sm_limits(_device_index(dev))[0]
+
+
+def resident_programs(n_regs: int, shared_bytes: int, num_warps: int, regs_per_sm: int = 65536,
+                      threads_per_sm: int = 2048, shared_per_sm: int = 0, max_blocks: int = 32) -> int:
+    """Programs (CTAs) of one compiled kernel that a multiprocessor holds at once, by CUDA's
+    occupancy rule: registers are given per warp in units of 256 (``n_regs`` per thread
+    rounded up), shared memory per CTA with 1 KiB reserved (``shared_per_sm`` 0: not limiting)."""
+    regs_per_warp = -(-max(n_regs, 1) * 32 // 256) * 256
+    fits = min(regs_per_sm // regs_per_warp // num_warps, threads_per_sm // (32 * num_warps), max_blocks)
+    if shared_per_sm and shared_bytes:
+        fits = min(fits, shared_per_sm // (shared_bytes + 1024))
+    return max(1, fits)
+
+
+# Resident programs per SM of each compiled specialization, keyed by what selects it.
+_RESIDENT: dict[tuple, int] = {}
+
+
+def _resident_of(kernel, num_warps: int, dev: torch.device) -> int | None:
+    """``resident_programs`` of a compiled kernel on ``dev``; None when Triton does not say."""
+    try:
+        kernel._init_handles()  # loads the binary: Triton fills n_regs there
+        n_regs, shared = int(kernel.n_regs), int(kernel.metadata.shared)
+    except Exception:  # noqa: BLE001 - a Triton without these attributes: keep the static wave
+        return None
+    if n_regs <= 0:
+        return None
+    _, regs, threads, smem = _sm_limits(_device_index(dev))
+    return resident_programs(n_regs, shared, num_warps, regs, threads, smem)
 
 
 def chunks_per_row(rows: int, vocab: int, dtype: torch.dtype, device: torch.device,
@@ -566,7 +603,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
                  pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None,
-                 n_forced: int = 0, kept_only: bool = True, early: bool = True):
+                 n_forced: int = 0, kept_only: bool = True, early: bool = True, fit_wave: bool = True):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
@@ -574,7 +611,8 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     ``kept_only=False`` reads every vector of a dense row (the earlier kernel's
     traffic, for comparison); ``early=False`` loads the first tile only after
     the slot's tables and always releases a chunk's stores (the previous
-    kernel). ``n_forced``
+    kernel); ``fit_wave=False`` sizes the one-wave grid by ``WAVE_PROGS`` alone, not by
+    what the compiled specialization fits on an SM (the previous grid). ``n_forced``
     (slots with a forced token, host count) only picks the grid: with none, a
     launch without a dense mask runs one program per row; a forced row is
     handled correctly by either grid."""
@@ -596,18 +634,59 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     draft = draft_token_ids if draft_token_ids is not None and draft_token_ids.shape[1] > 0 else None
     n_bad = st.bad_prefix.shape[1]
     dense = bitmask is not None or bool(st.any_allowed) or n_forced > 0
+    wave_eff = wave if wave_progs is None else wave_progs
+    one_wave_rule = False
     if not dense:
         chunk_words = W
     elif chunk_words is None:
         chunk_words = tuning.chunk_words
         if chunk_words is None:
-            chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device),
-                                      wave if wave_progs is None else wave_progs)
+            chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), wave_eff)
+            one_wave_rule = fit_wave and wave_eff * _device_sms(logits.device) // R >= 2
+    if one_wave_rule and logits.device.type == "cuda" and not _interpreting():
+        # The one-wave grid assumes WAVE_PROGS programs fit an SM; a specialization with more
+        # registers (the 'all' constraints: 55 vs 48 in bfloat16) fits fewer, and the wave's
+        # last programs would run as a second, mostly empty wave. Use what the compiled kernel
+        # really fits (looked up once per specialization).
+        key = _specialization(logits, dense_words, scan_words, num_warps,
+                              prefetch and not (prefetch_default and chunk_words <= dense_words), pairs, kept_only,
+                              early, bitmask, grammar_rows, draft, st, n_bad)
+        fits = _RESIDENT.get(key)
+        if fits is None:
+            args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows,
+                                        draft, max_slots, dummy, n_bad, chunk_words, dense_words, scan_words,
+                                        num_warps, prefetch, prefetch_default, pairs, kept_only, early)
+            compiled = _constraints_kernel.warmup(*args, grid=(R, _cdiv(W, chunk_words)), **kwargs)
+            fits = _RESIDENT[key] = _resident_of(compiled, num_warps, logits.device) or wave_eff
+        if fits < wave_eff:
+            chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), fits)
+    args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft,
+                                max_slots, dummy, n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch,
+                                prefetch_default, pairs, kept_only, early)
+    _constraints_kernel[(R, _cdiv(W, chunk_words))](*args, **kwargs)
+    return infeasible
+
+
+def _specialization(logits, dense_words, scan_words, num_warps, prefetch, pairs, kept_only, early,
+                    bitmask, grammar_rows, draft, st, n_bad) -> tuple:
+    """What picks the compiled kernel of a split launch, as far as its register count goes."""
+    return (logits.dtype, logits.device, dense_words, scan_words, num_warps, bool(prefetch), pairs, kept_only, early,
+            bitmask is not None, grammar_rows is not None, draft is not None, bool(st.any_allowed),
+            st.stop_ids.shape[1], st.ban_ids.shape[1], n_bad, st.bad_prefix.shape[2] if n_bad else 0,
+            st.bias_ids.shape[1])
+
+
+def _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft, max_slots, dummy,
+                 n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch, prefetch_default, pairs, kept_only,
+                 early):
+    """The kernel's positional arguments and keyword (constexpr and launch) arguments."""
+    R, V = logits.shape
+    W = (V + 31) // 32
     n_chunks = _cdiv(W, chunk_words)
     split = n_chunks > 1
     if prefetch_default and chunk_words <= dense_words:
         prefetch = 0  # one tile per program: nothing to overlap, the prologue only adds latency
-    _constraints_kernel[(R, n_chunks)](
+    args = (
         logits,
         logits.stride(0),
         infeasible,
@@ -638,6 +717,8 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         V,
         W,
         chunk_words,
+    )
+    kwargs = dict(
         HAS_BITMASK=bitmask is not None,
         HAS_GRAMMAR_ROWS=grammar_rows is not None,
         HAS_DRAFT=draft is not None,
@@ -660,4 +741,4 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         RELAXED=bool(early),
         num_warps=num_warps,
     )
-    return infeasible
+    return args, kwargs

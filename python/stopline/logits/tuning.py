@@ -18,9 +18,10 @@ from stopline._caps import field_error
 #: PROGS_PER_SM, WAVE_PROGS, PREFETCH). DENSE_WORDS bitmask words x 32 logits
 #: per iteration of the dense pass; SCAN_WORDS x 32 logits per block of the
 #: early-exit count; PROGS_PER_SM: the grid aims at this many programs per
-#: multiprocessor (0 = one program per row); WAVE_PROGS: programs of this
-#: config that fit on one multiprocessor at once: when that single wave still
-#: gives every row >= 2 chunks, the grid is one wave instead (0 = never);
+#: multiprocessor (0 = one program per row); WAVE_PROGS: at most this many
+#: programs per multiprocessor in a one-wave grid (fewer when the compiled
+#: specialization's registers or shared memory fit fewer): when that single
+#: wave still gives every row >= 2 chunks, the grid is one wave instead (0 = never);
 #: PREFETCH: load the next tile while masking this one. 64:32:4:32:10:1 won
 #: the H200 sweeps for both 16-bit dtypes and float32 (docs/logits.md); 64
 #: words keep the mask-word loads under one per thread, so they need no
