@@ -327,6 +327,10 @@ ROWS: list[Row] = [
         "accepted as [5]", check=lambda p: p.eos_token_ids == [5]),
     Row("StopParams", "stop is a bare str", lambda: SP(stop="x"), TypeError,
         "stop must be a sequence of str, not a single str"),
+    Row("StopParams", "stop is a dict", lambda: SP(stop={"x": 1}), TypeError,
+        "stop must be a sequence of str, got dict"),
+    Row("StopParams", "stop_token_ids is a dict (a logit_bias)", lambda: SP(stop_token_ids={5: 1.0}), TypeError,
+        "stop_token_ids must be a sequence of ints, got dict"),
     Row("StopParams", "a stop string is empty", lambda: SP(stop=[""]), ValueError, "stop[0] is an empty string"),
     Row("StopParams", "a stop string is None", lambda: SP(stop=[None]), TypeError, "stop[0] must be str, got NoneType"),
     Row("StopParams", "a stop string has a lone surrogate", lambda: SP(stop=["\udfff"]), ValueError,
@@ -426,6 +430,8 @@ ROWS: list[Row] = [
         "token_ids[0] must be an int, got str"),
     Row("FinishTracker.update", "token_ids is None", lambda: tracker().update(None), TypeError,
         "token_ids must be a sequence of ints, got NoneType"),
+    Row("FinishTracker.update", "token_ids is a dict", lambda: tracker().update({1: "a"}), TypeError,
+        "token_ids must be a sequence of ints, got dict"),
     Row("FinishTracker.update", "one token id of 2**63", lambda: tracker().update(2**63), ValueError,
         "token_ids=9223372036854775808 is out of range"),
     Row("FinishTracker.update", "grammar_terminated_at of 2**63",
@@ -754,6 +760,8 @@ ROWS: list[Row] = [
         ValueError, "allowed_token_ids: token id 200 is outside [0, vocab_size=100)"),
     Row("LogitsConstraints.set", "an empty bad word", lambda: lc().set(0, bad_words=[[]]), ValueError,
         "bad_words: an empty word bans nothing"),
+    Row("LogitsConstraints.set", "allowed_token_ids is a dict", lambda: lc().set(0, allowed_token_ids={1: 0.5}),
+        TypeError, "allowed_token_ids: expected a sequence of token ids, got {1: 0.5}"),
     Row("LogitsConstraints.set", "bad_words is an int", lambda: lc().set(0, bad_words=5), TypeError,
         "bad_words: expected a sequence of token-id sequences"),
     Row("LogitsConstraints.set", "a bad-word id is a str", lambda: lc().set(0, bad_words=[[1, "x"]]), TypeError,
@@ -1141,6 +1149,10 @@ def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
     {"reasoning_end": "x", "stop_token_ids": [1], "stop_token_id_scopes": "\ud800"},
     {"reasoning_end_ids": [-1]}, {"reasoning_end_ids": [1.5]}, {"reasoning_starts_in": "bogus"},
     {"reasoning_end": "x", "reasoning_end_ids": "ab"}, {"eos_token_ids": True},
+    # A dict where a sequence goes (its iteration yields the keys): refused.
+    {"stop": {"a": 1}}, {"stop_regex": {"a": 1}}, {"stop_token_ids": {1: 2.0}}, {"eos_token_ids": {1: 2}},
+    {"reasoning_end": "x", "reasoning_end_ids": {1: 2}}, {"reasoning_end": "x", "stop": ["a"], "stop_scopes": {}},
+    {"tool_call_markers": {"<a>": "</a>"}}, {"tool_call_marker_ids": {1: 2}},
 ], ids=repr)
 def test_the_baseline_refuses_reasoning_and_span_params_as_the_core_does(kw: dict[str, Any]) -> None:
     """The baseline is the differential tests' oracle: it refuses what the

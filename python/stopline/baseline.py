@@ -125,6 +125,8 @@ def _str_items(obj: Any, what: str, check: Callable[[int, str], None]) -> tuple[
     if isinstance(obj, str):
         raise _err(StoplineTypeError, f"{what} must be a sequence of str, not a str ({obj!r}); wrap it in a list", what, "single_str")
     try:
+        if isinstance(obj, dict):  # its keys: never what a caller meant
+            raise TypeError
         items = tuple(obj)
     except TypeError:
         raise _err(StoplineTypeError, f"{what} must be a sequence of str, got {type(obj).__name__}", what, "wrong_type") from None
@@ -236,6 +238,8 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
     if obj is None:
         return ()
     try:
+        if isinstance(obj, dict):  # its keys: never what a caller meant
+            raise TypeError
         # Read one past the cap (an iterator may be endless); a sized one is counted whole.
         items = list(itertools.islice(obj, _MAX_SPANS + 1))
         n = len(obj) if hasattr(obj, "__len__") else len(items)
@@ -295,6 +299,8 @@ def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
     if isinstance(ids, int):
         return (_one_id(name, ids, vocab_size),)
     try:
+        if isinstance(ids, dict):  # its keys: never what a caller meant
+            raise TypeError
         it = iter(ids)
     except TypeError:
         raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type") from None
@@ -528,6 +534,8 @@ def _scope_list(name: str, v: Any, n: int, count: bool = True) -> tuple[str, ...
     if isinstance(v, str):
         return (scope(v, name),) * n
     try:
+        if isinstance(v, dict):  # its keys: never what a caller meant
+            raise TypeError
         it = iter(v)
     except TypeError:
         raise _err(StoplineTypeError, f"{name} must be a str or a sequence of str, got {type(v).__name__}",
@@ -1209,7 +1217,7 @@ class FinishTracker:
             raise _err(SequenceFinishedError,
                        f"{where}sequence already finished (finish_reason={self._reason!r}); no more updates",
                        None, "slot_finished" if where else "finished")
-        if isinstance(token_ids, (str, bytes)):
+        if isinstance(token_ids, (str, bytes, dict)):
             raise _err(StoplineTypeError,
                        f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}",
                        "token_ids", "wrong_type")
@@ -1237,6 +1245,8 @@ class FinishTracker:
         else:
             if isinstance(texts, str):
                 raise _err(StoplineTypeError, f"{where}texts must be a sequence of str (one per token), not a str", "texts", "single_str")
+            if isinstance(texts, dict):
+                raise _err(StoplineTypeError, f"{where}texts must be a sequence of str, got dict", "texts", "wrong_type")
             texts = list(texts)
             if len(texts) != len(run):
                 raise _err(StoplineValueError, f"{where}texts has {len(texts)} pieces for {len(run)} token ids", "texts", "count")

@@ -6,7 +6,7 @@
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
+use pyo3::types::{PyBool, PyDict, PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
 use pyo3::IntoPyObjectExt;
 
 use super::errors::{arg_err, overflow_err, to_py_err};
@@ -96,12 +96,18 @@ pub(super) fn extract_utf8<'a, 'py>(
 }
 
 /// `obj`'s iterator; "not iterable" becomes a TypeError naming `field` and
-/// `what` it must be, anything else `__iter__` raised propagates as is.
+/// `what` it must be, anything else `__iter__` raised propagates as is. A
+/// dict is refused the same way: iterating one yields its keys, which is
+/// never what a caller passing it for a sequence meant (`logit_bias` given
+/// as `stop_token_ids`).
 pub(super) fn iter_of<'py>(
     obj: &Bound<'py, PyAny>,
     field: &str,
     what: &'static str,
 ) -> PyResult<Bound<'py, PyIterator>> {
+    if obj.is_instance_of::<PyDict>() {
+        return Err(arg_err(field, wrong_type(what, obj)));
+    }
     obj.try_iter().map_err(|e| {
         if e.is_instance_of::<PyTypeError>(obj.py()) {
             arg_err(field, wrong_type(what, obj))
