@@ -297,6 +297,8 @@ class StopStrings:
         """Length of the longest stop string, in code points."""
     def __len__(self) -> int:
         """Number of stop strings."""
+    def __getnewargs__(self) -> tuple[tuple[str, ...]]:
+        """Pickling (protocol 2 and up) and ``copy``: the entries, compiled again when unpickled."""
 
 @final
 class StopRegexMatcher:
@@ -389,6 +391,8 @@ class StopRegexes:
         refused when built)."""
     def __len__(self) -> int:
         """Number of patterns."""
+    def __getnewargs__(self) -> tuple[tuple[str, ...]]:
+        """Pickling (protocol 2 and up) and ``copy``: the entries, compiled again when unpickled."""
 
 def check_stop_strings(
     output_text: str, new_char_count: int, stop: Iterable[str] | StopStrings, include_in_output: bool
@@ -598,6 +602,9 @@ class StopParams:
     def tool_call_marker_ids(self) -> list[tuple[int, int]]:
         """Tool-call span marker ids as ``(start, end)`` pairs, a new list on
         every read (empty when not set)."""
+    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
+        """Pickling (protocol 2 and up) and ``copy``: the keyword arguments that
+        build an equal ``StopParams``, validated again when unpickled."""
     @property
     def max_tokens(self) -> int | None:
         """Output-token budget; ``None`` for no cap."""

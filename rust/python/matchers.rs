@@ -147,6 +147,12 @@ macro_rules! compiled_list_class {
                 Ok(format!("{}({})", $name, py_repr(py, self.inner.$entries())?))
             }
 
+            /// Pickling (protocol 2 and up, `copy`): the entries, compiled again
+            /// when unpickled.
+            fn __getnewargs__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyTuple>,)> {
+                Ok((PyTuple::new(py, self.inner.$entries())?,))
+            }
+
             $($extra)*
         }
 

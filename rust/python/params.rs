@@ -570,6 +570,50 @@ impl PyStopParams {
             py_repr(py, self.tool_call_marker_ids())?,
         ))
     }
+
+    /// Pickling (protocol 2 and up, `copy`): the keyword arguments that build
+    /// an equal `StopParams`, validated again when unpickled.
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<((), Bound<'py, PyDict>)> {
+        let p = &self.inner;
+        let kw = PyDict::new(py);
+        kw.set_item("max_tokens", p.max_tokens)?;
+        kw.set_item("min_tokens", p.min_tokens)?;
+        kw.set_item("prompt_len", p.prompt_len)?;
+        kw.set_item("max_model_len", p.max_model_len)?;
+        kw.set_item("eos_token_ids", &p.eos_token_ids)?;
+        kw.set_item("ignore_eos", p.ignore_eos)?;
+        kw.set_item("stop_token_ids", &p.stop_token_ids)?;
+        kw.set_item("stop", p.stop.as_ref().map(|_| self.stop()))?;
+        kw.set_item("stop_regex", p.stop_regex.as_ref().map(|_| self.stop_regex()))?;
+        kw.set_item("include_stop_str_in_output", p.include_stop_str_in_output)?;
+        kw.set_item("vocab_size", p.vocab_size)?;
+        kw.set_item("repetition", self.repetition(py)?)?;
+        kw.set_item("token_aligned", p.token_aligned)?;
+        if let Some(r) = p.reasoning.as_ref().filter(|r| r.has_block()) {
+            let s = r.spec();
+            let names = |v: &[Scope]| v.iter().map(|x| x.as_str()).collect::<Vec<_>>();
+            kw.set_item("reasoning_start", s.start.text.as_deref())?;
+            kw.set_item("reasoning_start_id", s.start.token_id)?;
+            kw.set_item("reasoning_end", s.end.text.as_deref())?;
+            kw.set_item("reasoning_end_id", s.end.token_id)?;
+            kw.set_item("reasoning_end_ids", (!s.end_ids.is_empty()).then_some(&s.end_ids))?;
+            kw.set_item("reasoning_starts_in", s.starts_in.map(Channel::as_str))?;
+            kw.set_item("keep_reasoning_markers", s.keep_markers)?;
+            kw.set_item("max_reasoning_tokens", s.max_reasoning_tokens)?;
+            kw.set_item("stop_scopes", names(&s.stop_scopes))?;
+            kw.set_item("stop_regex_scopes", names(&s.stop_regex_scopes))?;
+            kw.set_item("stop_token_id_scopes", names(&s.stop_token_id_scopes))?;
+        }
+        // Tool-call spans stand alone too (without a reasoning block, no scopes).
+        let texts = self.tool_call_markers();
+        let ids = self.tool_call_marker_ids();
+        kw.set_item("tool_call_markers", (!texts.is_empty()).then_some(texts))?;
+        kw.set_item("tool_call_marker_ids", (!ids.is_empty()).then_some(ids))?;
+        Ok(((), kw))
+    }
 }
 }
 
