@@ -235,6 +235,16 @@ def test_request_stop_refuses_an_output_that_shrank():
     assert r.tracker.token_ids == [5, 6, 7, 8]
 
 
+def test_request_stop_refuses_a_dict_for_the_output():
+    """feed indexes its argument: a dict {0: 2} was read as the one token 2 (an EOS)."""
+    sp = NS(max_tokens=10, min_tokens=0, eos_token_id=2, stop_token_ids=None, ignore_eos=False)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=3, max_tokens=None, output_token_ids=[])
+    r = vl.RequestStop(request, 100)
+    with pytest.raises(TypeError, match="output_token_ids must be a sequence of ints, got dict") as info:
+        r.feed({0: 2})
+    assert info.value.field == "output_token_ids" and r.tracker.token_ids == []
+
+
 def test_detokenizer_stop_update_reads_under_the_cap():
     d = vl.DetokenizerStop(vllm_params(stop=["ab"]))
     with pytest.raises(ValueError, match="new_texts has more than 4194304 entries"):

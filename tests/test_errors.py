@@ -29,10 +29,10 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Optional
 
 import pytest
-
 import stopline
 from stopline import baseline, compat
 
@@ -795,6 +795,8 @@ ROWS: list[Row] = [
         "logits must be [rows, vocab_size=100], got (100,)"),
     Row("LogitsConstraints.apply", "logits not contiguous in vocab", lambda: lc().apply(logits(100, 2).t(), [0, 1], [0, 0]),
         ValueError, "logits: the vocab dimension must be contiguous"),
+    Row("LogitsConstraints.apply", "row_slots is a dict", lambda: lc().apply(logits(), {0: 1, 1: 1}, [0, 0]),
+        TypeError, "row_slots must be an int tensor or a sequence of ints, got {0: 1, 1: 1}"),
     Row("LogitsConstraints.apply", "row_slots shorter than the rows", lambda: lc().apply(logits(), [0], [0, 0]),
         ValueError, "row_slots must have one entry per logits row (2), got 1"),
     Row("LogitsConstraints.apply", "a row slot >= max_slots", lambda: lc().apply(logits(), [0, 4], [0, 0]),
@@ -1089,6 +1091,17 @@ def test_a_batch_step_error_names_its_slot(impl: Any, case: str, call: Any, cls:
     assert [r.num_tokens for r in results] == [1] * len(survivors)
 
 
+@pytest.mark.parametrize("arg", ["slots", "token_ids", "run_lengths", "texts", "grammar_terminated_at"])
+def test_a_batch_step_refuses_a_mapping_for_a_sequence(impl: Any, arg: str) -> None:
+    """A dict's iteration yields its keys: the core and the baseline refuse it by name."""
+    b = _two_live_slots(impl)
+    args = dict(slots=[2], token_ids=[7], run_lengths=[1], texts=["x"], grammar_terminated_at=[-1])
+    args[arg] = {k: 0 for k in args[arg]}
+    with pytest.raises(stopline.StoplineTypeError) as info:
+        impl.batch_step(b, **args)
+    assert (info.value.field, info.value.kind) == (arg, "wrong_type")
+
+
 def test_errors_without_a_slot_carry_field_and_kind(impl: Any) -> None:
     with pytest.raises(stopline.StoplineValueError) as info:
         impl.StopParams(min_tokens=5, max_tokens=3)
@@ -1149,10 +1162,18 @@ def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
     {"reasoning_end": "x", "stop_token_ids": [1], "stop_token_id_scopes": "\ud800"},
     {"reasoning_end_ids": [-1]}, {"reasoning_end_ids": [1.5]}, {"reasoning_starts_in": "bogus"},
     {"reasoning_end": "x", "reasoning_end_ids": "ab"}, {"eos_token_ids": True},
-    # A dict where a sequence goes (its iteration yields the keys): refused.
+    # A mapping where a sequence goes (its iteration yields the keys): refused, whatever its size
+    # (a dict over a cap was "too many" in the core) and whatever kind of mapping.
     {"stop": {"a": 1}}, {"stop_regex": {"a": 1}}, {"stop_token_ids": {1: 2.0}}, {"eos_token_ids": {1: 2}},
     {"reasoning_end": "x", "reasoning_end_ids": {1: 2}}, {"reasoning_end": "x", "stop": ["a"], "stop_scopes": {}},
     {"tool_call_markers": {"<a>": "</a>"}}, {"tool_call_marker_ids": {1: 2}},
+    {"tool_call_marker_ids": {(i, i + 100): 0 for i in range(9)}}, {"stop_regex": {f"x{i}": 0 for i in range(65)}},
+    {"stop_token_ids": {i: 0 for i in range(5000)}}, {"stop_token_ids": MappingProxyType({5: 1.0})},
+    {"tool_call_markers": MappingProxyType({"<a>": "</a>"})},
+    {"tool_call_markers": [MappingProxyType({"<a>": 0, "</a>": 0})]},
+    # A bool argument given as something else: named, as in the baseline.
+    {"ignore_eos": 1}, {"include_stop_str_in_output": None}, {"keep_reasoning_markers": "yes", "reasoning_end": "x"},
+    {"token_aligned": 0},
 ], ids=repr)
 def test_the_baseline_refuses_reasoning_and_span_params_as_the_core_does(kw: dict[str, Any]) -> None:
     """The baseline is the differential tests' oracle: it refuses what the

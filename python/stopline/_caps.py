@@ -130,9 +130,9 @@ def flag(value: Any, field_name: str) -> bool:
 
 def items(values: Any, field_name: str, expected: str, cap: int) -> list[Any]:
     """The items of a caller's iterable read under ``cap`` (:func:`capped`);
-    a bare str/bytes, a dict (whose iteration yields its keys) or a
+    a bare str/bytes, a mapping (whose iteration yields its keys) or a
     non-iterable is a TypeError naming the field."""
-    if isinstance(values, (str, bytes, dict)) or not isinstance(values, Iterable):
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise field_type_error(field_name, expected, values)
     return capped(values, field_name, cap)
 

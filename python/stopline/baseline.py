@@ -125,7 +125,7 @@ def _str_items(obj: Any, what: str, check: Callable[[int, str], None]) -> tuple[
     if isinstance(obj, str):
         raise _err(StoplineTypeError, f"{what} must be a sequence of str, not a str ({obj!r}); wrap it in a list", what, "single_str")
     try:
-        if isinstance(obj, dict):  # its keys: never what a caller meant
+        if isinstance(obj, Mapping):  # its keys: never what a caller meant
             raise TypeError
         items = tuple(obj)
     except TypeError:
@@ -238,7 +238,7 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
     if obj is None:
         return ()
     try:
-        if isinstance(obj, dict):  # its keys: never what a caller meant
+        if isinstance(obj, Mapping):  # its keys: never what a caller meant
             raise TypeError
         # Read one past the cap (an iterator may be endless); a sized one is counted whole.
         items = list(itertools.islice(obj, _MAX_SPANS + 1))
@@ -254,7 +254,7 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
         at = f"{name}[{i}]"
         if isinstance(pair, str):
             raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, not a single str", at, "single_str")
-        if isinstance(pair, (set, frozenset, dict)):
+        if isinstance(pair, (set, frozenset, Mapping)):
             raise _err(StoplineTypeError, f"{at} must be a (start, end) pair in order (a tuple or list), "
                        f"got {type(pair).__name__}", at, "wrong_type")
         try:
@@ -299,7 +299,7 @@ def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
     if isinstance(ids, int):
         return (_one_id(name, ids, vocab_size),)
     try:
-        if isinstance(ids, dict):  # its keys: never what a caller meant
+        if isinstance(ids, Mapping):  # its keys: never what a caller meant
             raise TypeError
         it = iter(ids)
     except TypeError:
@@ -534,7 +534,7 @@ def _scope_list(name: str, v: Any, n: int, count: bool = True) -> tuple[str, ...
     if isinstance(v, str):
         return (scope(v, name),) * n
     try:
-        if isinstance(v, dict):  # its keys: never what a caller meant
+        if isinstance(v, Mapping):  # its keys: never what a caller meant
             raise TypeError
         it = iter(v)
     except TypeError:
@@ -1217,7 +1217,7 @@ class FinishTracker:
             raise _err(SequenceFinishedError,
                        f"{where}sequence already finished (finish_reason={self._reason!r}); no more updates",
                        None, "slot_finished" if where else "finished")
-        if isinstance(token_ids, (str, bytes, dict)):
+        if isinstance(token_ids, (str, bytes, Mapping)):
             raise _err(StoplineTypeError,
                        f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}",
                        "token_ids", "wrong_type")
@@ -1245,8 +1245,9 @@ class FinishTracker:
         else:
             if isinstance(texts, str):
                 raise _err(StoplineTypeError, f"{where}texts must be a sequence of str (one per token), not a str", "texts", "single_str")
-            if isinstance(texts, dict):
-                raise _err(StoplineTypeError, f"{where}texts must be a sequence of str, got dict", "texts", "wrong_type")
+            if isinstance(texts, Mapping):
+                raise _err(StoplineTypeError, f"{where}texts must be a sequence of str, got {type(texts).__name__}",
+                           "texts", "wrong_type")
             texts = list(texts)
             if len(texts) != len(run):
                 raise _err(StoplineValueError, f"{where}texts has {len(texts)} pieces for {len(run)} token ids", "texts", "count")
@@ -1479,6 +1480,10 @@ class FinishBatch:
         """One engine step for the listed slots; validates everything first."""
         if isinstance(slots, (str, bytes)) or isinstance(token_ids, (str, bytes)):
             raise _err(StoplineTypeError, "slots and token_ids must be sequences of int", "slots", "wrong_type")
+        for name, v in (("slots", slots), ("token_ids", token_ids), ("run_lengths", run_lengths), ("texts", texts),
+                        ("grammar_terminated_at", grammar_terminated_at)):
+            if isinstance(v, Mapping):  # its keys: never what a caller meant
+                raise _err(StoplineTypeError, f"{name} must be a sequence, got {type(v).__name__}", name, "wrong_type")
         slots = [self._slot(s) for s in slots]
         token_ids = list(token_ids)
         nslots = len(slots)

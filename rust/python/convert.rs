@@ -6,7 +6,9 @@
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyIterator, PyList, PyRange, PyRangeMethods, PyString};
+use pyo3::types::{
+    PyBool, PyInt, PyIterator, PyList, PyMapping, PyRange, PyRangeMethods, PyString, PyTuple,
+};
 use pyo3::IntoPyObjectExt;
 
 use super::errors::{arg_err, overflow_err, to_py_err};
@@ -95,19 +97,34 @@ pub(super) fn extract_utf8<'a, 'py>(
         .map_err(|_| arg_err(&field(), Problem::LoneSurrogate))
 }
 
-/// `obj`'s iterator; "not iterable" becomes a TypeError naming `field` and
-/// `what` it must be, anything else `__iter__` raised propagates as is. A
-/// dict is refused the same way: iterating one yields its keys, which is
-/// never what a caller passing it for a sequence meant (`logit_bias` given
-/// as `stop_token_ids`).
+/// Refuses a mapping (a dict or any `collections.abc.Mapping`) where a
+/// sequence goes, as a TypeError naming `field` and `what` it must be:
+/// iterating one yields its keys, never what a caller passing it meant (a
+/// `logit_bias` given as `stop_token_ids`). Checked before any length cap,
+/// so a large dict gets the same error as a small one.
+pub(super) fn refuse_mapping(
+    obj: &Bound<'_, PyAny>,
+    field: &str,
+    what: &'static str,
+) -> PyResult<()> {
+    if obj.is_instance_of::<PyList>()
+        || obj.is_instance_of::<PyTuple>()
+        || !obj.is_instance_of::<PyMapping>()
+    {
+        return Ok(());
+    }
+    Err(arg_err(field, wrong_type(what, obj)))
+}
+
+/// `obj`'s iterator; "not iterable" (or a mapping, [`refuse_mapping`])
+/// becomes a TypeError naming `field` and `what` it must be, anything else
+/// `__iter__` raised propagates as is.
 pub(super) fn iter_of<'py>(
     obj: &Bound<'py, PyAny>,
     field: &str,
     what: &'static str,
 ) -> PyResult<Bound<'py, PyIterator>> {
-    if obj.is_instance_of::<PyDict>() {
-        return Err(arg_err(field, wrong_type(what, obj)));
-    }
+    refuse_mapping(obj, field, what)?;
     obj.try_iter().map_err(|e| {
         if e.is_instance_of::<PyTypeError>(obj.py()) {
             arg_err(field, wrong_type(what, obj))
@@ -135,6 +152,7 @@ pub(super) fn take_capped<'py>(
         }
         return Ok(list.iter().collect());
     }
+    refuse_mapping(obj, field, what)?;
     known_len(obj, cap, &over)?;
     let mut out = Vec::new();
     for item in iter_of(obj, field, what)? {
@@ -282,6 +300,7 @@ pub(super) fn extract_ids_named(
             Err(_) => {}
         }
     }
+    refuse_mapping(obj, field, "a sequence of ints")?;
     known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     let mut out = Vec::new();
     for (i, item) in iter_of(obj, field, "a sequence of ints")?.enumerate() {
@@ -347,6 +366,15 @@ pub(super) fn wrong_type(expected: &'static str, obj: &Bound<'_, PyAny>) -> Prob
     Problem::WrongType {
         expected,
         got: type_name(obj),
+    }
+}
+
+/// A `bool` argument; anything else (an int, `None`, a str: `bool("false")`
+/// is True) is a TypeError naming `field`.
+pub(super) fn extract_flag(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<bool> {
+    match obj.cast::<PyBool>() {
+        Ok(b) => Ok(b.is_true()),
+        Err(_) => Err(arg_err(field, wrong_type("a bool", obj))),
     }
 }
 
@@ -570,6 +598,7 @@ pub(super) fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> P
     if let Some(v) = buffer_i64s(obj, field, cap)? {
         return Ok(v);
     }
+    refuse_mapping(obj, field, "a sequence of ints")?;
     known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     iter_of(obj, field, "a sequence of ints")?
         .enumerate()

@@ -756,6 +756,8 @@ class RequestStop:
                 it, moving it into the prompt: build a new RequestStop then.
                 Feeding from the shorter list's end would count ids twice).
         """
+        if isinstance(output_token_ids, dict):  # indexed below: a dict's values would be read by key
+            raise field_type_error("output_token_ids", "a sequence of ints", output_token_ids)
         n = len(output_token_ids)
         seen = self._seen
         self._decided_before = done = self._done

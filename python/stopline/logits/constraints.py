@@ -38,8 +38,8 @@ def _token_id(value, field_name: str, vocab_size: int, shown_as: str | None = No
 
 
 def _token_ids(values, field_name: str, vocab_size: int, cap: int = 1 << 22) -> list[int]:
-    # A dict iterates over its keys: a logit_bias passed here by mistake is refused, not read.
-    if isinstance(values, (str, bytes, dict)) or not isinstance(values, Iterable):
+    # A mapping iterates over its keys: a logit_bias passed here by mistake is refused, not read.
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise field_error(TypeError, field_name, f"{field_name}: expected a sequence of token ids, got {shown(values)}", "wrong_type")
     if isinstance(values, torch.Tensor) and values.dim() != 1:
         raise field_error(
@@ -60,7 +60,7 @@ def _bad_words(words: object, vocab_size: int) -> tuple[torch.Tensor, int, torch
     (``stopline._core._bad_words_table``): the distinct one-token words, the
     number of distinct multi-token words, their prefixes ``[multi, width]``
     padded with -1, prefix lengths and last tokens (int32 CPU tensors)."""
-    if isinstance(words, (str, bytes, dict)) or not isinstance(words, Iterable):
+    if isinstance(words, (str, bytes, Mapping)) or not isinstance(words, Iterable):
         raise field_error(TypeError, "bad_words", f"bad_words: expected a sequence of token-id sequences, got {shown(words)}", "wrong_type")
     single, prefix, plen, last, width = _core._bad_words_table(
         words, vocab_size, LIMITS["max_bad_words"], LIMITS["max_bad_word_tokens"])
@@ -589,7 +589,7 @@ class LogitsConstraints:
             if check_slots and value.device.type == "cpu":
                 self._check_slot_values(value)
             return value
-        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
             raise field_error(TypeError, name, f"{name} must be an int tensor or a sequence of ints, got {shown(value)}", "wrong_type")
         try:
             n = len(value)  # type: ignore[arg-type]
