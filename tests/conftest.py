@@ -34,7 +34,7 @@ RESULT_FIELDS = (
 _BATCH_LISTS = {
     "finished": "finished_flags", "finish_reason": "finish_reasons", "stop_reason": "stop_reasons",
     "matched": "matches", "num_tokens": "token_counts", "text_len": "text_lengths",
-    "text_delta": "text_deltas", "token_ids_delta": "token_ids_deltas",
+    "text_delta": "text_deltas", "token_ids_delta": "token_ids_deltas", "forced_token_id": "forced_token_ids",
 }
 
 
@@ -74,6 +74,8 @@ class RustImpl:
         for field, attr in _BATCH_LISTS.items():
             column = list(getattr(r, attr))
             assert column == [getattr(it, field) for it in items], (field, column)
+        # The sparse view of the forced ids: the rows that have one, in row order.
+        assert r.forced_tokens == [(s, t) for s, t in zip(r.slots, r.forced_token_ids) if t is not None]
         return items
 
     def __repr__(self):

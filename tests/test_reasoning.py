@@ -305,6 +305,7 @@ def test_batch_ids_only_with_marker_ids_equals_trackers() -> None:
         assert fields(r[0]) == fields(one)
         assert (r.channels[0], r.channels[1]) == (one.channel, None)
         assert r.forced_token_ids[0] == one.forced_token_id
+        assert r.forced_tokens == ([] if one.forced_token_id is None else [(1, one.forced_token_id)])
         assert r.reasoning_token_ids_deltas[0] == one.reasoning_token_ids_delta
         assert r.content_token_ids_deltas[1] is None
         if one.finished:
@@ -338,6 +339,7 @@ def test_batch_with_texts_equals_trackers(
             assert lists == (one.channel, one.reasoning_delta, one.content_delta,
                              one.reasoning_token_ids_delta, one.content_token_ids_delta)
         assert (r.channels[1], r.content_deltas[1], r[1].content_delta) == (None, None, "z")
+        assert r.forced_tokens == ([] if one.forced_token_id is None else [(2, one.forced_token_id)])
         if one.finished:
             break
 

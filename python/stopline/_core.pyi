@@ -915,6 +915,12 @@ class BatchStepResult:
     def forced_token_ids(self) -> list[int | None]:
         """Per row: ``StepResult.forced_token_id``."""
     @property
+    def forced_tokens(self) -> list[tuple[int, int]]:
+        """``(slot, token id)`` for each row whose next token is forced (its
+        thinking budget spent), in row order: the rows of
+        ``forced_token_ids`` that are not ``None``, without an entry for the
+        others, so reading it every step costs only the forced rows."""
+    @property
     def reasoning_deltas(self) -> list[str | None]:
         """Per row: ``StepResult.reasoning_delta``; ``None`` for rows without
         reasoning channels."""

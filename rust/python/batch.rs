@@ -154,6 +154,15 @@ impl PyBatchStepResult {
             .map(|i| self.channels_of(i).and_then(|c| c.forced()))
             .collect()
     }
+    /// `(slot, token id)` for each row whose next token is forced, in row order: the rows
+    /// of `forced_token_ids` that are not `None`, with no list entry for the others (the
+    /// cheap read for an engine with a thinking budget, every step).
+    #[getter]
+    fn forced_tokens(&self) -> Vec<(usize, u32)> {
+        (0..self.rows.len())
+            .filter_map(|i| Some((self.rows[i].slot, self.channels_of(i)?.forced()?)))
+            .collect()
+    }
     /// Per row: the reasoning text released (`None` for rows without reasoning channels).
     #[getter]
     fn reasoning_deltas(&self, py: Python<'_>) -> PyResult<Vec<Option<String>>> {

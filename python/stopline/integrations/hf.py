@@ -359,7 +359,8 @@ class FinishCriteria(StoppingCriteria):
             if self._reasoning_on:
                 self._collect_channels(res)
             if self._budget:
-                self._note_forced(res.slots, res.forced_token_ids)
+                # Every running row was stepped: the forced ones are exactly these.
+                self._forced = dict(res.forced_tokens)
             finished = res.finished_slots
             if finished:
                 for row, reason in zip(res.slots, res.finish_reasons):

@@ -114,7 +114,7 @@ def tables(res: Result) -> list[Table]:
             "Reasoning channels, ids-only FinishBatch.step (EOS, 2 stop ids, no texts): ns per "
             "sequence-step", ["batch", "off", "on", "on+forced", "on/off", "forced/off"], rows, [
                 "off: no reasoning markers; on: marker ids, every sequence inside the block; "
-                "on+forced: a thinking budget, forced_token_ids read every step. Times: the median "
+                "on+forced: a thinking budget, forced_tokens read every step. Times: the median "
                 "of the rounds; ratios: the median of each round's ratio (the three run side by side "
                 "in every round)."]))
     from stopline.tools.bench import detokenize

@@ -25,7 +25,7 @@ FINISH_BASELINE = "baseline FinishBatch.step"
 REASONING_CASE = "ids-only FinishBatch.step"
 REASONING_OFF = "without reasoning"
 REASONING_ON = "with reasoning"
-REASONING_FORCED = "with reasoning, reading forced_token_ids"
+REASONING_FORCED = "with reasoning, reading forced_tokens"
 DEFAULT_REASONING_BATCHES = (256,)
 
 COMPILE_MISS = "compile 16, cache miss"
@@ -211,7 +211,7 @@ def reasoning(
     ``finished_slots`` every step) without reasoning channels, with marker ids
     and every sequence inside the block (``reasoning_starts_in="reasoning"``,
     so each row's channel split is computed), and with a thinking budget whose
-    ``forced_token_ids`` the engine reads every step (issue 21 sets the ratio
+    ``forced_tokens`` the engine reads every step (issue 21 sets the ratio
     it aims at; docs/benchmarks.md judges it). Ids never hit EOS, a
     stop id or a marker, so every sequence runs to the end."""
     rows = []
@@ -243,7 +243,7 @@ def _reasoning_run(per_step: list[list[int]], extra: dict[str, Any], forced: boo
             r = b.step(slots, ids)
             done += len(r.finished_slots)
             if forced:
-                done += r.forced_token_ids.count(None)
+                done += len(r.forced_tokens)
         if extra and b.result(0).channel != "reasoning":  # the measured path is the channel split
             raise RuntimeError("reasoning bench: sequences left the reasoning block")
         return batch * len(per_step)
