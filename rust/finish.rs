@@ -1051,7 +1051,7 @@ impl FinishTracker {
         self.block_channels().and_then(|c| c.whole(text, tokens))
     }
 
-    /// For a sequence with reasoning and no thinking budget whose step
+    /// For a sequence with reasoning and no token to force next whose step
     /// released `text` and `tokens` wholly in one channel (the usual step):
     /// that channel and the channel output is in now; `None` otherwise (the
     /// caller then asks [`channel_ranges`](Self::channel_ranges) and
@@ -1063,7 +1063,9 @@ impl FinishTracker {
         tokens: &Range<usize>,
     ) -> Option<(Channel, Channel)> {
         let c = self.block_channels()?;
-        if c.has_budget() {
+        // A row with a token to force goes the long way, which records it;
+        // a budget not yet spent keeps the row plain.
+        if c.has_budget() && self.forced_token_id().is_some() {
             return None;
         }
         Some((c.whole(text, tokens)?, c.channel()))

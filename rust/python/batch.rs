@@ -159,8 +159,10 @@ impl PyBatchStepResult {
     /// cheap read for an engine with a thinking budget, every step).
     #[getter]
     fn forced_tokens(&self) -> Vec<(usize, u32)> {
-        (0..self.rows.len())
-            .filter_map(|i| Some((self.rows[i].slot, self.channels_of(i)?.forced()?)))
+        self.channels
+            .forced_rows()
+            .iter()
+            .map(|&(i, id)| (self.rows[i].slot, id))
             .collect()
     }
     /// Per row: the reasoning text released (`None` for rows without reasoning channels).

@@ -134,6 +134,11 @@ impl RowTable {
         }
     }
 
+    /// `(row, token id)` of the rows with a token to force next, in row order.
+    pub(super) fn forced_rows(&self) -> &[(usize, u32)] {
+        &self.forced
+    }
+
     /// Row `i`'s channels; `None` for a row without reasoning channels.
     pub(super) fn get(&self, i: usize) -> Option<RowChannels> {
         let code = self.codes.get(i).copied().unwrap_or(ROW_NONE);
