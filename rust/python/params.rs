@@ -612,20 +612,9 @@ impl PyStopParams {
         kw.set_item("vocab_size", p.vocab_size)?;
         kw.set_item("repetition", self.repetition(py)?)?;
         kw.set_item("token_aligned", p.token_aligned)?;
-        if let Some(r) = p.reasoning.as_ref().filter(|r| r.has_block()) {
-            let s = r.spec();
-            let names = |v: &[Scope]| v.iter().map(|x| x.as_str()).collect::<Vec<_>>();
-            kw.set_item("reasoning_start", s.start.text.as_deref())?;
-            kw.set_item("reasoning_start_id", s.start.token_id)?;
-            kw.set_item("reasoning_end", s.end.text.as_deref())?;
-            kw.set_item("reasoning_end_id", s.end.token_id)?;
-            kw.set_item("reasoning_end_ids", (!s.end_ids.is_empty()).then_some(&s.end_ids))?;
-            kw.set_item("reasoning_starts_in", s.starts_in.map(Channel::as_str))?;
-            kw.set_item("keep_reasoning_markers", s.keep_markers)?;
-            kw.set_item("max_reasoning_tokens", s.max_reasoning_tokens)?;
-            kw.set_item("stop_scopes", names(&s.stop_scopes))?;
-            kw.set_item("stop_regex_scopes", names(&s.stop_regex_scopes))?;
-            kw.set_item("stop_token_id_scopes", names(&s.stop_token_id_scopes))?;
+        // The reasoning getter's keys are the constructor's (absent without a block).
+        if let Some(reasoning) = self.reasoning(py)? {
+            kw.update(reasoning.as_mapping())?;
         }
         // Tool-call spans stand alone too (without a reasoning block, no scopes).
         let texts = self.tool_call_markers();
