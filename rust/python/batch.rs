@@ -317,7 +317,9 @@ impl PyFinishBatch {
         slot: &Bound<'_, PyAny>,
         params: &Bound<'_, PyAny>,
         prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::python::convert::flags::skip_special_tokens)]
         skip_special_tokens: bool,
+        #[pyo3(from_py_with = crate::python::convert::flags::spaces_between_special_tokens)]
         spaces_between_special_tokens: bool,
     ) -> PyResult<()> {
         let slot = extract_i64_arg(slot, "slot")?;

@@ -378,6 +378,30 @@ pub(super) fn extract_flag(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<bool
     }
 }
 
+/// `from_py_with` readers for the bindings' `bool` arguments, one per
+/// argument name: anything but a bool is refused naming the argument.
+pub(super) mod flags {
+    use super::extract_flag;
+    use pyo3::prelude::*;
+
+    macro_rules! flags {
+        ($($name:ident),*) => {$(
+            pub(in crate::python) fn $name(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+                extract_flag(obj, stringify!($name))
+            }
+        )*};
+    }
+    flags!(
+        ignore_eos,
+        include_stop_str_in_output,
+        keep_reasoning_markers,
+        token_aligned,
+        include_in_output,
+        skip_special_tokens,
+        spaces_between_special_tokens
+    );
+}
+
 /// An int that must be at least `min`.
 pub(super) fn extract_at_least(obj: &Bound<'_, PyAny>, field: &str, min: i64) -> PyResult<i64> {
     let v = extract_int(obj, &|| field.to_string())?;

@@ -104,7 +104,9 @@ impl PyVocabulary {
     fn decode(
         &self,
         token_ids: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = crate::python::convert::flags::skip_special_tokens)]
         skip_special_tokens: bool,
+        #[pyo3(from_py_with = crate::python::convert::flags::spaces_between_special_tokens)]
         spaces_between_special_tokens: bool,
     ) -> PyResult<String> {
         let ids = extract_ids(token_ids, "token_ids", crate::limits::MAX_STEP_TOKENS)?;
@@ -119,7 +121,9 @@ impl PyVocabulary {
         &self,
         py: Python<'_>,
         prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::python::convert::flags::skip_special_tokens)]
         skip_special_tokens: bool,
+        #[pyo3(from_py_with = crate::python::convert::flags::spaces_between_special_tokens)]
         spaces_between_special_tokens: bool,
     ) -> PyResult<PyIncrementalDecoder> {
         let prompt = prompt_ids(prompt_token_ids)?;

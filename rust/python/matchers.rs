@@ -127,7 +127,10 @@ macro_rules! compiled_list_class {
 
             /// A fresh per-sequence incremental matcher.
             #[pyo3(signature = (include_in_output = false))]
-            fn matcher(&self, include_in_output: bool) -> $matcher {
+            fn matcher(
+                &self,
+                #[pyo3(from_py_with = crate::python::convert::flags::include_in_output)] include_in_output: bool,
+            ) -> $matcher {
                 $matcher {
                     inner: self.inner.matcher(include_in_output),
                 }
@@ -194,7 +197,7 @@ compiled_list_class!(
             py: Python<'py>,
             output_text: &Bound<'py, PyAny>,
             new_char_count: &Bound<'py, PyAny>,
-            include_in_output: bool,
+            #[pyo3(from_py_with = crate::python::convert::flags::include_in_output)] include_in_output: bool,
         ) -> PyResult<Option<Bound<'py, PyTuple>>> {
             check_impl(py, &self.inner, output_text, new_char_count, include_in_output)
         }
@@ -383,6 +386,7 @@ pub(super) fn check_stop_strings<'py>(
     output_text: &Bound<'py, PyAny>,
     new_char_count: &Bound<'py, PyAny>,
     stop: &Bound<'py, PyAny>,
+    #[pyo3(from_py_with = crate::python::convert::flags::include_in_output)]
     include_in_output: bool,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let stops = compile_stops(stop, "stop")?;

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    extract_flag, extract_ids, extract_nonneg, extract_opt_nonneg, extract_opt_positive,
-    extract_utf8, py_repr, shown_value, take_capped, type_name, wrong_type,
+    self, extract_ids, extract_nonneg, extract_opt_nonneg, extract_opt_positive, extract_utf8,
+    py_repr, shown_value, take_capped, type_name, wrong_type,
 };
 use super::errors::{arg_err, to_py_err};
 use super::matchers::{compile_regexes, compile_stops};
@@ -330,26 +330,6 @@ pub(super) fn params_arg(obj: &Bound<'_, PyAny>) -> PyResult<Arc<StopParams>> {
     Ok(Arc::clone(&p.get().inner))
 }
 
-/// The constructor's `bool` arguments, each refused by name when not a bool.
-mod flags {
-    use super::extract_flag;
-    use pyo3::prelude::*;
-
-    macro_rules! flags {
-        ($($name:ident),*) => {$(
-            pub(super) fn $name(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-                extract_flag(obj, stringify!($name))
-            }
-        )*};
-    }
-    flags!(
-        ignore_eos,
-        include_stop_str_in_output,
-        keep_reasoning_markers,
-        token_aligned
-    );
-}
-
 /// Per-request stop parameters, validated at construction (field names as in
 /// vLLM's `SamplingParams`; all keyword-only).
 ///
@@ -417,10 +397,10 @@ impl PyStopParams {
         prompt_len: Option<&Bound<'_, PyAny>>,
         max_model_len: Option<&Bound<'_, PyAny>>,
         eos_token_ids: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = flags::ignore_eos)] ignore_eos: bool,
+        #[pyo3(from_py_with = convert::flags::ignore_eos)] ignore_eos: bool,
         stop_token_ids: Option<&Bound<'_, PyAny>>,
         stop: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = flags::include_stop_str_in_output)] include_stop_str_in_output: bool,
+        #[pyo3(from_py_with = convert::flags::include_stop_str_in_output)] include_stop_str_in_output: bool,
         vocab_size: Option<&Bound<'_, PyAny>>,
         repetition: Option<&Bound<'_, PyAny>>,
         stop_regex: Option<&Bound<'_, PyAny>>,
@@ -430,12 +410,12 @@ impl PyStopParams {
         reasoning_end_id: Option<&Bound<'_, PyAny>>,
         reasoning_end_ids: Option<&Bound<'_, PyAny>>,
         reasoning_starts_in: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = flags::keep_reasoning_markers)] keep_reasoning_markers: bool,
+        #[pyo3(from_py_with = convert::flags::keep_reasoning_markers)] keep_reasoning_markers: bool,
         max_reasoning_tokens: Option<&Bound<'_, PyAny>>,
         stop_scopes: Option<&Bound<'_, PyAny>>,
         stop_regex_scopes: Option<&Bound<'_, PyAny>>,
         stop_token_id_scopes: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = flags::token_aligned)] token_aligned: bool,
+        #[pyo3(from_py_with = convert::flags::token_aligned)] token_aligned: bool,
         tool_call_markers: Option<&Bound<'_, PyAny>>,
         tool_call_marker_ids: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {

@@ -43,7 +43,9 @@ impl PyFinishTracker {
         params: &Bound<'_, PyAny>,
         vocabulary: Option<&Bound<'_, PyAny>>,
         prompt_token_ids: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::python::convert::flags::skip_special_tokens)]
         skip_special_tokens: bool,
+        #[pyo3(from_py_with = crate::python::convert::flags::spaces_between_special_tokens)]
         spaces_between_special_tokens: bool,
     ) -> PyResult<Self> {
         let params = params_arg(params)?;
