@@ -424,6 +424,8 @@ ROWS: list[Row] = [
     # FinishTracker
     Row("FinishTracker", "params is not a StopParams", lambda: FT({"max_tokens": 3}), TypeError,
         "params must be a stopline.StopParams, got dict"),
+    Row("FinishTracker", "skip_special_tokens is an int", lambda: FT(SP(), skip_special_tokens=1), TypeError,
+        "skip_special_tokens must be a bool, got int"),
     Row("FinishTracker.update", "a token id is a str", lambda: tracker().update(["a"]), TypeError,
         "token_ids[0] must be an int, got str"),
     Row("FinishTracker.update", "token_ids is a str", lambda: tracker().update("a"), TypeError,
