@@ -2,7 +2,7 @@
 target: at most 1.15x the same step without them): ``FinishBatch.step`` over
 256 sequences, one id each, no texts, the engine reading ``finished_slots``
 each step, without reasoning, with marker ids and every sequence inside the
-block, and with a thinking budget whose ``forced_token_ids`` are read every
+block, and with a thinking budget whose ``forced_tokens`` are read every
 step, measured side by side in one run. A thin entry point over ``stopline
 bench --suite reasoning`` (all its options apply; the table and how it was
 measured are in docs/benchmarks.md, "Reasoning channels").

@@ -54,7 +54,7 @@ def test_tables_hold_every_implementation(tiny_run):
     assert {r["size"] for r in doc["rows"] if r["suite"] == "finish"} == {1, 8}
     reasoning = {(r["impl"], r["size"]) for r in doc["rows"] if r["suite"] == "reasoning"}
     assert reasoning == {(i, b) for i in ("without reasoning", "with reasoning",
-                                           "with reasoning, reading forced_token_ids") for b in (1, 8)}
+                                           "with reasoning, reading forced_tokens") for b in (1, 8)}
     assert all(r["median"] > 0 for r in doc["rows"])
     md = (out / "run.md").read_text()
     for name in impls:
