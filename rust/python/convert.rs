@@ -41,8 +41,6 @@ impl<L: Entries> ReadAs<Vec<String>> for Option<std::sync::Arc<L>> {
     }
 }
 
-/// Python's `repr()` of a Rust value converted to its Python counterpart.
-/// Python's `repr()` of a Rust value converted to its Python counterpart.
 /// Ids from which decoding runs without the GIL: below, releasing and
 /// taking it back costs more than the decode.
 pub(super) const DETACH_IDS: usize = 4096;
@@ -64,6 +62,7 @@ pub(super) fn detach_if<T: Send>(py: Python<'_>, long: bool, f: impl FnOnce() ->
     }
 }
 
+/// Python's `repr()` of a Rust value converted to its Python counterpart.
 pub(super) fn py_repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<String> {
     Ok(value.into_bound_py_any(py)?.repr()?.to_string())
 }
@@ -102,11 +101,7 @@ pub(super) fn extract_utf8<'a, 'py>(
 /// iterating one yields its keys, never what a caller passing it meant (a
 /// `logit_bias` given as `stop_token_ids`). Checked before any length cap,
 /// so a large dict gets the same error as a small one.
-pub(super) fn refuse_mapping(
-    obj: &Bound<'_, PyAny>,
-    field: &str,
-    what: &'static str,
-) -> PyResult<()> {
+fn refuse_mapping(obj: &Bound<'_, PyAny>, field: &str, what: &'static str) -> PyResult<()> {
     if obj.is_instance_of::<PyList>()
         || obj.is_instance_of::<PyTuple>()
         || !obj.is_instance_of::<PyMapping>()
@@ -116,15 +111,19 @@ pub(super) fn refuse_mapping(
     Err(arg_err(field, wrong_type(what, obj)))
 }
 
-/// `obj`'s iterator; "not iterable" (or a mapping, [`refuse_mapping`])
-/// becomes a TypeError naming `field` and `what` it must be, anything else
-/// `__iter__` raised propagates as is.
-pub(super) fn iter_of<'py>(
+/// `obj`'s iterator, for a reader that takes at most `cap` items: "not
+/// iterable" (or a mapping, [`refuse_mapping`]) becomes a TypeError naming
+/// `field` and `what` it must be, a `len()` over `cap` a ValueError
+/// ([`known_len`]); anything else `__iter__` raised propagates as is. The
+/// reader still stops an iterator without a length after `cap` items.
+fn iter_of<'py>(
     obj: &Bound<'py, PyAny>,
     field: &str,
     what: &'static str,
+    cap: usize,
 ) -> PyResult<Bound<'py, PyIterator>> {
     refuse_mapping(obj, field, what)?;
+    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     obj.try_iter().map_err(|e| {
         if e.is_instance_of::<PyTypeError>(obj.py()) {
             arg_err(field, wrong_type(what, obj))
@@ -152,10 +151,8 @@ pub(super) fn take_capped<'py>(
         }
         return Ok(list.iter().collect());
     }
-    refuse_mapping(obj, field, what)?;
-    known_len(obj, cap, &over)?;
     let mut out = Vec::new();
-    for item in iter_of(obj, field, what)? {
+    for item in iter_of(obj, field, what, cap)? {
         if out.len() == cap {
             return Err(over(None));
         }
@@ -167,7 +164,7 @@ pub(super) fn take_capped<'py>(
 /// Refuses `obj` when `len(obj)` says it has more than `cap` items (a length
 /// too large for an index counts as more). Objects without a length pass;
 /// an exception other than "no len" or "too large" propagates.
-pub(super) fn known_len(
+fn known_len(
     obj: &Bound<'_, PyAny>,
     cap: usize,
     over: &dyn Fn(Option<usize>) -> PyErr,
@@ -300,10 +297,8 @@ pub(super) fn extract_ids_named(
             Err(_) => {}
         }
     }
-    refuse_mapping(obj, field, "a sequence of ints")?;
-    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
     let mut out = Vec::new();
-    for (i, item) in iter_of(obj, field, "a sequence of ints")?.enumerate() {
+    for (i, item) in iter_of(obj, field, "a sequence of ints", cap)?.enumerate() {
         if i == cap {
             return Err(over_cap(field, None, cap));
         }
@@ -622,9 +617,7 @@ pub(super) fn extract_i64s(obj: &Bound<'_, PyAny>, field: &str, cap: usize) -> P
     if let Some(v) = buffer_i64s(obj, field, cap)? {
         return Ok(v);
     }
-    refuse_mapping(obj, field, "a sequence of ints")?;
-    known_len(obj, cap, &|n| over_cap(field, n, cap))?;
-    iter_of(obj, field, "a sequence of ints")?
+    iter_of(obj, field, "a sequence of ints", cap)?
         .enumerate()
         .map(|(i, x)| {
             if i == cap {

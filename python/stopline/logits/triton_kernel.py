@@ -643,37 +643,27 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         if chunk_words is None:
             chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), wave_eff)
             one_wave_rule = fit_wave and wave_eff * _device_sms(logits.device) // R >= 2
+    args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft,
+                                max_slots, dummy, n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch,
+                                prefetch_default, pairs, kept_only, early)
     if one_wave_rule and logits.device.type == "cuda" and not _interpreting():
         # The one-wave grid assumes WAVE_PROGS programs fit an SM; a specialization with more
         # registers (the 'all' constraints: 55 vs 48 in bfloat16) fits fewer, and the wave's
         # last programs would run as a second, mostly empty wave. Use what the compiled kernel
-        # really fits (looked up once per specialization).
-        key = _specialization(logits, dense_words, scan_words, num_warps,
-                              prefetch and not (prefetch_default and chunk_words <= dense_words), pairs, kept_only,
-                              early, bitmask, grammar_rows, draft, st, n_bad)
+        # really fits, looked up once per specialization (its constexprs and launch options,
+        # the keyword arguments, in their fixed order).
+        key = (logits.dtype, logits.device, *kwargs.values())
         fits = _RESIDENT.get(key)
         if fits is None:
-            args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows,
-                                        draft, max_slots, dummy, n_bad, chunk_words, dense_words, scan_words,
-                                        num_warps, prefetch, prefetch_default, pairs, kept_only, early)
             compiled = _constraints_kernel.warmup(*args, grid=(R, _cdiv(W, chunk_words)), **kwargs)
             fits = _RESIDENT[key] = _resident_of(compiled, num_warps, logits.device) or wave_eff
         if fits < wave_eff:
             chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), fits)
-    args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft,
-                                max_slots, dummy, n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch,
-                                prefetch_default, pairs, kept_only, early)
+            args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows,
+                                        draft, max_slots, dummy, n_bad, chunk_words, dense_words, scan_words,
+                                        num_warps, prefetch, prefetch_default, pairs, kept_only, early)
     _constraints_kernel[(R, _cdiv(W, chunk_words))](*args, **kwargs)
     return infeasible
-
-
-def _specialization(logits, dense_words, scan_words, num_warps, prefetch, pairs, kept_only, early,
-                    bitmask, grammar_rows, draft, st, n_bad) -> tuple:
-    """What picks the compiled kernel of a split launch, as far as its register count goes."""
-    return (logits.dtype, logits.device, dense_words, scan_words, num_warps, bool(prefetch), pairs, kept_only, early,
-            bitmask is not None, grammar_rows is not None, draft is not None, bool(st.any_allowed),
-            st.stop_ids.shape[1], st.ban_ids.shape[1], n_bad, st.bad_prefix.shape[2] if n_bad else 0,
-            st.bias_ids.shape[1])
 
 
 def _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft, max_slots, dummy,
