@@ -334,6 +334,32 @@ def test_split_row_decides_on_the_count_of_all_chunks(split):
     assert torch.equal(infeasible, infeasible2)
 
 
+def test_bans_in_every_tile_and_chunk_of_a_grammar_row(split):
+    """Bans (static, or a firing bad word's last token from history or draft) in a chunk's first
+    tile, a later tile and another chunk all end -inf and uncounted; a banned grammar row's only
+    token leaves it infeasible, and min_tokens restores a row whose only other token is banned."""
+    split(2, 5)  # V=320: chunks of 5 words (160 tokens), tiles of 2 words (64 tokens)
+    V = 320
+    cons = LogitsConstraints(3, V, DEVICE)
+    # 3 and 40: chunk 0's first tile; 70: its second tile; 161 and 170: chunk 1's first tile.
+    cons.set(0, bad_words=[[3], [40], [70], [161], [9, 170]])
+    cons.set(1, bad_words=[[5], [9, 12, 200]], min_tokens=2, stop_token_ids=[EOS])
+    cons.set(2, bad_words=[[7]], allowed_token_ids=[7, 8])
+    cons.append_tokens(0, [9])
+    cons.append_tokens(1, [9])
+    logits = torch.randn(4, V, device=DEVICE)
+    rows = ([0, 1, 1, 2], [1, 2, 1, 0])
+    draft = torch.tensor([[0], [12], [0], [0]], device=DEVICE)  # row 1: history 9 + draft 12: 200 fires
+    keep = [set(range(V)), set(range(V)), {5, EOS}, {7}]  # row 2: banned 5, and EOS below min_tokens
+    bitmask = pack(keep, V).to(DEVICE)
+    out, infeasible = run_both(cons, logits, *rows, bitmask=bitmask, draft_token_ids=draft)
+    assert [bool(torch.isneginf(out[0, t])) for t in (3, 40, 70, 161, 170)] == [True] * 5
+    assert torch.isfinite(out[0]).sum() == V - 5
+    assert torch.isneginf(out[1, 5]) and torch.isneginf(out[1, 200]) and torch.isfinite(out[1]).sum() == V - 2
+    assert out[2, EOS] == logits[2, EOS] and torch.isfinite(out[2]).sum() == 1  # restored
+    assert infeasible.tolist() == [False, False, False, True]  # row 3: its one allowed id is banned
+
+
 def test_split_rows_mixed_with_sparse_rows_many_rows(split):
     """Dense rows split over chunks beside sparse rows (chunk 0 only), repeated calls on one state."""
     split(*((2, 2) if CUDA else (4, 8)))  # 16 / 4 chunks a row
@@ -982,4 +1008,13 @@ def test_cuda_graph_replays_requests_set_after_capture():
     work.copy_(base)
     graph.replay()
     torch.cuda.synchronize()
+    assert_bit_identical(work, eager)
+    # No slot was forced at the capture: a force() after it is still served by the graph.
+    cons.force(3, 77)
+    work.copy_(base)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert work[3, 77] == base[3, 77] and torch.isfinite(work[3]).sum() == 1
+    eager = base.clone()
+    assert torch.equal(infeasible, cons.apply(eager, slots, pos))
     assert_bit_identical(work, eager)

@@ -581,7 +581,8 @@ class LogitsConstraints:
         from .triton_kernel import apply_triton
 
         return apply_triton(self.state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids,
-                            self.max_slots, tuning=self._tuning, n_forced=len(self._forced))
+                            self.max_slots, tuning=self._tuning, n_forced=len(self._forced),
+                            may_force=bool(self._forced) or self.frozen)
 
     def _row_tensor(self, value, name, rows, dev, check_slots):
         if isinstance(value, torch.Tensor):

@@ -51,7 +51,9 @@ round trip after the atomic. When the last program reads no logit another chunk
 wrote (no active stop id, bias id or forced id) the arrival is a relaxed atomic.
 A grammar row's first tile (mask words and kept logits) is loaded beside the
 row's slot, before the slot's tables are known, when no ban is written before
-the pass (a launch without bans or bad words).
+the pass (a launch without bans or bad words). Slot-indexed loads that cannot matter are
+compiled out (``min_tokens`` without stop ids; the forced id when no slot can be
+forced, ``HAS_FORCED``), since each one waits for the slot.
 
 The dense loop is latency-bound: what counts is the bytes in flight per
 multiprocessor. So a tile is 64 mask words (each thread then loads its rows'
@@ -395,6 +397,7 @@ def _constraints_kernel(
     KEPT_ONLY: tl.constexpr,
     EARLY: tl.constexpr,
     RELAXED: tl.constexpr,
+    HAS_FORCED: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -429,10 +432,17 @@ def _constraints_kernel(
             use_allowed = tl.load(has_allowed_ptr + slot)
         else:
             use_allowed = is_grammar * 0
-        min_active = pos < tl.load(min_tokens_ptr + slot).to(tl.int64)
-        # The slot's forced token id, -1 if none (an id outside the vocab counts as none).
-        forced = tl.load(forced_ptr + slot)
-        forced = tl.where((forced >= 0) & (forced < vocab), forced, -1)
+        # Slot-indexed loads wait for the slot: made only where they can matter.
+        if N_STOP > 0:
+            min_active = pos < tl.load(min_tokens_ptr + slot).to(tl.int64)
+        else:
+            min_active = pos < 0
+        if HAS_FORCED:
+            # The slot's forced token id, -1 if none (an id outside the vocab counts as none).
+            forced = tl.load(forced_ptr + slot)
+            forced = tl.where((forced >= 0) & (forced < vocab), forced, -1)
+        else:
+            forced = tl.full([], -1, tl.int32)
 
         if (use_bitmask != 0) | (use_allowed != 0) | (forced >= 0):
             # Dense row: this program owns bitmask words [w_lo, w_hi).
@@ -603,7 +613,8 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
                  pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None,
-                 n_forced: int = 0, kept_only: bool = True, early: bool = True, fit_wave: bool = True):
+                 n_forced: int = 0, kept_only: bool = True, early: bool = True, fit_wave: bool = True,
+                 may_force: bool = True):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
@@ -615,7 +626,11 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     what the compiled specialization fits on an SM (the previous grid). ``n_forced``
     (slots with a forced token, host count) only picks the grid: with none, a
     launch without a dense mask runs one program per row; a forced row is
-    handled correctly by either grid."""
+    handled correctly by either grid. ``may_force=False`` compiles the
+    forced-token read out (a launch where no slot is forced and none can be
+    before the launch runs: ``LogitsConstraints.apply`` passes it when no
+    slot is forced and the state is not frozen, so a CUDA graph always
+    keeps the read)."""
     tuning = KernelTuning() if tuning is None else tuning
     R, V = logits.shape
     W = (V + 31) // 32
@@ -645,7 +660,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
             one_wave_rule = fit_wave and wave_eff * _device_sms(logits.device) // R >= 2
     args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft,
                                 max_slots, dummy, n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch,
-                                prefetch_default, pairs, kept_only, early)
+                                prefetch_default, pairs, kept_only, early, may_force)
     if one_wave_rule and logits.device.type == "cuda" and not _interpreting():
         # The one-wave grid assumes WAVE_PROGS programs fit an SM; a specialization with more
         # registers (the 'all' constraints: 55 vs 48 in bfloat16) fits fewer, and the wave's
@@ -661,14 +676,15 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
             chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), fits)
             args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows,
                                         draft, max_slots, dummy, n_bad, chunk_words, dense_words, scan_words,
-                                        num_warps, prefetch, prefetch_default, pairs, kept_only, early)
+                                        num_warps, prefetch, prefetch_default, pairs, kept_only, early,
+                                        may_force)
     _constraints_kernel[(R, _cdiv(W, chunk_words))](*args, **kwargs)
     return infeasible
 
 
 def _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft, max_slots, dummy,
                  n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch, prefetch_default, pairs, kept_only,
-                 early):
+                 early, may_force=True):
     """The kernel's positional arguments and keyword (constexpr and launch) arguments."""
     R, V = logits.shape
     W = (V + 31) // 32
@@ -729,6 +745,7 @@ def _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, gram
         # pass, so no ban may be written into it first (bans are stored before the pass).
         EARLY=bool(early) and bool(kept_only) and bitmask is not None and st.ban_ids.shape[1] == 0 and n_bad == 0,
         RELAXED=bool(early),
+        HAS_FORCED=bool(may_force),
         num_warps=num_warps,
     )
     return args, kwargs
