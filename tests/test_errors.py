@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -849,6 +850,11 @@ ROWS: list[Row] = [
     Row("LogitsConstraints", "reserve over a cap",
         lambda: LC()(4, 100, reserve={"logit_bias": 2**17}), ValueError,
         "reserve['logit_bias']=131072 is outside [0, 65536]"),
+    Row("pickle.dumps", "a StopMatcher, protocol 0 (refused when dumped, not when loaded)",
+        lambda: pickle.dumps(SS(["a"]).matcher(), protocol=0), TypeError,
+        "cannot pickle 'stopline.StopMatcher' object: it is one sequence's streaming state"),
+    Row("pickle.dumps", "a StepResult, protocol 1", lambda: pickle.dumps(FT(SP()).abort(), protocol=1), TypeError,
+        "cannot pickle 'stopline.StepResult' object: it is one step's result"),
 ]
 
 _TORCH_ENTRIES = ("LogitsConstraints",)

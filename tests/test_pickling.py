@@ -1,10 +1,12 @@
 """Pickling and copying of the immutable parameter objects: an engine sends a
 request's ``StopParams`` (and compiled stop lists) to another process, or
-copies them, and gets objects that behave as the originals."""
+copies them, and gets objects that behave as the originals. The per-sequence
+objects and step results refuse it when dumped."""
 
 from __future__ import annotations
 
 import copy
+import json
 import pickle
 from typing import Any
 
@@ -103,3 +105,36 @@ def test_an_unpickled_params_is_validated_again() -> None:
     assert cls is stopline.StopParams and args == () and kwargs["max_tokens"] == 3
     with pytest.raises(stopline.StoplineValueError, match="max_tokens"):
         cls.__new__(cls, *args, **dict(kwargs, max_tokens=0))
+
+
+def _per_sequence_objects() -> dict[str, Any]:
+    """One of each object that holds one sequence's state or one step's result."""
+    vocab = stopline.Vocabulary.from_str(json.dumps({"model": {"vocab": {"a": 0, "b": 1}}}))
+    tracker = stopline.FinishTracker(stopline.StopParams(max_tokens=4))
+    batch = stopline.FinishBatch(2)
+    batch.add(0, stopline.StopParams(max_tokens=1))
+    return {
+        "StopMatcher": stopline.StopStrings(["ab"]).matcher(),
+        "StopRegexMatcher": stopline.StopRegexes(["a+"]).matcher(),
+        "StopMatch": stopline.StopStrings(["ab"]).matcher().feed("xab"),
+        "FinishTracker": tracker,
+        "StepResult": tracker.update([1], ["a"]),
+        "FinishBatch": batch,
+        "BatchStepResult": batch.step([0], [1]),
+        "Vocabulary": vocab,
+        "IncrementalDecoder": vocab.decoder_for(),
+    }
+
+
+@pytest.mark.parametrize("name", list(_per_sequence_objects()))
+def test_per_sequence_objects_refuse_pickling_when_dumped(name: str) -> None:
+    """Refused at dump time on every protocol (0 and 1 included, which would
+    otherwise write a pickle that fails only when another process loads it),
+    and by copy, with the class named and what to send instead."""
+    obj = _per_sequence_objects()[name]
+    assert type(obj).__name__ == name
+    calls = [lambda p=p: pickle.dumps(obj, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
+    for call in [*calls, lambda: copy.copy(obj), lambda: copy.deepcopy(obj)]:
+        with pytest.raises(stopline.StoplineTypeError, match=f"cannot pickle 'stopline.{name}' object: ") as info:
+            call()
+        assert (info.value.field, info.value.kind) == (None, "unsupported")

@@ -13,7 +13,7 @@ use super::convert::{
     Slots,
 };
 use super::detok;
-use super::errors::{arg_err, at_slot, to_py_err};
+use super::errors::{arg_err, at_slot, not_picklable, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
 use super::result::{Outcome, PyStepResult, RowChannels, RowTable};
@@ -113,6 +113,14 @@ impl PyBatchStepResult {
 
 #[pymethods]
 impl PyBatchStepResult {
+    /// Refused on every protocol: it is one step's result.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(not_picklable(
+            "BatchStepResult",
+            "it is one step's result; send the fields the receiver needs",
+        ))
+    }
+
     fn __len__(&self) -> usize {
         self.rows.len()
     }
@@ -396,6 +404,11 @@ impl PyFinishBatch {
     #[getter]
     fn max_slots(&self) -> usize {
         self.inner.max_slots()
+    }
+
+    /// Refused on every protocol: its slots are per-sequence state.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(not_picklable("FinishBatch", "its slots are per-sequence state; move a request by its StopParams (which pickle) and its tokens"))
     }
 
     fn __len__(&self) -> usize {

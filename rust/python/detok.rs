@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::convert::{detach_if, extract_ids, extract_utf8, type_name, DETACH_IDS};
-use super::errors::{arg_err, to_py_err, value_error};
+use super::errors::{arg_err, not_picklable, to_py_err, value_error};
 use crate::detok_batch::SeqDecoder;
 use crate::detokenize::{read_tokenizer_file, DecodeOptions, DecodeState, Vocabulary};
 use crate::error::{Error, Problem};
@@ -135,6 +135,11 @@ impl PyVocabulary {
         })
     }
 
+    /// Refused on every protocol: it can be megabytes of token table.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(not_picklable("Vocabulary", "it can be megabytes of token table; build it in the receiving process from the same tokenizer.json (Vocabulary.from_file)"))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Vocabulary(vocab_size={}, decoder='{}')",
@@ -154,6 +159,14 @@ pub struct PyIncrementalDecoder {
 
 #[pymethods]
 impl PyIncrementalDecoder {
+    /// Refused on every protocol: it is one sequence's decoding state.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(not_picklable(
+            "IncrementalDecoder",
+            "it is one sequence's decoding state; move a request by its token ids",
+        ))
+    }
+
     /// Decodes ids (an int or a sequence of ints) and returns the text they
     /// complete ("" while a multi-byte character is incomplete). Raises
     /// `ValueError` naming `token_ids[i]` for an id outside the vocabulary,

@@ -137,6 +137,20 @@ pub(super) fn value_error(field: &str, kind: &str, message: &str) -> PyErr {
     )
 }
 
+/// Pickling refused, at dump time and on every protocol, for an object that
+/// holds one sequence's state or one step's result (without this, protocols
+/// 0 and 1 would write a pickle that fails only when it is loaded).
+pub(super) fn not_picklable(class: &str, instead: &str) -> PyErr {
+    with_data(
+        StoplineTypeError::new_err(format!(
+            "cannot pickle 'stopline.{class}' object: {instead}"
+        )),
+        None,
+        None,
+        "unsupported",
+    )
+}
+
 /// An int too large for 64 bits (`OverflowError`, as PyO3's own conversion).
 pub(super) fn overflow_err(field: &str, problem: Problem) -> PyErr {
     let err = StoplineOverflowError::new_err(problem.about(field));

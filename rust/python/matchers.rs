@@ -11,7 +11,7 @@ use super::convert::{
     detach_if, extract_i64_arg, extract_str, extract_utf8, py_repr, single_str_err, take_capped,
     Entries, DETACH_TEXT_BYTES,
 };
-use super::errors::{arg_err, to_py_err};
+use super::errors::{arg_err, not_picklable, to_py_err};
 use crate::error::{Error, Problem};
 use crate::limits;
 use crate::stop_regex::{StopRegexMatcher as CoreRegexMatcher, StopRegexes as CoreRegexes};
@@ -288,6 +288,11 @@ macro_rules! matcher_class {
                 self.inner.reset()
             }
 
+            /// Refused on every protocol: it is one sequence's streaming state.
+            fn __reduce__(&self) -> PyResult<()> {
+                Err(not_picklable($name, "it is one sequence's streaming state; pickle the StopStrings or StopRegexes and call .matcher() in the receiving process"))
+            }
+
             fn __repr__(&self) -> String {
                 format!(
                     "{}(chars_fed={}, holdback={}, include_in_output={})",
@@ -365,6 +370,14 @@ impl PyStopMatch {
 
 #[pymethods]
 impl PyStopMatch {
+    /// Refused on every protocol: it is one step's result.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(not_picklable(
+            "StopMatch",
+            "it is one step's result; send its fields (index, stop, start, end, truncate_to)",
+        ))
+    }
+
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
             "StopMatch(index={}, stop={}, start={}, end={}, truncate_to={})",

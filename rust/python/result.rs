@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 use pyo3::IntoPyObjectExt;
 
+use super::errors::not_picklable;
 use crate::finish::{Finish, FinishTracker, Matched, Step, StopReason};
 use crate::reasoning::{Channel, ChannelRanges};
 
@@ -437,6 +438,11 @@ impl PyStepResult {
     #[getter]
     fn forced_token_id(&self) -> Option<u32> {
         self.channels.as_ref().and_then(|c| c.forced)
+    }
+
+    /// Refused on every protocol: it is one step's result.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(not_picklable("StepResult", "it is one step's result; send the fields the receiver needs"))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

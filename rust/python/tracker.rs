@@ -8,7 +8,7 @@ use super::convert::{
     detach_if, extract_ids, extract_int, opt_list, with_pieces, DETACH_IDS, DETACH_TEXT_BYTES,
 };
 use super::detok;
-use super::errors::{arg_err, to_py_err};
+use super::errors::{arg_err, not_picklable, to_py_err};
 use super::params::params_arg;
 use super::result::{ChannelDeltas, Outcome, PyStepResult};
 use crate::detok_batch::SeqDecoder;
@@ -228,6 +228,11 @@ impl PyFinishTracker {
     #[getter]
     fn emitted_len(&self) -> usize {
         self.inner.emitted_len()
+    }
+
+    /// Refused on every protocol: it is one sequence's state.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(not_picklable("FinishTracker", "it is one sequence's state; move a request by its StopParams (which pickle) and its tokens"))
     }
 
     fn __repr__(&self) -> String {
