@@ -684,7 +684,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
 
 def _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft, max_slots, dummy,
                  n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch, prefetch_default, pairs, kept_only,
-                 early, may_force=True):
+                 early, may_force):
     """The kernel's positional arguments and keyword (constexpr and launch) arguments."""
     R, V = logits.shape
     W = (V + 31) // 32
