@@ -494,6 +494,21 @@ def test_a_start_marker_again_inside_a_prompt_opened_block_is_a_marker(impl: Any
 
 
 @pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])
+@pytest.mark.parametrize("by_id", [False, True], ids=["text", "id"])
+def test_text_on_both_sides_of_a_dropped_start_marker_is_not_matched_across_it(impl: Any, by_id: bool) -> None:
+    # Markers are matched from the end of the last one on, so `</` and
+    # `think>` around an absorbed `<think>` stay reasoning text, joined.
+    ids = {"reasoning_start_id": 10, "reasoning_end_id": 11} if by_id else {}
+    p = impl.StopParams(reasoning_starts_in="reasoning", **THINK, **ids)
+    start = (10, "") if by_id else (1, "<think>")
+    toks = [(3, "</"), start, (0, "think>")]
+    for bounds in ([1, 2, 3], [3]):
+        steps, t = drive(impl, p, toks, bounds)
+        assert (t.reasoning, t.content, t.channel) == ("</think>", "", "reasoning")
+        assert "".join(s[FIELDS.index("reasoning_delta")] for s in steps) == "</think>"
+
+
+@pytest.mark.parametrize("impl", [stopline, baseline], ids=["rust", "baseline"])
 def test_a_start_marker_after_the_block_closed_is_content_text(impl: Any) -> None:
     t = impl.FinishTracker(impl.StopParams(**THINK))
     r = t.update([1, 2, 3], ["<think>a<think>b", "</think>c", "<think>d"])
