@@ -276,7 +276,7 @@ def test_vllm_helper_rejects_bad_inputs():
     with pytest.raises(ValueError, match="all_stop_token_ids"):
         vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, eos_token_id=2,
                         stop_token_ids=[5], all_stop_token_ids=[2])
-    with pytest.raises(ValueError, match="prompt_len"):
+    with pytest.raises(ValueError, match="^num_prompt_tokens=10 leaves no room under max_model_len=10"):
         vllm_check_stop([1], num_prompt_tokens=10, max_model_len=10)
     with pytest.raises(ValueError, match="pooling"):
         vllm_check_stop_request(

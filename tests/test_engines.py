@@ -11,6 +11,8 @@ import re
 from types import SimpleNamespace as NS
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stopline import compat
 from stopline.engines import sglang as sg
@@ -217,6 +219,205 @@ def test_request_stop_fields_named():
     request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=1, max_tokens=4, output_token_ids=[])
     with pytest.raises(TypeError, match="eos_token_id must be an int, got str"):
         vl.RequestStop(request, 10)
+
+
+# A bad id is reported in the caller's list at the caller's index, whatever
+# list the core was handed (a split history, a step's slice, one id as an int).
+BAD_IDS = [
+    (-2, ValueError, "not_a_token_id", "=-2 is not a valid token id (must be in [0, 2**32))"),
+    (2**32, ValueError, "not_a_token_id", "=4294967296 is not a valid token id (must be in [0, 2**32))"),
+    (2**70, ValueError, "out_of_range", "=1180591620717411303424 is out of range"),
+    (1.5, TypeError, "wrong_type", " must be an int, got float"),
+]
+
+
+def _request_stop():
+    sp = NS(max_tokens=None, min_tokens=0, eos_token_id=2, stop_token_ids=None, ignore_eos=False)
+    request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=3, max_tokens=20, output_token_ids=[])
+    return vl.RequestStop(request, 100)
+
+
+def _feeds(bad):
+    """(label, call, the field the error must name) for one bad id."""
+    def request_stop(before, ids):
+        r = _request_stop()
+        if before:
+            r.feed(before)
+        return lambda: r.feed(ids)
+
+    def req_finish(ids):
+        return lambda: sg.ReqFinish(sglang_params(max_new_tokens=20)).update(ids)
+
+    def detok(ids, **kw):
+        return lambda: vl.DetokenizerStop(vllm_params(stop=["x"])).update(["a"] * len(ids), token_ids=ids, **kw)
+
+    return [
+        ("vllm_check_stop, in the history", lambda: compat.vllm_check_stop(
+            [5, bad, 6, 7], num_prompt_tokens=3, max_model_len=100, num_new_tokens=2), "output_token_ids[1]"),
+        ("vllm_check_stop, in the new ids", lambda: compat.vllm_check_stop(
+            [5, 6, 7, bad], num_prompt_tokens=3, max_model_len=100, num_new_tokens=2), "output_token_ids[3]"),
+        ("RequestStop, one new id", request_stop([5, 6], [5, 6, bad]), "output_token_ids[2]"),
+        ("RequestStop, a run after a step", request_stop([5], [5, 6, 7, bad]), "output_token_ids[3]"),
+        ("RequestStop, a first run", request_stop([], [5, bad]), "output_token_ids[1]"),
+        ("vllm_detokenizer_stop", lambda: compat.vllm_detokenizer_stop(
+            ["a", "b", "c"], stop=["x"], token_ids=[5, 6, bad], num_new_tokens=1), "token_ids[2]"),
+        ("vllm_detokenizer_stop, stop-terminated", lambda: compat.vllm_detokenizer_stop(
+            ["a", "b"], stop=["x"], token_ids=[5, bad], stop_terminated=True), "token_ids[1]"),
+        ("DetokenizerStop", detok([5, bad]), "token_ids[1]"),
+        ("DetokenizerStop, stop-terminated", detok([5, bad], stop_terminated=True), "token_ids[1]"),
+        ("sglang_check_finished, in the history", lambda: compat.sglang_check_finished(
+            [5, bad, 6, 7], max_new_tokens=20, new_accepted_len=2), "output_ids[1]"),
+        ("sglang_check_finished, in the new ids", lambda: compat.sglang_check_finished(
+            [5, 6, 7, bad], max_new_tokens=20, new_accepted_len=2), "output_ids[3]"),
+        ("ReqFinish", req_finish([5, bad]), "new_accepted_ids[1]"),
+        ("vllm stop_token_ids (not reordered by the adapter)", lambda: compat.vllm_check_stop(
+            [5], num_prompt_tokens=3, max_model_len=100, stop_token_ids=[9, bad]), "stop_token_ids[1]"),
+        ("vllm eos_token_id", lambda: compat.vllm_check_stop(
+            [5], num_prompt_tokens=3, max_model_len=100, eos_token_id=bad), "eos_token_id"),
+        ("sglang eos_token_ids (not reordered by the adapter)", lambda: compat.sglang_check_finished(
+            [5], max_new_tokens=20, eos_token_ids=[9, bad]), "eos_token_ids[1]"),
+    ]
+
+
+@pytest.mark.parametrize("bad, raises, kind, says", BAD_IDS, ids=["negative", "2**32", "2**70", "float"])
+def test_a_bad_id_is_named_in_the_callers_list_at_the_callers_index(bad, raises, kind, says):
+    """The adapters used to pass on the core's names: `token_ids[0]` for the
+    second id of `vllm_check_stop`'s history (the core indexes the step it
+    was given), `eos_token_ids[0]` for vLLM's `eos_token_id`, and an index
+    into the sorted stop ids."""
+    for label, call, field in _feeds(bad):
+        if raises is TypeError and field.startswith(("stop_token_ids", "eos_token")):
+            kind_expected = "wrong_type"
+        else:
+            kind_expected = kind
+        with pytest.raises(raises) as info:
+            call()
+        e = info.value
+        assert (e.field, e.kind, str(e)) == (field, kind_expected, field + says), label
+
+
+# Every error an engine entry point raises names one of its own inputs: a
+# parameter, or an attribute it reads from the engine's request / params.
+_JUNK = [-1, 2**32, 2**70, "x", "", 1.5, math.nan, None, True, [], [-1], [2**70], ["a"], [""], [1.5], {"a": 1},
+         range(3), b"ab", object(), {"max_pattern_size": 3, "min_pattern_size": 5, "min_count": 2},
+         {"max_pattern_size": 3, "min_count": 1}, {"max_pattern_size": 2**62, "min_count": 2**62},
+         "\ud800", ["\ud800"], ["a", "\ud800"], [6, 7], [[6, 7]], [5], [6], [(2,)]]
+_VLLM_READS = {"num_prompt_tokens", "max_tokens", "min_tokens", "eos_token_id", "stop_token_ids", "ignore_eos",
+               "all_stop_token_ids", "repetition_detection", "thinking_token_budget"}
+
+
+def _entries():
+    """(name, valid inputs, call(inputs), the names an error may start with)."""
+    def request_stop(kw):
+        sp = NS(**{k: kw[k] for k in _VLLM_READS - {"num_prompt_tokens", "max_tokens"}})
+        request = NS(pooling_params=None, sampling_params=sp, num_prompt_tokens=kw["num_prompt_tokens"],
+                     max_tokens=kw["max_tokens"], output_token_ids=[])
+        r = vl.RequestStop(request, kw["max_model_len"])
+        ids = kw["output_token_ids"]
+        if isinstance(ids, list) and len(ids) > 1:  # then the rest: a step that starts past 0
+            r.feed(ids[:1])
+        return r.feed(ids)
+
+    def req_finish(kw):
+        sp = sglang_params(**{k: kw[k] for k in ("max_new_tokens", "min_new_tokens", "stop_strs", "stop_regex_strs",
+                                                  "stop_token_ids", "ignore_eos", "no_stop_trim")})
+        f = sg.ReqFinish(sp, eos_token_ids=kw["eos_token_ids"], vocab_size=kw["vocab_size"])
+        return f.update(kw["new_accepted_ids"], kw["texts"])
+
+    def detok(kw):
+        d = vl.DetokenizerStop(vllm_params(stop=kw["stop"], min_tokens=kw["min_tokens"],
+                                           include_stop_str_in_output=kw["include_stop_str_in_output"]))
+        return d.update(kw["new_texts"], kw["stop_terminated"], kw["token_ids"])
+
+    vllm = dict(num_prompt_tokens=3, max_model_len=100, max_tokens=20, min_tokens=1, eos_token_id=2,
+                stop_token_ids=[7], ignore_eos=False, all_stop_token_ids=None, repetition_detection=None,
+                thinking_token_budget=None, output_token_ids=[8, 5, 9, 6], num_new_tokens=2, reasoning=R56,
+                prompt_token_ids=[1, 5])
+    sglang = dict(output_ids=[8, 5, 9, 6], max_new_tokens=20, new_accepted_len=2, stop_strs=["x"],
+                  stop_regex_strs=["y+"], output_texts=["a", "b", "c", "d"], stop_token_ids=[7], eos_token_ids=[2],
+                  ignore_eos=False, min_new_tokens=1, vocab_size=50, no_stop_trim=False, grammar_terminated=False,
+                  reasoning=R56, prompt_ids=[1, 5], thinking_budget=None)
+    detok_kw = dict(texts=["a", "b", "c"], stop=["x"], include_stop_str_in_output=False, min_tokens=1,
+                    num_new_tokens=1, stop_terminated=False, token_ids=[5, 6, 7])
+    return [
+        ("vllm_check_stop", vllm, lambda kw: compat.vllm_check_stop(**kw), set(vllm)),
+        ("vllm_detokenizer_stop", detok_kw, lambda kw: compat.vllm_detokenizer_stop(**kw), set(detok_kw)),
+        ("sglang_check_finished", sglang, lambda kw: compat.sglang_check_finished(**kw), set(sglang)),
+        ("RequestStop", {k: v for k, v in vllm.items() if k not in ("num_new_tokens", "reasoning", "prompt_token_ids")},
+         request_stop, set(vllm) | {"request"}),
+        ("ReqFinish", dict(max_new_tokens=20, min_new_tokens=1, stop_strs=["x"], stop_regex_strs=["y+"],
+                           stop_token_ids=[7], ignore_eos=False, no_stop_trim=False, eos_token_ids=[2],
+                           vocab_size=50, new_accepted_ids=[5, 6], texts=["a", "b"]), req_finish,
+         {"max_new_tokens", "min_new_tokens", "stop_strs", "stop_regex_strs", "stop_token_ids", "ignore_eos",
+          "no_stop_trim", "eos_token_ids", "vocab_size", "new_accepted_ids", "texts"}),
+        ("DetokenizerStop", dict(stop=["x"], min_tokens=1, include_stop_str_in_output=False, new_texts=["a", "b"],
+                                 stop_terminated=False, token_ids=[5, 6]), detok,
+         {"stop", "min_tokens", "include_stop_str_in_output", "new_texts", "stop_terminated", "token_ids"}),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(entry=st.integers(0, 5), bad=st.lists(st.tuples(st.integers(0, 20), st.sampled_from(_JUNK)), min_size=1,
+                                              max_size=2))
+def test_every_error_of_an_engine_entry_names_one_of_its_inputs(entry, bad):
+    name, valid, call, names = _entries()[entry]
+    kw = dict(valid)
+    keys = sorted(valid)
+    for i, value in bad:
+        kw[keys[i % len(keys)]] = value
+    try:
+        call(kw)
+    except (stopline.StoplineValueError, stopline.StoplineTypeError, stopline.StoplineOverflowError) as e:
+        root = re.match(r"[A-Za-z_]+", e.field or "")
+        assert root is not None and root.group() in names, f"{name}: {e.field!r} ({e})"
+    # Anything else (an AttributeError, a bare ValueError, ...) fails the test.
+
+
+R56 = {"reasoning_start_id": 5, "reasoning_end_id": 6}
+
+
+@pytest.mark.parametrize("call, field, says", [
+    (lambda: compat.sglang_check_finished([1], max_new_tokens=4, stop_token_ids=[9, 6], reasoning=R56),
+     "stop_token_ids[1]", "=6 overlaps reasoning_end_id"),
+    (lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, eos_token_id=6, reasoning=R56),
+     "eos_token_id", "=6 overlaps reasoning_end_id"),
+    (lambda: compat.sglang_check_finished([1], max_new_tokens=4, reasoning=R56, prompt_ids=[1, -1]),
+     "prompt_ids[1]", "=-1 is not a valid token id"),
+    (lambda: vl.DetokenizerStop(vllm_params(stop=["x"])).update(["a", "\ud800"]),
+     "new_texts[1]", " is not valid Unicode"),
+    (lambda: compat.vllm_detokenizer_stop(["a", "b", "\ud800"], stop=["x"], stop_terminated=True,
+                                          include_stop_str_in_output=True, num_new_tokens=3,
+                                          reasoning={"tool_call_markers": [("<tool>", "</tool>")]}),
+     "texts[2]", " is not valid Unicode"),
+    (lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10,
+                                    repetition_detection={"max_pattern_size": 3, "min_pattern_size": 4, "min_count": 2}),
+     "repetition_detection.min_pattern_size", "=4 is greater than repetition_detection.max_pattern_size=3"),
+], ids=["overlap, caller's index", "vLLM's one EOS id", "SGLang's prompt_ids", "DetokenizerStop's new_texts",
+        "the last piece fed alone", "repetition_detection"])
+def test_errors_from_the_core_name_the_callers_field(call, field, says):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert info.value.field == field and str(info.value).startswith(field + says), str(info.value)
+
+
+@pytest.mark.parametrize("one", [[6, 7], b"\x02", (2,), 1.5])
+def test_request_stop_refuses_a_list_in_place_of_the_one_new_id(one):
+    """With one new id the adapter passes it to the core as an int; a list
+    or bytes there used to be read as several ids (feeding 6 and 7 while
+    the request grew by one, or finishing on a hidden EOS)."""
+    r = _request_stop()
+    r.feed([5])
+    with pytest.raises(TypeError, match=r"^output_token_ids\[1\] must be an int, got "):
+        r.feed([5, one])
+    assert r.tracker.token_ids == [5] and r.feed([5, 7]) is False
+
+
+def test_a_refused_step_feeds_nothing():
+    r = _request_stop()
+    r.feed([5, 6])
+    with pytest.raises(ValueError, match=r"output_token_ids\[3\]=-1"):
+        r.feed([5, 6, 7, -1])
+    assert r.feed([5, 6, 7, 8]) is False and r.tracker.token_ids == [5, 6, 7, 8]
 
 
 def test_request_stop_refuses_an_output_that_shrank():
@@ -634,8 +835,12 @@ def test_a_thinking_budget_over_64_bits_names_thinking_token_budget(budget):
     with pytest.raises(stopline.StoplineValueError) as e:
         compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, thinking_token_budget=budget, reasoning=IDS)
     assert (e.value.field, e.value.kind) == ("thinking_token_budget", "out_of_range")
+    # Each SGLang entry names the budget as its caller passes it.
     with pytest.raises(stopline.StoplineValueError) as e:
         compat.sglang_check_finished([1], max_new_tokens=10, thinking_budget=budget, reasoning=IDS)
+    assert (e.value.field, e.value.kind) == ("thinking_budget", "out_of_range")
+    with pytest.raises(stopline.StoplineValueError) as e:
+        sg.ReqFinish(sglang_params(custom_params={"thinking_budget": budget}), reasoning=IDS)
     assert (e.value.field, e.value.kind) == ("custom_params['thinking_budget']", "out_of_range")
 
 

@@ -35,6 +35,8 @@ from typing import Any, Callable, Optional
 
 import pytest
 import stopline
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stopline import baseline, compat
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
@@ -625,10 +627,10 @@ ROWS: list[Row] = [
         TypeError, "num_new_tokens must be an int, got float"),
     Row("compat.vllm_check_stop", "a negative token id",
         lambda: compat.vllm_check_stop([1, -2], num_prompt_tokens=1, max_model_len=10), ValueError,
-        "=-2 is not a valid token id"),
+        "output_token_ids[1]=-2 is not a valid token id"),
     Row("compat.vllm_check_stop", "num_prompt_tokens >= max_model_len",
         lambda: compat.vllm_check_stop([1, 2], num_prompt_tokens=10, max_model_len=10), ValueError,
-        "prompt_len=10 leaves no room under max_model_len=10"),
+        "num_prompt_tokens=10 leaves no room under max_model_len=10"),
     Row("compat.vllm_check_stop", "all_stop_token_ids lacks the EOS id",
         lambda: compat.vllm_check_stop([1, 2], num_prompt_tokens=1, max_model_len=10, eos_token_id=2,
                                        all_stop_token_ids=[5]), ValueError, "all_stop_token_ids lacks [2]"),
@@ -855,6 +857,34 @@ ROWS: list[Row] = [
         "cannot pickle 'stopline.StopMatcher' object: it is one sequence's streaming state"),
     Row("pickle.dumps", "a StepResult, protocol 1", lambda: pickle.dumps(FT(SP()).abort(), protocol=1), TypeError,
         "cannot pickle 'stopline.StepResult' object: it is one step's result"),
+    # The engine helpers name their callers' fields, not the core's.
+    Row("compat.vllm_check_stop", "a bad id among the new ids of the history",
+        lambda: compat.vllm_check_stop([1, 2, 3, -4], num_prompt_tokens=1, max_model_len=10, num_new_tokens=2),
+        ValueError, "output_token_ids[3]=-4 is not a valid token id"),
+    Row("compat.vllm_check_stop", "eos_token_id is negative",
+        lambda: compat.vllm_check_stop([1], num_prompt_tokens=1, max_model_len=10, eos_token_id=-1), ValueError,
+        "eos_token_id=-1 is not a valid token id"),
+    Row("compat.vllm_detokenizer_stop", "stop_terminated is a str",
+        lambda: compat.vllm_detokenizer_stop(["a"], stop=["x"], stop_terminated="no"), TypeError,
+        "stop_terminated must be a bool, got str"),
+    Row("compat.sglang_check_finished", "a stop id outside vocab_size, after a smaller one",
+        lambda: compat.sglang_check_finished([1], max_new_tokens=4, vocab_size=10, stop_token_ids=[50, 5]),
+        ValueError, "stop_token_ids[0]=50 is outside [0, vocab_size=10)"),
+    Row("compat.sglang_check_finished", "max_new_tokens over 64 bits",
+        lambda: compat.sglang_check_finished([1], max_new_tokens=2**70), ValueError,
+        "max_new_tokens=1180591620717411303424 is out of range"),
+    Row("compat.sglang_check_finished", "an empty stop string",
+        lambda: compat.sglang_check_finished([1], max_new_tokens=4, stop_strs=["a", ""], output_texts=["a"]),
+        ValueError, "stop_strs[1] is an empty string"),
+    Row("compat.sglang_check_finished", "a stop regex that does not compile",
+        lambda: compat.sglang_check_finished([1], max_new_tokens=4, stop_regex_strs=["("], output_texts=["a"]),
+        ValueError, 'stop_regex_strs[0]="(" is not a valid stop regex'),
+    Row("compat.sglang_check_finished", "no_stop_trim is a str",
+        lambda: compat.sglang_check_finished([1], max_new_tokens=4, no_stop_trim="no"), TypeError,
+        "no_stop_trim must be a bool, got str"),
+    Row("compat.sglang_check_finished", "grammar_terminated is a str",
+        lambda: compat.sglang_check_finished([1], max_new_tokens=4, grammar_terminated="no"), TypeError,
+        "grammar_terminated must be a bool, got str"),
 ]
 
 _TORCH_ENTRIES = ("LogitsConstraints",)
@@ -1145,6 +1175,17 @@ def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
     assert run_python_blocks("docs/errors.md", "e.slot") == 1
 
 
+def _both_refuse_alike(kw: dict[str, Any]) -> None:
+    """The core and the baseline refuse ``StopParams(**kw)`` with the same
+    class, field and kind."""
+    seen = []
+    for impl in (stopline, baseline):
+        with pytest.raises((stopline.StoplineValueError, stopline.StoplineTypeError)) as info:
+            impl.StopParams(**kw)
+        seen.append((type(info.value), info.value.field, info.value.kind))
+    assert seen[0] == seen[1]
+
+
 @pytest.mark.parametrize("kw", [
     {"reasoning_end_id": -1}, {"reasoning_end_id": 1.5}, {"reasoning_end_id": True}, {"reasoning_end_id": 2**32},
     {"reasoning_end_id": 2**64}, {"reasoning_end_id": 99, "vocab_size": 10}, {"reasoning_end": 5},
@@ -1186,11 +1227,65 @@ def test_the_abort_one_slot_example_of_the_docs_runs() -> None:
 def test_the_baseline_refuses_reasoning_and_span_params_as_the_core_does(kw: dict[str, Any]) -> None:
     """The baseline is the differential tests' oracle: it refuses what the
     core refuses, with the same class, field and kind."""
+    _both_refuse_alike(kw)
+
+
+# Values for each field, good and bad (alone or beside others: min_tokens
+# over max_tokens, an id outside vocab_size or equal to a marker id, a span
+# overlapping a stop, ...).
+_FIELD_VALUES: dict[str, list[Any]] = {
+    "max_tokens": [None, 1, 10, 0, -1, "x", 2**70, 1.5, True],
+    "min_tokens": [None, 0, 3, 20, -1, "x", 2**70],
+    "prompt_len": [None, 0, 3, 200, -1, 2**70, "x"],
+    "max_model_len": [None, 100, 2, 0, 2**70, "x"],
+    "eos_token_ids": [None, [], [2], [2, 11], [60], [-1], ["x"], 5, 5.5, [2**70], (2,), {2: 1}, b"\x02"],
+    "stop_token_ids": [None, [3], [11], [60, 3], [-1], 5, [True], [3, 3]],
+    "stop": [None, ["x"], ["</think>"], ["a<think>b"], [""], [1], 5, "x", ["<tool>"]],
+    "stop_regex": [None, ["y"], ["("], ["a*"], [1], "y"],
+    "vocab_size": [None, 50, 12, 0, -3, "x", 2**33, 2**70, 2**32 - 1],
+    "ignore_eos": [False, True, "x", None, 1],
+    "include_stop_str_in_output": [False, True, None, 0],
+    "repetition": [None, {"max_pattern_size": 3, "min_count": 2}, 5, {"a": 1}, {"max_pattern_size": 0, "min_count": 2},
+                   {"max_pattern_size": 3}, {"max_pattern_size": 3, "min_pattern_size": 4, "min_count": 2},
+                   {"max_pattern_size": 3, "min_count": 1}, {"max_pattern_size": 2**62, "min_count": 2**62},
+                   {"max_pattern_size": 2**70, "min_count": 2}, {"max_pattern_size": -1, "min_count": 2}, {1: 2}],
+    "reasoning_start": [None, "<think>", "", 5, "think", "<tool>"],
+    "reasoning_end": [None, "</think>", "", 5, "<think>"],
+    "reasoning_start_id": [None, 10, 11, 60, -1, "x", 2**32, 3],
+    "reasoning_end_id": [None, 11, 10, 60, -1, "x", 2],
+    "reasoning_end_ids": [None, [], [11], [11, 12], [60], [-1], 5, ["x"]],
+    "reasoning_starts_in": [None, "reasoning", "content", "x", 5],
+    "keep_reasoning_markers": [False, True, "x"],
+    "max_reasoning_tokens": [None, 0, 5, -1, "x", 2**70],
+    "stop_scopes": [None, "any", ["any"], ["x"], "x", [], 5, ["any", "any"]],
+    "stop_token_id_scopes": [None, "any", ["any"], ["any", "any"], "x"],
+    "token_aligned": [False, True, "x"],
+    "tool_call_markers": [None, [], [("<tool>", "</tool>")], [("<a>", "</a>"), ("<ab>", "</b>")], [("", "x")],
+                          [(1, 2)], 5, [("<tool>",)], [("<think>", "x")]],
+    "tool_call_marker_ids": [None, [], [(20, 21)], [(1, 70)], [(1, 2, 3)], 5, [(3, 4)], [(20, 21), (20, 22)],
+                             [(10, 21)], [(-1, 2)]],
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_FIELD_VALUES)), min_size=1, max_size=8, unique=True).flatmap(
+    lambda names: st.tuples(*(st.tuples(st.just(n), st.sampled_from(_FIELD_VALUES[n])) for n in names))))
+def test_the_core_and_the_baseline_accept_alike_and_report_the_same_first_error(fields: tuple[Any, ...]) -> None:
+    """Both check in one order (the core's: the flags, each count, the id
+    lists, stops and regexes, the reasoning and span fields as read, then
+    what must fit together), so a request with several bad fields gets the
+    same class, field and kind from both. The baseline used to check the
+    flags after the counts and the relations with the counts, refused
+    ``min_tokens=None``, accepted repetition sizes past 64 bits or whose
+    product overflows, and an empty ``tool_call_marker_ids`` beside markers."""
+    kw = dict(fields)
     seen = []
     for impl in (stopline, baseline):
-        with pytest.raises((stopline.StoplineValueError, stopline.StoplineTypeError)) as info:
+        try:
             impl.StopParams(**kw)
-        seen.append((type(info.value), info.value.field, info.value.kind))
+            seen.append(None)
+        except (stopline.StoplineValueError, stopline.StoplineTypeError) as e:
+            seen.append((type(e), e.field, e.kind))
     assert seen[0] == seen[1]
 
 

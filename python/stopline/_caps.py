@@ -117,6 +117,18 @@ def integer(value: Any, field_name: str) -> int:
     return int(value)
 
 
+def token_id(value: Any, field_name: str) -> int:
+    """``value`` as a token id, an int in ``[0, 2**32)``, with the core's
+    errors naming the field: a TypeError for a non-int, a ValueError
+    (``kind="not_a_token_id"``, or ``"out_of_range"`` past 64 bits) else."""
+    v = integer(value, field_name)
+    if 0 <= v < 2**32:
+        return v
+    if -(2**63) <= v < 2**63:
+        raise _problem("not_a_token_id", field_name, value=v)
+    raise _problem("out_of_range", field_name, shown=shown(v))
+
+
 def flag(value: Any, field_name: str) -> bool:
     """A request's on/off field: a bool, ``None`` (off); anything else is a
     TypeError naming the field (``bool("false")`` is True, which turned a

@@ -232,11 +232,12 @@ _MAX_MARKER_BYTES = 1024
 _MAX_SPANS = 8
 
 
-def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[Any, Any], ...]:
+def _pairs(name: str, obj: Any) -> list[list[Any]] | None:
     """``tool_call_markers`` / ``tool_call_marker_ids``: ``None`` or at most 8
-    (start, end) pairs, each side read by ``read(field, value)``."""
+    (start, end) pairs, their sides not read yet (the core checks the two
+    lists' lengths first)."""
     if obj is None:
-        return ()
+        return None
     try:
         if isinstance(obj, Mapping):  # its keys: never what a caller meant
             raise TypeError
@@ -264,8 +265,13 @@ def _pairs(name: str, obj: Any, read: Callable[[str, Any], Any]) -> tuple[tuple[
                        at, "wrong_type") from None
         if len(two) != 2:
             raise _err(StoplineValueError, f"{at} has {len(two)} items; a (start, end) pair has exactly 2", at, "count")
-        out.append((read(f"{at}[0]", two[0]), read(f"{at}[1]", two[1])))
-    return tuple(out)
+        out.append(two)
+    return out
+
+
+def _pair_sides(name: str, pairs: list[list[Any]] | None, read: Callable[[str, Any], Any]) -> tuple[tuple[Any, Any], ...]:
+    """Each side of ``pairs`` read by ``read(field, value)``."""
+    return tuple((read(f"{name}[{i}][0]", a), read(f"{name}[{i}][1]", b)) for i, (a, b) in enumerate(pairs or ()))
 
 
 _MAX_IDS = 65536  # the core's max_stop_token_ids, for every list of ids and of scopes
@@ -289,15 +295,16 @@ def _take(obj: Any, name: str, cap: int) -> list[Any]:
     return items
 
 
-def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
+def _id_list(name: str, ids: Any) -> tuple[int, ...]:
     """A list of token ids as the core reads one: ``None`` is none, one int
-    (or bool, refused as such) is a list of one, named without an index."""
+    (or bool, refused as such) is a list of one, named without an index.
+    Whether they fit ``vocab_size`` is checked later, with the other fields."""
     if ids is None:
         return ()
     # A str or bytes is read as the core reads it: a sequence (of str,
     # refused at [0]; of ints, bytes being a buffer of them).
     if isinstance(ids, int):
-        return (_one_id(name, ids, vocab_size),)
+        return (_one_id(name, ids),)
     try:
         if isinstance(ids, Mapping):  # its keys: never what a caller meant
             raise TypeError
@@ -305,18 +312,15 @@ def _id_list(name: str, ids: Any, vocab_size: int | None) -> tuple[int, ...]:
     except TypeError:
         raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type") from None
     items = _take(ids if hasattr(ids, "__len__") else it, name, _MAX_IDS)
-    return tuple(_one_id(f"{name}[{i}]", t, vocab_size) for i, t in enumerate(items))
+    return tuple(_one_id(f"{name}[{i}]", t) for i, t in enumerate(items))
 
 
-def _one_id(at: str, value: Any, vocab_size: int | None) -> int:
+def _one_id(at: str, value: Any) -> int:
     t = _i64(at, value)
     if t < 0:
         raise _err(StoplineValueError, f"{at} = {t} is negative", at, "not_a_token_id")
     if t >= 2**32:
         raise _err(StoplineValueError, f"{at} = {t} is not a valid token id", at, "not_a_token_id")
-    if vocab_size is not None and t >= vocab_size:
-        raise _err(StoplineValueError, f"{at} = {t} is outside the vocabulary (vocab_size={vocab_size})",
-                   at, "id_outside")
     return t
 
 
@@ -512,6 +516,38 @@ class StopRegexMatcher:
 
 
 _REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
+
+
+def _repetition(rep: Any) -> dict[str, int] | None:
+    """``StopParams(repetition=...)`` read as the core's binding reads it:
+    a mapping of the three keys (``min_pattern_size`` defaults to 0), each
+    an int >= 0; how they fit together is checked with the other fields."""
+    if rep is None:
+        return None
+    if not isinstance(rep, Mapping):
+        raise _err(StoplineTypeError,
+                   f"repetition must be a mapping with keys {', '.join(_REPETITION_KEYS)}, got {type(rep).__name__}",
+                   "repetition", "wrong_type")
+    for k in rep:
+        if k not in _REPETITION_KEYS:
+            expected = "[" + ", ".join(f'"{x}"' for x in _REPETITION_KEYS) + "]"
+            raise _err(StoplineValueError, f"repetition has the unknown key {k!r}; expected {expected}",
+                       "repetition", "unknown_key")
+    out = {}
+    for k, default in zip(_REPETITION_KEYS, (None, 0, None)):
+        if k not in rep:
+            if default is None:
+                raise _err(StoplineValueError, f'repetition is missing the key "{k}"', "repetition", "missing_key")
+            out[k] = default
+            continue
+        name = f'repetition["{k}"]'
+        n = _i64(name, rep[k])
+        if n < 0:
+            raise _err(StoplineValueError, f"{name} must be >= 0, got {n}", name, "below")
+        out[k] = n
+    return out
+
+
 _SCOPES = ("content", "reasoning", "any")
 _UNSET = 1 << 62
 
@@ -554,8 +590,8 @@ class StopParams:
     """Per-request stop parameters, validated at construction."""
 
     max_tokens: int | None = None
-    min_tokens: int = 0
-    prompt_len: int = 0
+    min_tokens: int = 0  # None also reads as 0, as the core
+    prompt_len: int = 0  # None also reads as 0
     max_model_len: int | None = None
     eos_token_ids: Sequence[int] = ()
     ignore_eos: bool = False
@@ -577,8 +613,8 @@ class StopParams:
     stop_regex_scopes: str | Sequence[str] | None = None
     stop_token_id_scopes: str | Sequence[str] | None = None
     token_aligned: bool = False
-    tool_call_markers: Sequence[tuple[str, str]] | None = ()
-    tool_call_marker_ids: Sequence[tuple[int, int]] | None = ()
+    tool_call_markers: Sequence[tuple[str, str]] | None = None
+    tool_call_marker_ids: Sequence[tuple[int, int]] | None = None
 
     @property
     def spans(self) -> tuple[tuple[tuple[str | None, int | None], tuple[str | None, int | None]], ...]:
@@ -594,10 +630,6 @@ class StopParams:
 
     def _check_spans(self) -> None:
         """Tool-call span pairs (semantics.md 11.10), as the core checks them."""
-        texts, ids = self.tool_call_markers, self.tool_call_marker_ids
-        if texts and ids and len(texts) != len(ids):
-            raise _err(StoplineValueError, f"tool_call_marker_ids has {len(ids)} pairs for {len(texts)} pairs of tool_call_markers",
-                       "tool_call_marker_ids", "count")
 
         def bad(field: str, i: int, side: int, shown: str, what: str, kind: str) -> StoplineValueError:
             return _err(StoplineValueError, f"{field}[{i}][{side}]={shown} {what}", f"{field}[{i}][{side}]", kind)
@@ -637,10 +669,6 @@ class StopParams:
                     if d in lst:
                         k = lst.index(d)
                         raise _err(StoplineValueError, f"{lst_name}[{k}]={d} overlaps tool_call_marker_ids", f"{lst_name}[{k}]", "overlaps")
-        for i, pair in enumerate(spans):
-            for side, (_, d) in enumerate(pair):
-                if d is not None and self.vocab_size is not None and d >= self.vocab_size:
-                    raise bad("tool_call_marker_ids", i, side, str(d), f"is outside [0, vocab_size={self.vocab_size})", "id_outside")
 
     def _has_spans(self) -> bool:
         return bool(self.tool_call_markers or self.tool_call_marker_ids)
@@ -674,13 +702,7 @@ class StopParams:
         if not self._given() and not self._has_spans():
             return
         # What the core's binding reads before the core checks them together.
-        if self.reasoning_starts_in not in (None, "reasoning", "content"):
-            raise _err(
-                StoplineValueError,
-                f"reasoning_starts_in={self.reasoning_starts_in!r} is not one of 'reasoning' or 'content'",
-                "reasoning_starts_in", "not_one_of",
-            )
-        _id_list("reasoning_end_ids", self.reasoning_end_ids, None)
+        _id_list("reasoning_end_ids", self.reasoning_end_ids)
         read = [_scope_list(name, getattr(self, name), n, count=False) for name, n in self._scoped()]
         if not self.has_reasoning:
             return
@@ -703,7 +725,7 @@ class StopParams:
                 f"reasoning_end_id={self.reasoning_end_id} overlaps reasoning_start_id",
                 "reasoning_end_id", "overlaps",
             )
-        end_ids = _id_list("reasoning_end_ids", self.reasoning_end_ids, self.vocab_size)
+        end_ids = _id_list("reasoning_end_ids", self.reasoning_end_ids)
         if not end_ids and self.reasoning_end_id is not None:
             end_ids = (self.reasoning_end_id,)
         if self.max_reasoning_tokens is not None and not end_ids:
@@ -714,10 +736,6 @@ class StopParams:
             )
         put("reasoning_end_ids", end_ids)
         self._check_spans()
-        for name in ("reasoning_start_id", "reasoning_end_id"):
-            v = getattr(self, name)
-            if v is not None and self.vocab_size is not None and v >= self.vocab_size:
-                raise _err(StoplineValueError, f"{name}={v} is outside [0, vocab_size={self.vocab_size})", name, "id_outside")
         for i, st in enumerate(self.stop):
             for name in ("reasoning_start", "reasoning_end"):
                 m = getattr(self, name)
@@ -740,15 +758,19 @@ class StopParams:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
+        # In the core's order (its binding reads each argument, then
+        # `StopParams::validate` checks them together), so that with several
+        # bad fields both report the same one first.
+        for name in ("ignore_eos", "include_stop_str_in_output", "keep_reasoning_markers", "token_aligned"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise _err(StoplineTypeError, f"{name} must be bool, got {type(v).__name__} ({v!r})", name, "wrong_type")
+
         vocab = self.vocab_size
         if vocab is not None:
             vocab = _i64("vocab_size", vocab)
             if vocab < 1:
                 raise _err(StoplineValueError, f"vocab_size must be >= 1, got {vocab}", "vocab_size", "below")
-            if vocab > 2**32 - 1:  # token ids are u32
-                raise _err(StoplineValueError, f"vocab_size={vocab} is more than the supported {2**32 - 1}",
-                           "vocab_size", "unsupported")
-        put("vocab_size", vocab)
 
         mt = self.max_tokens
         if mt is not None:
@@ -757,14 +779,13 @@ class StopParams:
                 raise _err(StoplineValueError, f"max_tokens must be >= 1, got {mt}", "max_tokens", "below")
         put("max_tokens", mt)
 
-        mn = _i64("min_tokens", self.min_tokens)
+        # None is the default, as the core's `Option` (the stub: `int | None`).
+        mn = 0 if self.min_tokens is None else _i64("min_tokens", self.min_tokens)
         if mn < 0:
             raise _err(StoplineValueError, f"min_tokens must be >= 0, got {mn}", "min_tokens", "below")
-        if mt is not None and mn > mt:
-            raise _err(StoplineValueError, f"min_tokens={mn} is greater than max_tokens={mt}", "min_tokens", "greater")
         put("min_tokens", mn)
 
-        pl = _i64("prompt_len", self.prompt_len)
+        pl = 0 if self.prompt_len is None else _i64("prompt_len", self.prompt_len)
         if pl < 0:
             raise _err(StoplineValueError, f"prompt_len must be >= 0, got {pl}", "prompt_len", "below")
         put("prompt_len", pl)
@@ -773,51 +794,18 @@ class StopParams:
             mml = _i64("max_model_len", mml)
             if mml < 1:
                 raise _err(StoplineValueError, f"max_model_len must be >= 1, got {mml}", "max_model_len", "below")
-            if pl >= mml:
-                raise _err(StoplineValueError, f"prompt_len={pl} leaves no room for output (max_model_len={mml})", "prompt_len", "no_room")
         put("max_model_len", mml)
 
-        for name in ("ignore_eos", "include_stop_str_in_output", "keep_reasoning_markers", "token_aligned"):
-            v = getattr(self, name)
-            if not isinstance(v, bool):
-                raise _err(StoplineTypeError, f"{name} must be bool, got {type(v).__name__} ({v!r})", name, "wrong_type")
-
-        put("eos_token_ids", _id_list("eos_token_ids", self.eos_token_ids, vocab))
-        put("stop_token_ids", _id_list("stop_token_ids", self.stop_token_ids, vocab))
+        put("eos_token_ids", _id_list("eos_token_ids", self.eos_token_ids))
+        put("stop_token_ids", _id_list("stop_token_ids", self.stop_token_ids))
         put("stop", () if self.stop is None else _validate_stops(self.stop))
         put("stop_regex", () if self.stop_regex is None else _validate_regexes(self.stop_regex))
+        if vocab is not None and vocab > 2**32 - 1:  # token ids are u32
+            raise _err(StoplineValueError, f"vocab_size={vocab} is more than the supported {2**32 - 1}",
+                       "vocab_size", "unsupported")
+        put("vocab_size", vocab)
+        put("repetition", _repetition(self.repetition))
 
-        rep = self.repetition
-        if rep is not None:
-            if not isinstance(rep, Mapping):
-                raise _err(StoplineTypeError, f"repetition must be a mapping, got {type(rep).__name__}", "repetition", "wrong_type")
-            unknown = sorted(set(rep) - set(_REPETITION_KEYS), key=str)
-            if unknown:
-                raise _err(StoplineValueError,
-                           f"repetition has unknown keys {unknown}; expected {list(_REPETITION_KEYS)}",
-                           "repetition", "unknown_key")
-            for k in ("max_pattern_size", "min_count"):
-                if k not in rep:
-                    raise _err(StoplineValueError, f"repetition needs {k!r}", "repetition", "missing_key")
-            mx = _param_int("repetition.max_pattern_size", rep["max_pattern_size"])
-            mnp = _param_int("repetition.min_pattern_size", rep.get("min_pattern_size", 0))
-            cnt = _param_int("repetition.min_count", rep["min_count"])
-            if mx < 1:
-                raise _err(StoplineValueError,
-                           f"repetition.max_pattern_size must be >= 1, got {mx}",
-                           "repetition.max_pattern_size", "below")
-            if mnp < 0:
-                raise _err(StoplineValueError,
-                           f"repetition.min_pattern_size must be >= 0, got {mnp}",
-                           "repetition.min_pattern_size", "below")
-            if mnp > mx:
-                raise _err(StoplineValueError,
-                           f"repetition.min_pattern_size={mnp} is greater than max_pattern_size={mx}",
-                           "repetition.min_pattern_size", "greater")
-            if cnt < 2:
-                raise _err(StoplineValueError, f"repetition.min_count must be >= 2, got {cnt}", "repetition.min_count", "below")
-            rep = {"max_pattern_size": mx, "min_pattern_size": mnp, "min_count": cnt}
-        put("repetition", rep)
         # The fields the core reads before it checks them together (its
         # classes, fields and kinds, docs/errors.md).
         for name in ("reasoning_start", "reasoning_end"):
@@ -827,8 +815,15 @@ class StopParams:
         if sin is not None and not isinstance(sin, str):
             raise _err(StoplineTypeError, f"reasoning_starts_in must be str, got {type(sin).__name__}",
                        "reasoning_starts_in", "wrong_type")
-        put("tool_call_markers", _pairs("tool_call_markers", self.tool_call_markers, _text))
-        put("tool_call_marker_ids", _pairs("tool_call_marker_ids", self.tool_call_marker_ids, _token_id))
+        texts, ids = _pairs("tool_call_markers", self.tool_call_markers), _pairs("tool_call_marker_ids", self.tool_call_marker_ids)
+        if texts is not None and ids is not None and len(texts) != len(ids):
+            raise _err(StoplineValueError, f"tool_call_marker_ids has {len(ids)} pairs for {len(texts)} pairs of tool_call_markers",
+                       "tool_call_marker_ids", "count")
+        put("tool_call_markers", _pair_sides("tool_call_markers", texts, _text))
+        put("tool_call_marker_ids", _pair_sides("tool_call_marker_ids", ids, _token_id))
+        if sin is not None and sin not in ("reasoning", "content"):
+            raise _err(StoplineValueError, f"reasoning_starts_in={sin!r} is not one of 'reasoning' or 'content'",
+                       "reasoning_starts_in", "not_one_of")
         for name in ("reasoning_start_id", "reasoning_end_id"):
             if getattr(self, name) is not None:
                 put(name, _token_id(name, getattr(self, name)))
@@ -841,6 +836,54 @@ class StopParams:
         self._check_reasoning(put)
         if not self.has_reasoning:
             self._check_spans()
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """What the core's ``StopParams::validate`` checks once every field
+        is read, in its order."""
+        mt, mn, pl, mml, vocab = self.max_tokens, self.min_tokens, self.prompt_len, self.max_model_len, self.vocab_size
+        if mt is not None and mn > mt:
+            raise _err(StoplineValueError, f"min_tokens={mn} is greater than max_tokens={mt}", "min_tokens", "greater")
+        if mml is not None and pl >= mml:
+            raise _err(StoplineValueError, f"prompt_len={pl} leaves no room under max_model_len={mml}",
+                       "prompt_len", "no_room")
+        if vocab is not None:
+            for name in ("eos_token_ids", "stop_token_ids"):
+                for i, t in enumerate(getattr(self, name)):
+                    if t >= vocab:
+                        raise _err(StoplineValueError, f"{name}[{i}]={t} is outside [0, vocab_size={vocab})",
+                                   f"{name}[{i}]", "id_outside")
+        rep = self.repetition
+        if rep is not None:
+            mx, mnp, cnt = rep["max_pattern_size"], rep["min_pattern_size"], rep["min_count"]
+            big, small, count = (f'repetition["{k}"]' for k in _REPETITION_KEYS)
+            if mx < 1:
+                raise _err(StoplineValueError, f"{big} must be >= 1, got {mx}", big, "below")
+            if mnp > mx:
+                raise _err(StoplineValueError, f"{small}={mnp} is greater than {big}={mx}", small, "greater")
+            if mx * cnt >= 2**64:  # the core's usize product
+                raise _err(StoplineValueError, f"{count}={cnt} times {big}={mx} overflows", count, "product_overflows")
+            if cnt < 2:
+                raise _err(StoplineValueError, f"{count} must be >= 2, got {cnt}", count, "below")
+        if vocab is not None and (self.has_reasoning or self._has_spans()):
+            self._check_marker_ids(vocab)
+
+    def _check_marker_ids(self, vocab: int) -> None:
+        """Marker ids under ``vocab_size``, last and in the core's order
+        (``ReasoningSpec::check_ids``)."""
+        for name in ("reasoning_start_id", "reasoning_end_id"):
+            v = getattr(self, name)
+            if v is not None and v >= vocab:
+                raise _err(StoplineValueError, f"{name}={v} is outside [0, vocab_size={vocab})", name, "id_outside")
+        for i, t in enumerate(getattr(self, "reasoning_end_ids", ()) or ()):
+            if t >= vocab:
+                raise _err(StoplineValueError, f"reasoning_end_ids[{i}]={t} is outside [0, vocab_size={vocab})",
+                           f"reasoning_end_ids[{i}]", "id_outside")
+        for i, pair in enumerate(self.spans):
+            for side, (_, d) in enumerate(pair):
+                if d is not None and d >= vocab:
+                    at = f"tool_call_marker_ids[{i}][{side}]"
+                    raise _err(StoplineValueError, f"{at}={d} is outside [0, vocab_size={vocab})", at, "id_outside")
 
 
 @dataclass(slots=True)
@@ -1260,7 +1303,7 @@ class FinishTracker:
             g = _index(g, f"{where}grammar_terminated_at")
             if not 0 <= g < len(run):
                 raise _err(StoplineValueError,
-                    f"{where}grammar_terminated_at={g} is outside the run of {len(run)} token(s)",
+                    f"{where}grammar_terminated_at={g} is outside the run of {len(run)} tokens",
                     "grammar_terminated_at", "outside_run")
         return run, texts, g
 

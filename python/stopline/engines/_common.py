@@ -9,10 +9,12 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias
+from types import MappingProxyType
+from typing import Any, NoReturn, Protocol, TypeAlias
 
 from stopline._caps import (
     field_type_error,
@@ -38,13 +40,15 @@ def texts(values: Any, field_name: str) -> list[str]:
     return str_items(values, field_name, "a sequence of str (one piece per token)", LIMITS["max_step_tokens"])
 
 
-def token_set(values: Any, field_name: str) -> list[int]:
+def id_list(values: Any, field_name: str) -> list[int]:
     """A request's EOS or stop ids (``None``: none; a set, list or any
-    iterable), at most ``LIMITS["max_stop_token_ids"]``, sorted without
-    duplicates."""
+    iterable), at most ``LIMITS["max_stop_token_ids"]``, in the caller's
+    order with any duplicate kept, so that the core's errors (an id out of
+    range, outside ``vocab_size``, equal to a marker id) index the caller's
+    list."""
     if values is None:
         return []
-    return sorted(set(int_items(values, field_name, LIMITS["max_stop_token_ids"])))
+    return int_items(values, field_name, LIMITS["max_stop_token_ids"])
 
 
 def stop_list(values: Any, field_name: str, cap_key: str = "max_stop_strings") -> list[str]:
@@ -88,6 +92,53 @@ class Replay:
     decided_before_new: bool
 
 
+def reraise_for_caller(
+    exc: Exception, names: Mapping[str, str], offset: int = 0, index: bool = False,
+    exact: Mapping[str, str] = MappingProxyType({}),
+) -> NoReturn:
+    """Raise a failed core call's error addressed to the caller's fields: the
+    core names the list it was given (``token_ids[1]``, ``texts[0]``), an
+    adapter the list its caller passed (``output_token_ids[7]`` when the
+    step began at ``offset=6``). ``names`` maps the core's list names to the
+    caller's; ``index``: the core was given one id, not a list, at
+    ``offset``; ``exact`` renames whole field names wherever the message
+    shows them (``repetition["min_count"]``). Same class, ``kind`` and
+    ``slot``; an error about another field is raised unchanged. Called from
+    an ``except`` only, so a good call pays nothing."""
+    where = getattr(exc, "field", None)
+    where = where if isinstance(where, str) else ""
+    message = str(exc)
+    core, bracket, rest = where.partition("[")
+    i, close, tail = rest.partition("]")
+    if not message.startswith(where) or not where:
+        raise exc
+    if where in exact:
+        field_name = exact[where]
+    elif core not in names or (bracket and not (close and i.isdigit())):
+        raise exc
+    elif bracket:
+        field_name = f"{names[core]}[{offset + int(i)}]{tail}"
+    else:
+        field_name = f"{names[core]}[{offset}]" if index else names[core]
+    body = message[len(where):]
+    for old, new in exact.items():
+        body = body.replace(old, new)
+    out: Any = type(exc)(field_name + body)
+    out.field, out.slot, out.kind = field_name, getattr(exc, "slot", None), getattr(exc, "kind", None)
+    raise out from None
+
+
+@contextmanager
+def caller_names(names: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, a core error about one of ``names``' lists is raised
+    under the caller's name (:func:`reraise_for_caller`). For set-up code: a
+    ``with`` costs about a microsecond, so per-step paths use ``try``."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        reraise_for_caller(exc, names)
+
+
 def split(count: int, new: int, field_name: str) -> int:
     """Index where the ``new`` last of ``count`` tokens start; ``new`` must be
     an int in ``[0, count]`` (errors name ``field_name``)."""
@@ -104,6 +155,7 @@ def replay(
     start: int,
     grammar_at_end: bool = False,
     feed: Callable[[FinishTracker, list[int], list[str] | None, int | None], Any] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Replay:
     """Feeds ``ids[:start]`` as one step and ``ids[start:]`` as the next
     (``feed(tracker, ids, texts, grammar_terminated_at)`` instead of
@@ -115,20 +167,30 @@ def replay(
     ``grammar_at_end``: the grammar ended at the last new token. ``params``
     may be a fresh tracker to use (one that read the prompt,
     :meth:`Reasoning.tracker`) instead of a plain one of those params.
+    ``names`` maps the core's ``token_ids`` / ``texts`` to the caller's
+    fields, so an error names the caller's list and index
+    (:func:`reraise_for_caller`).
     """
     tracker = params if isinstance(params, FinishTracker) else FinishTracker(params)
     before = ids[:start]
     new = ids[start:]
-    if before:
-        tracker.update(before, None if texts is None else texts[:start])
-    decided_before_new = tracker.finished
-    if new and not decided_before_new:
-        grammar = len(new) - 1 if grammar_at_end else None
-        new_texts = None if texts is None else list(texts[start:])
-        if feed is None:
-            tracker.update(new, new_texts, grammar)
-        else:
-            feed(tracker, list(new), new_texts, grammar)
+    offset = 0
+    try:
+        if before:
+            tracker.update(before, None if texts is None else texts[:start])
+        decided_before_new = tracker.finished
+        offset = start
+        if new and not decided_before_new:
+            grammar = len(new) - 1 if grammar_at_end else None
+            new_texts = None if texts is None else list(texts[start:])
+            if feed is None:
+                tracker.update(new, new_texts, grammar)
+            else:
+                feed(tracker, list(new), new_texts, grammar)
+    except (ValueError, TypeError) as exc:
+        if names is None:
+            raise
+        reraise_for_caller(exc, names, offset)
     return Replay(
         finished=tracker.finished,
         finish_reason=tracker.finish_reason,

@@ -33,18 +33,20 @@ from stopline._caps import field_type_error, field_value_error, flag, integer, o
 from stopline._core import FINISH_REASONS, FinishTracker, StopParams, Vocabulary
 
 from ._common import output_ids as read_ids
+from ._common import thinking_budget as thinking_budget_of
 from ._common import (
     FinishState,
     Reasoning,
     ReasoningArg,
+    caller_names,
+    id_list,
     reasoning_config,
     reasoning_from_markers,
     replay,
+    reraise_for_caller,
     split,
     stop_list,
     texts,
-    thinking_budget,
-    token_set,
     vocabulary_for,
 )
 
@@ -260,6 +262,10 @@ class SglangRequest:
         )
 
 
+# Where SGLang keeps the thinking budget (ReqFinish reads it there).
+_BUDGET = "custom_params['thinking_budget']"
+
+
 def finish_request(
     *,
     max_new_tokens: int,
@@ -276,6 +282,7 @@ def finish_request(
     starts_in: str | None = None,
     ids_only: bool = False,
     decode: bool | None = None,
+    budget_field: str = _BUDGET,
 ) -> SglangRequest:
     """Validates an SGLang request's finish parameters and builds its
     ``StopParams`` (the rules are listed in :func:`sglang_check_finished`).
@@ -307,36 +314,39 @@ def finish_request(
     min_new = integer(min_new_tokens, "min_new_tokens")
     if min_new < 0:
         raise field_value_error("min_new_tokens", f" must be >= 0, got {min_new}")
-    eos = token_set(eos_token_ids, "eos_token_ids")
-    stop_ids = token_set(stop_token_ids, "stop_token_ids")
-    stops = stop_list(stop_strs, "stop_strs")
-    regexes = stop_list(stop_regex_strs, "stop_regex_strs", "max_stop_regexes")
     if vocab_size is not None:
         vocab_size = integer(vocab_size, "vocab_size")
-    budget = _budget(thinking_budget)
+    eos = id_list(eos_token_ids, "eos_token_ids")
+    stop_ids = id_list(stop_token_ids, "stop_token_ids")
+    stops = stop_list(stop_strs, "stop_strs")
+    regexes = stop_list(stop_regex_strs, "stop_regex_strs", "max_stop_regexes")
+    budget = thinking_budget_of(thinking_budget, budget_field)
     extra: dict[str, Any] = {}
     if reasoning is not None:
         extra = reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=ids_only, starts_in=starts_in,
                                       decode=decode)
     elif budget is not None:
         raise field_value_error(
-            "custom_params['thinking_budget']",
+            budget_field,
             f"={budget} needs reasoning markers (SGLang's --reasoning-parser; reasoning=)",
         )
     params = None
     if max_new > 0:
-        params = StopParams(
-            max_tokens=max_new,
-            min_tokens=min(min_new, max_new),
-            eos_token_ids=eos,
-            ignore_eos=ignore_eos,
-            stop_token_ids=stop_ids,
-            stop=stops or None,
-            stop_regex=regexes or None,
-            include_stop_str_in_output=no_stop_trim,
-            vocab_size=vocab_size,
-            **extra,
-        )
+        try:
+            params = StopParams(
+                max_tokens=max_new,
+                min_tokens=min(min_new, max_new),
+                eos_token_ids=eos,
+                ignore_eos=ignore_eos,
+                stop_token_ids=stop_ids,
+                stop=stops or None,
+                stop_regex=regexes or None,
+                include_stop_str_in_output=no_stop_trim,
+                vocab_size=vocab_size,
+                **extra,
+            )
+        except (ValueError, TypeError) as exc:
+            reraise_for_caller(exc, _SGLANG_NAMES)
     return SglangRequest(
         params=params,
         max_new_tokens=max_new,
@@ -346,8 +356,12 @@ def finish_request(
     )
 
 
-def _budget(value: Any) -> int | None:
-    return thinking_budget(value, "custom_params['thinking_budget']")
+# The core's prompt list as SGLang's helpers name it.
+_PROMPT_IDS = {"prompt_token_ids": "prompt_ids"}
+
+# The core's StopParams fields as SGLang's SamplingParams names them.
+_SGLANG_NAMES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "stop": "stop_strs",
+                 "stop_regex": "stop_regex_strs", "include_stop_str_in_output": "no_stop_trim"}
 
 
 def sglang_reasoning(reasoning_parser: str, tokenizer: Any, **options: Any) -> Reasoning:
@@ -510,16 +524,19 @@ def sglang_check_finished(
     """
     ids = read_ids(output_ids, "output_ids")
     start = split(len(ids), new_accepted_len, "new_accepted_len")
+    grammar_at_end = flag(grammar_terminated, "grammar_terminated")
     reasoning = reasoning_config(reasoning)
     # Without texts the reasoning's vocabulary decodes the ids and reads the
     # prompt; with texts the prompt only says where the output starts.
     fed_texts = output_texts is not None
     starts_in, decode = None, False
     if reasoning is not None:
-        if fed_texts:
-            starts_in = reasoning.prompt_channel(prompt_ids)
-        else:
-            starts_in, decode = reasoning.ids_check(prompt_ids, count_prompt=_budget(thinking_budget) is not None)
+        with caller_names(_PROMPT_IDS):
+            if fed_texts:
+                starts_in = reasoning.prompt_channel(prompt_ids)
+            else:
+                budget = thinking_budget_of(thinking_budget, "thinking_budget")
+                starts_in, decode = reasoning.ids_check(prompt_ids, count_prompt=budget is not None)
     request = finish_request(
         max_new_tokens=max_new_tokens,
         min_new_tokens=min_new_tokens,
@@ -535,12 +552,17 @@ def sglang_check_finished(
         starts_in=starts_in,
         ids_only=not fed_texts,
         decode=decode,
+        budget_field="thinking_budget",
     )
     pieces = _pieces(output_texts, len(ids), "output_texts", "output ids", required=request.has_text_stops)
     if request.params is None:
         return request.result(None, decided_before_new=start > 0)
-    source = reasoning.tracker(request.params, prompt_ids) if reasoning is not None and decode else request.params
-    r = replay(source, request.engine_ids(ids), pieces, start, grammar_at_end=grammar_terminated)
+    source: StopParams | FinishTracker = request.params
+    if reasoning is not None and decode:
+        with caller_names(_PROMPT_IDS):
+            source = reasoning.tracker(request.params, prompt_ids)
+    r = replay(source, request.engine_ids(ids), pieces, start, grammar_at_end=grammar_at_end,
+               names={"token_ids": "output_ids", "texts": "output_texts"})
     return request.result(r, r.decided_before_new)
 
 
@@ -621,7 +643,8 @@ class ReqFinish:
         core_decodes = vocabulary is not None and v is not None and v <= vocabulary.vocab_size
         # A tracker that decodes reads the prompt itself (and counts its
         # thinking for the budget); one fed texts is told where output starts.
-        starts_in = None if reasoning is None or core_decodes else reasoning.prompt_channel(prompt)
+        with caller_names(_PROMPT_IDS):
+            starts_in = None if reasoning is None or core_decodes else reasoning.prompt_channel(prompt)
         self._request = request = finish_request(
             **request_fields(sampling_params), eos_token_ids=eos_token_ids, vocab_size=v,
             reasoning=reasoning, starts_in=starts_in,
@@ -650,10 +673,13 @@ class ReqFinish:
             if core_decodes:
                 self._mode = "ids"
                 if params is not None:
-                    self._tracker = FinishTracker(params, vocabulary, prompt_token_ids=prompt, skip_special_tokens=False)
+                    with caller_names(_PROMPT_IDS):
+                        self._tracker = FinishTracker(params, vocabulary, prompt_token_ids=prompt,
+                                                      skip_special_tokens=False)
                 return
             self._mode = "decoder"
-            self._decoder = vocabulary.decoder_for(prompt, skip_special_tokens=False)
+            with caller_names(_PROMPT_IDS):
+                self._decoder = vocabulary.decoder_for(prompt, skip_special_tokens=False)
         elif self._decoder is not None:
             self._mode = "stream"
             self._decoded_ids = request.vocab_size if request.vocab_size is not None else 2**32
@@ -708,13 +734,16 @@ class ReqFinish:
             decided_before = self._fed > 0 if tracker is None else True
             self._fed += len(ids)
             return request.result(tracker, decided_before)
-        if mode == "ids":
-            r = tracker.update(ids)
-        elif mode == "texts":
-            # The core checks the pieces (str, one per id, required with stop strings or regexes).
-            r = tracker.update(ids, texts)
-        else:
-            r = tracker.update(ids, [self._piece(i) for i in ids])
+        try:
+            if mode == "ids":
+                r = tracker.update(ids)
+            elif mode == "texts":
+                # The core checks the pieces (str, one per id, required with stop strings or regexes).
+                r = tracker.update(ids, texts)
+            else:
+                r = tracker.update(ids, [self._piece(i) for i in ids])
+        except (ValueError, TypeError) as exc:
+            reraise_for_caller(exc, {"token_ids": "new_accepted_ids"})
         self._fed += len(ids)
         if not r.finished:
             return _RUNNING

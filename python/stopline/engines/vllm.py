@@ -31,21 +31,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stopline._caps import field_type_error, field_value_error, flag, integer, one_of, shown
+from stopline._caps import field_type_error, field_value_error, flag, integer, one_of, shown, token_id
 from stopline._core import FinishTracker, StepResult, StopParams
 
 from ._common import (
     FinishState,
     Reasoning,
     ReasoningArg,
+    id_list,
     output_ids,
     reasoning_config,
     reasoning_from_markers,
     replay,
+    reraise_for_caller,
     split,
     stop_list,
     thinking_budget,
-    token_set,
     vocabulary_for,
 )
 from ._common import texts as read_texts
@@ -219,6 +220,14 @@ def vllm_reasoning(
 # ------------------------------------------------------- parameter mapping --
 
 
+# Core field names as vLLM's request spells them: the repetition values, and
+# the one EOS id (the core's list of one).
+_SCHEDULER_NAMES = {
+    "eos_token_ids[0]": "eos_token_id",
+    **{f'repetition["{k}"]': f"repetition_detection.{k}" for k in ("max_pattern_size", "min_pattern_size", "min_count")},
+}
+
+
 def repetition_params(value: Any) -> dict[str, int] | None:
     """vLLM's ``RepetitionDetectionParams`` (object or mapping) as
     ``StopParams(repetition=...)``.
@@ -284,8 +293,8 @@ def scheduler_params(
         raise field_value_error(
             "thinking_token_budget", f"={budget} needs reasoning markers (vLLM's --reasoning-parser; reasoning=)"
         )
-    stop_ids = token_set(stop_token_ids, "stop_token_ids")
-    eos_ids = [] if eos_token_id is None else [integer(eos_token_id, "eos_token_id")]
+    stop_ids = id_list(stop_token_ids, "stop_token_ids")
+    eos_ids = [] if eos_token_id is None else [token_id(eos_token_id, "eos_token_id")]
     min_tokens = integer(min_tokens, "min_tokens")
     if max_tokens is not None:
         max_tokens = integer(max_tokens, "max_tokens")
@@ -293,7 +302,7 @@ def scheduler_params(
         # cap fires first, so lowering min_tokens changes no decision.
         min_tokens = min(min_tokens, max_tokens)
     if all_stop_token_ids is not None:
-        declared = set(token_set(all_stop_token_ids, "all_stop_token_ids"))
+        declared = set(id_list(all_stop_token_ids, "all_stop_token_ids"))
         needed = set(stop_ids) | (set() if ignore_eos else set(eos_ids))
         missing = sorted(needed - declared)
         if missing:
@@ -302,18 +311,21 @@ def scheduler_params(
                 f" lacks {missing[:8]}{' ...' if len(missing) > 8 else ''}; vLLM builds it from "
                 "eos_token_id and stop_token_ids, so the params are inconsistent",
             )
-    return StopParams(
-        max_tokens=max_tokens,
-        min_tokens=min_tokens,
-        prompt_len=num_prompt_tokens,
-        max_model_len=max_model_len,
-        eos_token_ids=eos_ids,
-        ignore_eos=ignore_eos,
-        stop_token_ids=stop_ids,
-        repetition=repetition_params(repetition_detection),
-        **(reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in, decode=decode)
-           if reasoning else {}),
-    )
+    try:
+        return StopParams(
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
+            prompt_len=num_prompt_tokens,
+            max_model_len=max_model_len,
+            eos_token_ids=eos_ids,
+            ignore_eos=ignore_eos,
+            stop_token_ids=stop_ids,
+            repetition=repetition_params(repetition_detection),
+            **(reasoning.stop_kwargs(max_reasoning_tokens=budget, ids_only=True, starts_in=starts_in, decode=decode)
+               if reasoning else {}),
+        )
+    except (ValueError, TypeError) as exc:
+        reraise_for_caller(exc, {"prompt_len": "num_prompt_tokens"}, exact=_SCHEDULER_NAMES)
 
 
 def scheduler_tracker(
@@ -345,6 +357,11 @@ def scheduler_tracker(
 # stop-string prefix, as vLLM's detokenizer does.
 _PLAIN_ID = 0
 _TERMINATOR_ID = 2**32 - 1
+_OUTPUT_IDS = {"token_ids": "output_token_ids"}  # the core's step list, as RequestStop's caller names it
+_NEW_TEXTS = {"texts": "new_texts"}  # DetokenizerStop.update's pieces
+# The detokenizer helpers name their lists as the core does; mapping them to
+# themselves only moves an error's index by where the core's list began.
+_SAME_NAMES = {"token_ids": "token_ids", "texts": "texts"}
 
 
 def detokenizer_params(
@@ -413,10 +430,13 @@ def _feed_detokenizer(
     out = [tracker.update(ids[:-1], list(pieces[:-1]))] if len(ids) > 1 else []
     if tracker.finished:
         return out
-    if not tracker.in_tool_call:
-        out.append(tracker.update(ids[-1:], list(pieces[-1:])))
-        return out
-    out.append(tracker.update([real_last], [pieces[-1] if params.include_stop_str_in_output else ""]))
+    try:  # the last token alone: its errors are addressed at its place in the step
+        if not tracker.in_tool_call:
+            out.append(tracker.update(ids[-1:], list(pieces[-1:])))
+            return out
+        out.append(tracker.update([real_last], [pieces[-1] if params.include_stop_str_in_output else ""]))
+    except (ValueError, TypeError) as exc:
+        reraise_for_caller(exc, _SAME_NAMES, len(ids) - 1)
     if not tracker.finished:
         out.append(tracker.abort())
     return out
@@ -442,6 +462,8 @@ def _detokenizer_ids(count: int, stop_terminated: bool, token_ids: Any, needs_id
             )
     real_last = ids[-1] if ids else _PLAIN_ID
     if stop_terminated and ids:
+        if token_ids is not None:  # replaced below, so the core never sees it
+            token_id(real_last, f"token_ids[{count - 1}]")
         ids[-1] = _TERMINATOR_ID
     return ids, real_last
 
@@ -642,7 +664,7 @@ def vllm_check_stop(
         thinking_token_budget=thinking_token_budget,
     )
     tracker = scheduler_tracker(fields, max_model_len, reasoning_config(reasoning), prompt_token_ids)
-    r = replay(tracker, ids, None, start)
+    r = replay(tracker, ids, None, start, names=_OUTPUT_IDS)
     return _stop_result(r, ids[start:r.num_tokens] if r.num_tokens > start else (), r.decided_before_new)
 
 
@@ -758,7 +780,10 @@ class RequestStop:
         """
         if isinstance(output_token_ids, dict):  # indexed below: a dict's values would be read by key
             raise field_type_error("output_token_ids", "a sequence of ints", output_token_ids)
-        n = len(output_token_ids)
+        try:
+            n = len(output_token_ids)
+        except TypeError:
+            raise field_type_error("output_token_ids", "a sequence of ints", output_token_ids) from None
         seen = self._seen
         self._decided_before = done = self._done
         if done:
@@ -774,10 +799,16 @@ class RequestStop:
         self._fed_before = seen
         if n == seen:
             return False
-        if n == seen + 1:  # plain decoding: one token, passed as an int
-            r = self._tracker.update(output_token_ids[seen])
-        else:
-            r = self._tracker.update(output_ids(output_token_ids[seen:n], "output_token_ids"))
+        try:
+            if n == seen + 1:  # plain decoding: one token, passed as an int
+                tid = output_token_ids[seen]
+                # Anything but an int goes through the list reader: the core
+                # would take a list or bytes in its place for several ids.
+                r = self._tracker.update(tid if type(tid) is int else output_ids([tid], "token_ids"))
+            else:
+                r = self._tracker.update(output_ids(output_token_ids[seen:n], "token_ids"))
+        except (ValueError, TypeError) as exc:
+            reraise_for_caller(exc, _OUTPUT_IDS, seen, index=n == seen + 1)
         self._seen = n
         self._done = done = r.finished
         return done
@@ -884,12 +915,13 @@ def vllm_detokenizer_stop(
         stop=stop, include_stop_str_in_output=include_stop_str_in_output, min_tokens=min_tokens,
         reasoning=reasoning, starts_in=starts_in,
     )
-    ids, real_last = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, _needs_ids(params))
+    terminated = flag(stop_terminated, "stop_terminated")
+    ids, real_last = _detokenizer_ids(len(pieces), terminated, token_ids, _needs_ids(params))
 
     def feed(tracker: FinishTracker, new: list[int], new_texts: list[str] | None, grammar: int | None) -> None:
-        _feed_detokenizer(tracker, params, new, new_texts or [], bool(stop_terminated), real_last)
+        _feed_detokenizer(tracker, params, new, new_texts or [], terminated, real_last)
 
-    r = replay(params, ids, pieces, start, feed=feed)
+    r = replay(params, ids, pieces, start, feed=feed, names=_SAME_NAMES)
     return VllmStopStringResult(
         stop_string=r.stop_reason if isinstance(r.stop_reason, str) else None,
         output_text=r.text,
@@ -980,12 +1012,17 @@ class DetokenizerStop:
         pieces = read_texts(new_texts, "new_texts")
         if not pieces:
             return None
-        if len(pieces) == 1 and token_ids is None and not self._needs_ids and not self._spans:
-            # plain decoding, passed as an int
-            results = [self._tracker.update(_TERMINATOR_ID if stop_terminated else _PLAIN_ID, pieces)]
-        else:
-            ids, real_last = _detokenizer_ids(len(pieces), bool(stop_terminated), token_ids, self._needs_ids)
-            results = _feed_detokenizer(self._tracker, self._params, ids, pieces, bool(stop_terminated), real_last)
+        if type(stop_terminated) is not bool:  # None is False; "no" is not (bool() said True)
+            stop_terminated = flag(stop_terminated, "stop_terminated")
+        try:
+            if len(pieces) == 1 and token_ids is None and not self._needs_ids and not self._spans:
+                # plain decoding, passed as an int
+                results = [self._tracker.update(_TERMINATOR_ID if stop_terminated else _PLAIN_ID, pieces)]
+            else:
+                ids, real_last = _detokenizer_ids(len(pieces), stop_terminated, token_ids, self._needs_ids)
+                results = _feed_detokenizer(self._tracker, self._params, ids, pieces, stop_terminated, real_last)
+        except (ValueError, TypeError) as exc:
+            reraise_for_caller(exc, _NEW_TEXTS)
         for r in results:
             if r.text_delta:
                 self._released.append(r.text_delta)
