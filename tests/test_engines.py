@@ -412,6 +412,17 @@ def test_request_stop_refuses_a_list_in_place_of_the_one_new_id(one):
     assert r.tracker.token_ids == [5] and r.feed([5, 7]) is False
 
 
+def test_request_stop_caps_the_ids_new_in_one_call():
+    cap = stopline.LIMITS["max_step_tokens"]
+    r = _request_stop()
+    r.feed([5])
+    with pytest.raises(ValueError) as info:
+        r.feed([5] * (cap + 2))
+    assert (info.value.field, info.value.kind) == ("output_token_ids", "too_many")
+    assert str(info.value) == f"output_token_ids grew by {cap + 1} ids in one call; at most {cap} are accepted"
+    assert r.tracker.token_ids == [5]
+
+
 def test_a_refused_step_feeds_nothing():
     r = _request_stop()
     r.feed([5, 6])

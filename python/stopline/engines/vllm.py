@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stopline._caps import field_type_error, field_value_error, flag, integer, one_of, shown, token_id
-from stopline._core import FinishTracker, StepResult, StopParams
+from stopline._core import LIMITS, FinishTracker, StepResult, StopParams
 
 from ._common import (
     FinishState,
@@ -771,8 +771,9 @@ class RequestStop:
         those seen by earlier calls; True once the request has finished.
 
         Raises:
-            TypeError / ValueError: an id that is not an int or is negative;
-                more new ids than ``LIMITS["max_step_tokens"]``; fewer ids
+            TypeError / ValueError: an id that is not an int or not in
+                ``[0, 2**32)`` (named ``output_token_ids[i]``, its index in
+                the list); more new ids than ``LIMITS["max_step_tokens"]``; fewer ids
                 than earlier calls fed (vLLM only appends to a running
                 request's output; a streaming-input session's update clears
                 it, moving it into the prompt: build a new RequestStop then.
@@ -808,6 +809,11 @@ class RequestStop:
             else:
                 r = self._tracker.update(output_ids(output_token_ids[seen:n], "token_ids"))
         except (ValueError, TypeError) as exc:
+            if getattr(exc, "kind", None) == "too_many":  # the cap is on the ids new since the last call
+                cap = LIMITS["max_step_tokens"]
+                raise field_value_error(
+                    "output_token_ids", f" grew by {n - seen} ids in one call; at most {cap} are accepted", "too_many"
+                ) from None
             reraise_for_caller(exc, _OUTPUT_IDS, seen, index=n == seen + 1)
         self._seen = n
         self._done = done = r.finished
