@@ -875,7 +875,7 @@ class StopParams:
             v = getattr(self, name)
             if v is not None and v >= vocab:
                 raise _err(StoplineValueError, f"{name}={v} is outside [0, vocab_size={vocab})", name, "id_outside")
-        for i, t in enumerate(getattr(self, "reasoning_end_ids", ()) or ()):
+        for i, t in enumerate(self.reasoning_end_ids or ()):
             if t >= vocab:
                 raise _err(StoplineValueError, f"reasoning_end_ids[{i}]={t} is outside [0, vocab_size={vocab})",
                            f"reasoning_end_ids[{i}]", "id_outside")

@@ -155,7 +155,8 @@ def replay(
     start: int,
     grammar_at_end: bool = False,
     feed: Callable[[FinishTracker, list[int], list[str] | None, int | None], Any] | None = None,
-    names: Mapping[str, str] | None = None,
+    *,
+    names: Mapping[str, str],
 ) -> Replay:
     """Feeds ``ids[:start]`` as one step and ``ids[start:]`` as the next
     (``feed(tracker, ids, texts, grammar_terminated_at)`` instead of
@@ -188,8 +189,6 @@ def replay(
             else:
                 feed(tracker, list(new), new_texts, grammar)
     except (ValueError, TypeError) as exc:
-        if names is None:
-            raise
         reraise_for_caller(exc, names, offset)
     return Replay(
         finished=tracker.finished,
