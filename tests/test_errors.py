@@ -167,6 +167,12 @@ def _frozen() -> Any:
     return c
 
 
+def _frozen_unforced() -> Any:
+    c = LC()(4, 100, reserve={"forced_token": False})
+    c.freeze()
+    return c
+
+
 def logits(rows: int = 2, vocab: int = 100, **kw: Any) -> Any:
     import torch
 
@@ -885,6 +891,9 @@ ROWS: list[Row] = [
     Row("compat.sglang_check_finished", "grammar_terminated is a str",
         lambda: compat.sglang_check_finished([1], max_new_tokens=4, grammar_terminated="no"), TypeError,
         "grammar_terminated must be a bool, got str"),
+    Row("LogitsConstraints.force", "frozen, and reserved without forced tokens",
+        lambda: _frozen_unforced().force(1, 5), RuntimeError,
+        "slot 1 cannot be forced while the tables are frozen"),
 ]
 
 _TORCH_ENTRIES = ("LogitsConstraints",)

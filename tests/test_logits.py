@@ -960,6 +960,47 @@ def test_triton_path_does_not_sync_the_host():
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_graph_without_the_forced_read_replays_as_eager():
+    """reserve={"forced_token": False}: a graph captured with no slot forced leaves out the
+    forced-id read; its replays equal eager applies, split rows and bitmask included, and a
+    force() while frozen is refused (the graph could not serve it)."""
+    V = 65536
+    cons = LogitsConstraints(4, V, "cuda", reserve={"forced_token": False, "stop_token_ids": 4})
+    cons.set(0, min_tokens=3, stop_token_ids=[1, 2])
+    base = torch.randn(4, V, device="cuda")
+    base[2, : V // 2] = float("-inf")
+    work = base.clone()
+    slots = torch.arange(4, device="cuda")
+    pos = torch.zeros(4, dtype=torch.int64, device="cuda")
+    rng = random.Random(23)
+    sets = [set(rng.sample(range(V), 655)) for _ in range(3)] + [set()]  # row 3: an empty grammar row
+    bitmask = pack(sets, V).to("cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        cons.apply(work, slots, pos, bitmask=bitmask)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        infeasible = cons.apply(work, slots, pos, bitmask=bitmask)
+    with pytest.raises(RuntimeError, match="cannot be forced while the tables are frozen"):
+        cons.force(1, 77)
+    cons.set(1, min_tokens=1, stop_token_ids=[5])
+    work.copy_(base)
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = base.clone()
+    eager_inf = cons.apply(eager, slots, pos, bitmask=bitmask)
+    ref = base.clone()
+    ref_inf = cons.apply(ref, slots, pos, bitmask=bitmask, backend="torch")
+    assert_bit_identical(work, eager)
+    assert_bit_identical(work, ref)
+    assert torch.equal(infeasible, eager_inf) and torch.equal(infeasible, ref_inf)
+    assert infeasible.tolist() == [False, False, False, True]
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_cuda_graph_replays_requests_set_after_capture():
     """A graph of apply() captured on a reserved state keeps serving requests set after the
     capture that are wider than any before it (tables fit the reserve, never reallocated), and a

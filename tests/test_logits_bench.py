@@ -122,6 +122,53 @@ def test_floor_split_kernel_writes_the_flags_once_per_row_and_resets_its_words(c
         assert flags.tolist() == [False, True, False, True] and scratch.tolist() == [0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_attribution_floors_write_the_same_flags(chunks):
+    """The attribution's floors (no arrival, every program storing, an add nobody waits
+    for, an acquire-release arrival) write the flags the plain floor writes; the
+    arrival leaves its words at zero, the unawaited add counts every program."""
+    from stopline.tools.bench.floor_kernel import arrival_to_flag, grid_flag
+
+    dev = "cuda" if CUDA else "cpu"
+    slots = torch.tensor([0, 7, 2, -3], device=dev)
+    zeroed = torch.zeros(4, dtype=torch.int64, device=dev)
+    growing = torch.zeros(4, dtype=torch.int64, device=dev)
+    for kw in ({}, {"all_store": True}, {"add": True}, {"acq_rel": True}):
+        flags = torch.ones(4, dtype=torch.bool, device=dev)
+        if "acq_rel" in kw:
+            arrival_to_flag(slots, flags, zeroed, chunks, acq_rel=True)
+        else:
+            grid_flag(slots, flags, growing, chunks, **kw)
+        assert flags.tolist() == [False, True, False, True], kw
+    assert zeroed.tolist() == [0] * 4 and growing.tolist() == [chunks] * 4
+
+
+def test_attribution_states_each_hold_one_kind_of_the_all_constraints():
+    """Each variant state applies one kind of the 'all' scenario's constraints, and the
+    Triton kernel agrees with the torch reference on it."""
+    from stopline.tools.bench import logits_attribution as attribution
+
+    case = suite.Case(4, 160, "float32", 0.5, device="cuda" if CUDA else "cpu", backend="triton")
+    states = attribution.variant_states(case)
+    assert list(states) == list(attribution.VARIANTS)
+    changed = {}
+    plain = case.base.clone()
+    case.plain.apply(plain, case.slots, case.pos, bitmask=case.bitmask, backend="torch")
+    for name, cons in states.items():
+        a, b = case.base.clone(), case.base.clone()
+        ia = cons.apply(a, case.slots, case.pos, bitmask=case.bitmask, backend="triton")
+        ib = cons.apply(b, case.slots, case.pos, bitmask=case.bitmask, backend="torch")
+        assert torch.equal(a, b) and torch.equal(ia, ib), name
+        changed[name] = not torch.equal(a, plain)
+    # min_tokens masks the EOS a grammar row allows (its restore fires on the EOS-only rows),
+    # the bias moves kept logits, the bans and the firing multi-token word mask ids; with
+    # min_tokens reached the stop ids change nothing. The allowed ids (4096 random draws)
+    # cover all 160 tokens here: the dense mask is set on half the slots but keeps every token.
+    assert changed == {"+min": True, "+min_off": False, "+bias": True, "+ban1": True, "+badmulti": True,
+                       "+allowed": False}
+    assert states["+allowed"].state.any_allowed and not states["+bias"].state.any_allowed
+
+
 def test_chunks_per_row_is_the_grid_apply_launches():
     from stopline.logits.triton_kernel import chunks_per_row, split_words
     from stopline.logits.tuning import DEFAULT_TILES

@@ -280,12 +280,33 @@ def test_reserved_tables_serve_requests_frozen_and_answer_as_grown_ones() -> Non
         ({"stops": 4}, ValueError, "reserve: unknown table 'stops'"),
         ({"logit_bias": 2.0}, TypeError, "reserve\\['logit_bias'\\] must be an int"),
         ({"allowed_token_ids": 1}, TypeError, "reserve\\['allowed_token_ids'\\] must be a bool"),
+        ({"forced_token": "no"}, TypeError, "reserve\\['forced_token'\\] must be a bool"),
         ([("logit_bias", 4)], TypeError, "reserve must be a mapping"),
     ],
 )
 def test_reserve_is_validated(reserve: Any, exc: type, says: str) -> None:
     with pytest.raises(exc, match=says):
         LogitsConstraints(4, V, reserve=reserve)
+
+
+def test_a_state_reserved_without_forced_tokens_refuses_force_only_while_frozen() -> None:
+    c = LogitsConstraints(4, V, reserve={"forced_token": False})
+    c.force(0, 7)  # not frozen: allowed, and a graph captured now would keep the read
+    c.freeze()
+    c.force(0, None)  # ending a forcing is always allowed
+    with pytest.raises(RuntimeError, match="slot 2 cannot be forced while the tables are frozen") as info:
+        c.force(2, 9)
+    assert _data(info) == ("StoplineRuntimeError", "reserve.forced_token", 2, "unsupported")
+    assert c.forced_token(2) is None and int(c.state.forced[2]) == -1  # nothing written
+    with pytest.raises(ValueError, match="force token_id: token id 1000 is outside"):
+        c.force(2, 1000)  # the id is still checked first
+    c.unfreeze()
+    c.force(2, 9)
+    assert c.forced_token(2) == 9 and masked(c, [2], [0]) == [[t for t in range(V) if t != 9]]
+    default = lc()
+    default.freeze()
+    default.force(1, 5)  # the default reserve serves force while frozen
+    assert default.forced_token(1) == 5
 
 
 def test_a_reserved_bad_words_table_is_capped() -> None:

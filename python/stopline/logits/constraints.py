@@ -95,6 +95,10 @@ class LogitsConstraints:
             (entries per slot; ``bad_words`` counts multi-token words,
             ``bad_word_tokens`` their longest length; each bounded by its cap
             in ``LIMITS``, ``sparse_bans`` by 64). Rounded up to powers of two.
+            ``"forced_token": False`` declares that no slot is forced while
+            frozen (:meth:`force` then raises), so a captured graph leaves out
+            the forced-token read (default True: a graph captured with no
+            slot forced serves a later ``force``).
 
     The kernel's launch knobs are read from the environment here
     (``STOPLINE_LOGITS_TILE``, :class:`~stopline.logits.tuning.KernelTuning`),
@@ -128,7 +132,7 @@ class LogitsConstraints:
                 "too_many_bytes",
             )
         self._tuning = KernelTuning.from_env() if _tuning is None else _tuning
-        widths, dense = reserve_widths(reserve, self._tuning.sparse_ban_limit)
+        widths, dense, self._force_when_frozen = reserve_widths(reserve, self._tuning.sparse_ban_limit)
         self.max_slots = int(max_slots)
         self.vocab_size = int(vocab_size)
         self.device = torch.device(device)
@@ -392,11 +396,15 @@ class LogitsConstraints:
         set (docs/logits.md, "Forced token"). It lasts until ``force(slot,
         None)``, ``set`` or ``clear``. The id is checked on the host here, so
         ``apply`` never writes outside the row; the device table is written
-        without a sync and without reallocation (allowed while frozen).
+        without a sync and without reallocation (allowed while frozen, unless
+        the constructor's ``reserve`` said ``"forced_token": False``).
 
         Raises:
             TypeError / ValueError: a bad slot; a non-int ``token_id`` or one
                 outside ``[0, vocab_size)``.
+            RuntimeError: the state is frozen and was built with
+                ``reserve={"forced_token": False}`` (a captured graph does not
+                read the forced ids); nothing is written.
         """
         s = self._slot(slot)
         if token_id is None:
@@ -404,6 +412,15 @@ class LogitsConstraints:
             return
         with at_slot(s):
             tid = _token_id(token_id, "token_id", self.vocab_size, shown_as="force token_id")
+        if self.frozen and not self._force_when_frozen:
+            raise field_error(
+                RuntimeError,
+                "reserve.forced_token",
+                f"LogitsConstraints.force: slot {s} cannot be forced while the tables are frozen: this state was "
+                "built with reserve={'forced_token': False}, so a captured graph does not read forced ids",
+                "unsupported",
+                slot=s,
+            )
         self.state.forced[s] = tid
         self._forced[s] = tid
 
@@ -582,7 +599,7 @@ class LogitsConstraints:
 
         return apply_triton(self.state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids,
                             self.max_slots, tuning=self._tuning, n_forced=len(self._forced),
-                            may_force=bool(self._forced) or self.frozen)
+                            may_force=bool(self._forced) or (self.frozen and self._force_when_frozen))
 
     def _row_tensor(self, value, name, rows, dev, check_slots):
         if isinstance(value, torch.Tensor):

@@ -90,22 +90,26 @@ class DeviceState:
     extras: dict = field(default_factory=dict)
 
 
-def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) -> tuple[tuple[int, ...], bool]:
-    """The constructor's ``reserve`` as table widths (WIDTHS order) and
-    whether the dense token mask is allocated up front.
+def reserve_widths(reserve: Mapping[str, object] | None,
+                   sparse_ban_limit: int) -> tuple[tuple[int, ...], bool, bool]:
+    """The constructor's ``reserve`` as table widths (WIDTHS order), whether
+    the dense token mask is allocated up front, and whether a frozen state
+    serves ``force``.
 
     Keys: ``stop_token_ids``, ``sparse_bans`` (one-token bad words kept as
     ids, at most ``sparse_ban_limit``), ``logit_bias``, ``bad_words``
     (multi-token words per slot), ``bad_word_tokens`` (tokens of the longest
-    such word) and ``allowed_token_ids`` (bool: the dense mask). Each count is
-    bounded by its cap in ``LIMITS``.
+    such word), ``allowed_token_ids`` (bool: the dense mask) and
+    ``forced_token`` (bool, default True: a graph captured with no slot forced
+    still serves a later ``force``). Each count is bounded by its cap in
+    ``LIMITS``.
 
     Raises:
         TypeError / ValueError: an unknown key, a non-int or negative count, a
             count over its cap, ``bad_word_tokens`` without ``bad_words``.
     """
     if reserve is None:
-        return (0, 0, 0, 0, 0), False
+        return (0, 0, 0, 0, 0), False, True
     if not isinstance(reserve, Mapping):
         raise field_error(TypeError, "reserve", f"reserve must be a mapping of table name to capacity, got {shown(reserve)}", "wrong_type")
     caps = {
@@ -116,13 +120,14 @@ def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) 
         "bad_word_tokens": LIMITS["max_bad_word_tokens"],
     }
     counts = {}
+    flags = ("allowed_token_ids", "forced_token")
     for key, value in reserve.items():
-        if key == "allowed_token_ids":
+        if key in flags:
             if not isinstance(value, bool):
                 raise field_error(
                     TypeError,
-                    "reserve.allowed_token_ids",
-                    f"reserve['allowed_token_ids'] must be a bool, got {shown(value)}",
+                    f"reserve.{key}",
+                    f"reserve[{key!r}] must be a bool, got {shown(value)}",
                     "wrong_type",
                 )
             continue
@@ -130,7 +135,7 @@ def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) 
             raise field_error(
                 ValueError,
                 "reserve",
-                f"reserve: unknown table {shown(key)}; known: {sorted([*caps, 'allowed_token_ids'])}",
+                f"reserve: unknown table {shown(key)}; known: {sorted([*caps, *flags])}",
                 "unknown_key",
             )
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -148,7 +153,7 @@ def reserve_widths(reserve: Mapping[str, object] | None, sparse_ban_limit: int) 
     n_bad = counts.get("bad_words", 0)
     prefix = max(counts.get("bad_word_tokens", 2), 2) - 1 if n_bad else 0
     widths = (counts.get("stop_token_ids", 0), counts.get("sparse_bans", 0), counts.get("logit_bias", 0), n_bad, prefix)
-    return widths, bool(reserve.get("allowed_token_ids", False))
+    return widths, bool(reserve.get("allowed_token_ids", False)), bool(reserve.get("forced_token", True))
 
 
 class DeviceTables:

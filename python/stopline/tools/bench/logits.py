@@ -13,8 +13,11 @@ Columns:
 - ``xgr cuda`` / ``xgr triton``: xgrammar's ``apply_token_bitmask_inplace``
   CUDA and Triton backends (``xgrammar.kernels``), where installed;
 - ``bitmask``: ``LogitsConstraints.apply(bitmask=...)`` with no other
-  constraint (what xgrammar does, plus the infeasible flags);
-- ``all``: bitmask + min_tokens (two stop ids, below min_tokens: the stops are
+  constraint (what xgrammar does, plus the infeasible flags), on a state
+  built with ``reserve={"forced_token": False}`` (no forcing while a graph
+  is live, so the captured kernel does not read the forced ids); ``bitmask
+  forceable``: the same on a default state (the graph keeps that read);
+- ``all`` (``reserve={"forced_token": False}`` too): bitmask + min_tokens (two stop ids, below min_tokens: the stops are
   masked, half the rows allow only EOS so the restore fires) +
   ``allowed_token_ids`` on half the slots (4096 ids) + bad words (3
   one-token, 3 multi-token, one firing) + 16 ``logit_bias`` ids, one launch;
@@ -32,9 +35,10 @@ Columns:
   of a row's programs to arrive writing the flag: the launch and latency
   floors a small batch cannot go under;
 - ``forced``: ``all`` with every fourth slot forced to one token id
-  (``LogitsConstraints.force``, a spent thinking budget), one launch; ``forced
-  vs all`` is its time over ``all``'s (issue 21: forced rows should add
-  nothing measurable).
+  (``LogitsConstraints.force``, a spent thinking budget), one launch, on a
+  default state (the forced-id read kept); ``forced vs all`` is its time over
+  ``all``'s, the read included (issue 21: forced rows should add nothing
+  measurable).
 
 A check per case: stopline's ``bitmask`` output equals xgrammar's, and
 stopline's ``all`` and ``forced`` outputs equal the torch reference (rows <=
@@ -256,11 +260,16 @@ class Case:
         del keep
         self.slots = torch.arange(rows, device=dev)
         self.pos = torch.full((rows,), len(HISTORY), device=dev)
-        self.plain = LogitsConstraints(rows, V, dev)
+        # No forcing while a graph is live (reserve forced_token False): the captured kernel
+        # leaves the forced-id read out, as an engine without thinking budgets would run it.
+        # 'bitmask forceable' and 'forced' keep the default reserve (the read kept).
+        unforced = {"forced_token": False}
+        self.plain = LogitsConstraints(rows, V, dev, reserve=unforced)
+        self.forceable = LogitsConstraints(rows, V, dev)
         self.params: list[dict[str, Any]] = []
-        self.all = LogitsConstraints(rows, V, dev)
+        self.all = LogitsConstraints(rows, V, dev, reserve=unforced)
         self.forced = LogitsConstraints(rows, V, dev)
-        self.dense = {k: LogitsConstraints(rows, V, dev) for k in ("min", "bias", "bad")}
+        self.dense = {k: LogitsConstraints(rows, V, dev, reserve=unforced) for k in ("min", "bias", "bad")}
         for s in range(rows):
             kw: dict[str, Any] = dict(min_tokens=16, stop_token_ids=[EOS, EOS2], bad_words=BAD_WORDS,
                                       logit_bias={int(t): 0.5 for t in torch.randperm(V, generator=g)[:16]})
@@ -307,8 +316,9 @@ class Case:
 
     def stopline(self, which: str) -> Fn:
         x, s, p, be = self.work, self.slots, self.pos, self.backend
-        if which in ("bitmask", "all", "forced"):
-            cons = {"bitmask": self.plain, "all": self.all, "forced": self.forced}[which]
+        if which in ("bitmask", "bitmask forceable", "all", "forced"):
+            cons = {"bitmask": self.plain, "bitmask forceable": self.forceable, "all": self.all,
+                    "forced": self.forced}[which]
             return lambda: cons.apply(x, s, p, bitmask=self.bitmask, backend=be)
         cons = self.dense[which]
         return lambda: cons.apply(self.fresh, s, p, backend=be)
@@ -386,6 +396,7 @@ def run_grid(rows: Sequence[int], vocabs: Sequence[int], dtypes: Sequence[str], 
                     for name, fn in xgr.items():
                         rec[name] = time_graph(case.bitmask_only(fn))
                     rec["bitmask"] = time_graph(case.stopline("bitmask"))
+                    rec["bitmask forceable"] = time_graph(case.stopline("bitmask forceable"))
                     rec["all"] = time_graph(case.stopline("all"))
                     rec["forced"] = time_graph(case.stopline("forced"))
                     if chain is not None and xgr:
@@ -433,8 +444,8 @@ def _check(case: Case, xgr: dict[str, Callable[..., None]]) -> str:
     return "ok" if all(checks) else "MISMATCH"
 
 
-COLUMNS = ("copy", "floor", "floor split", "xgr cuda", "xgr triton", "bitmask", "all", "forced", "min", "bias", "bad", "all eager",
-           "vllm eager")
+COLUMNS = ("copy", "floor", "floor split", "xgr cuda", "xgr triton", "bitmask", "bitmask forceable", "all", "forced",
+           "min", "bias", "bad", "all eager", "vllm eager")
 
 
 def _best_xgr(r: dict[str, Any]) -> float | None:
