@@ -90,6 +90,21 @@ def test_detokenizer_stop_releases_held_text_after_a_stop_terminated_update(incl
     assert d.update(["more"]) is None and d.get_next_output_text() == ""
 
 
+def test_flags_take_numpy_bools_as_bools():
+    """A numpy bool scalar (what an array's element is) is read as the bool it holds, as
+    numpy's ints are read as ints; a str is still refused."""
+    np = pytest.importorskip("numpy")
+    for value in (True, False):
+        want = compat.vllm_detokenizer_stop(["xa", "</s>"], stop=["ab"], stop_terminated=value)
+        got = compat.vllm_detokenizer_stop(["xa", "</s>"], stop=["ab"], stop_terminated=np.bool_(value))
+        assert (got.stop_string, got.output_text, got.num_output_tokens) == (
+            want.stop_string, want.output_text, want.num_output_tokens)
+        assert (compat.sglang_check_finished([1, 2], max_new_tokens=8, grammar_terminated=np.bool_(value))
+                == compat.sglang_check_finished([1, 2], max_new_tokens=8, grammar_terminated=value))
+    with pytest.raises(TypeError, match="grammar_terminated must be a bool, got str"):
+        compat.sglang_check_finished([1], max_new_tokens=4, grammar_terminated="True")
+
+
 def test_vllm_detokenizer_stop_takes_stop_terminated():
     r = compat.vllm_detokenizer_stop(["xa", "</s>"], stop=["ab"], stop_terminated=True)
     assert (r.stop_string, r.output_text, r.num_output_tokens) == (None, "xa", 2)

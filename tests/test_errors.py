@@ -167,6 +167,12 @@ def _frozen() -> Any:
     return c
 
 
+def _check_request() -> Any:
+    from stopline.logits import check_request
+
+    return check_request
+
+
 def _frozen_unforced() -> Any:
     c = LC()(4, 100, reserve={"forced_token": False})
     c.freeze()
@@ -894,6 +900,8 @@ ROWS: list[Row] = [
     Row("LogitsConstraints.force", "frozen, and reserved without forced tokens",
         lambda: _frozen_unforced().force(1, 5), RuntimeError,
         "slot 1 cannot be forced while the tables are frozen"),
+    Row("logits.check_request", "vocab_size is 0",
+        lambda: _check_request()(0, min_tokens=1), ValueError, "vocab_size must be an int in [1, 2147483583], got 0"),
 ]
 
 _TORCH_ENTRIES = ("LogitsConstraints",)

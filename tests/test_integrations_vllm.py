@@ -376,9 +376,54 @@ def test_validate_params_messages_are_bounded():
     """A client's huge logit_bias key or value is shown bounded, still as ValueError
     (what vLLM turns into a client error)."""
     big = "x" * 1_000_000
-    with pytest.raises(ValueError, match=r"logit_bias\['xxx.*\] must be a finite number, got 'xxx") as info:
+    with pytest.raises(ValueError, match=r"logit_bias: token id 'xxx.*' is not an int") as info:
         StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {"logit_bias": {big: big}}}))
     assert len(str(info.value)) < 400
+    with pytest.raises(ValueError, match=r"logit_bias: bias for token 5 is not a number: 'xxx") as info:
+        StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {"logit_bias": {5: big}}}))
+    assert len(str(info.value)) < 400
+
+
+def test_validate_params_refuses_at_admission_what_update_state_would_refuse():
+    """Every request validate_params lets through is one update_state takes (ids inside the
+    model's vocabulary), and every one it refuses is one set() refuses too, with the same field
+    and kind, always as a ValueError (vLLM's client error; a TypeError would be a server
+    error). Before, only logit_bias and an empty allowed list were checked at admission, so a
+    stop id of -1 or a str min_tokens reached update_state in the engine core."""
+    from stopline.logits import LogitsConstraints
+
+    bad = [
+        ({"min_tokens": 2, "stop_token_ids": [-1]}, "stop_token_ids", "id_outside"),
+        ({"min_tokens": "3"}, "min_tokens", "wrong_type"),
+        ({"min_tokens": -1}, "min_tokens", "below"),
+        ({"bad_words": [[1.5]]}, "bad_words", "id_not_int"),
+        ({"bad_words": "abc"}, "bad_words", "wrong_type"),
+        ({"bad_words": [[]]}, "bad_words", "empty_word"),
+        ({"allowed_token_ids": "x"}, "allowed_token_ids", "wrong_type"),
+        ({"allowed_token_ids": []}, "allowed_token_ids", "invalid"),
+        ({"restore": "sometimes"}, "restore", "not_one_of"),
+        ({"logit_bias": {"a": 1.0}}, "logit_bias", "id_not_int"),
+        ({"logit_bias": {3: float("nan")}}, "logit_bias[3]", "invalid"),
+        ({"stop_token_ids": [1] * 70_000}, "stop_token_ids", "too_many"),
+        ({"max_reasoning_tokens": "5"}, None, "wrong_type"),
+    ]
+    for kw, field, kind in bad:
+        with pytest.raises(ValueError) as info:
+            StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": kw}))
+        assert not isinstance(info.value, TypeError), kw
+        assert info.value.kind == kind and str(info.value.field).startswith(field or "extra_args"), (
+            kw, info.value.field, info.value.kind, str(info.value))
+        set_kw = {k: v for k, v in kw.items() if k != "max_reasoning_tokens"}
+        if set_kw:
+            with pytest.raises((TypeError, ValueError)) as direct:
+                LogitsConstraints(1, V).set(0, **set_kw)
+            assert (direct.value.field, direct.value.kind) == (info.value.field, info.value.kind), kw
+    good = {"min_tokens": 2, "stop_token_ids": [2, 7], "bad_words": [[1, 2], [3]], "logit_bias": {5: 1.5},
+            "allowed_token_ids": [1, 2, 3, 5, 7], "restore": "always"}
+    StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": good}))
+    ours = StoplineLogitsProcessor(config(), torch.device("cpu"), False)
+    ours.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, SamplingParams(extra_args={"stopline": good}),
+                                                                     [1], [])], moved=[]))
 
 
 def _v1_config():
@@ -824,6 +869,6 @@ def test_bad_reasoning_configuration_names_the_field(deepseek, smollm2):
     with pytest.raises(ValueError, match="thinking_token_budget=2 needs reasoning markers") as e:
         RequestStop(Request("r", [1], SamplingParams(thinking_token_budget=2), None), 100)
     assert e.value.field == "thinking_token_budget"
-    with pytest.raises(TypeError) as e:
+    with pytest.raises(ValueError) as e:  # at admission a type error too is a ValueError (vLLM's client error)
         StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {"max_reasoning_tokens": 1.5}}))
-    assert "max_reasoning_tokens" in e.value.field
+    assert "max_reasoning_tokens" in e.value.field and e.value.kind == "wrong_type"

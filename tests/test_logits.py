@@ -959,8 +959,46 @@ def test_triton_path_does_not_sync_the_host():
         torch.cuda.set_sync_debug_mode("default")
 
 
+def test_the_forced_read_is_left_out_only_where_no_force_can_reach_the_launch(monkeypatch):
+    """may_force, the kernel's forced-id read, per state: kept while a slot is forced and on a
+    frozen default state (a graph serves a later force); left out on a frozen state reserved
+    without forced tokens once no slot is forced. A slot forced before the freeze stays
+    forced (one-hot row) through the Triton kernel."""
+    import stopline.logits.triton_kernel as tk
+
+    seen = []
+    real = tk.apply_triton
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["may_force"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tk, "apply_triton", spy)
+    V = 96
+    base = torch.randn(2, V, device=DEVICE)
+
+    def run(cons):
+        out = base.clone()
+        infeasible = cons.apply(out, [0, 1], [0, 0], backend="triton")
+        return out, infeasible
+
+    unforced = LogitsConstraints(2, V, DEVICE, reserve={"forced_token": False})
+    unforced.force(0, 7)
+    unforced.freeze()
+    out, infeasible = run(unforced)
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [7] and not infeasible.any()
+    assert_bit_identical(out[1], base[1])
+    unforced.force(0, None)
+    run(unforced)
+    default = LogitsConstraints(2, V, DEVICE)
+    run(default)
+    default.freeze()
+    run(default)
+    assert seen == [True, False, False, True]
+
+
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-def test_cuda_graph_without_the_forced_read_replays_as_eager():
+def test_cuda_graph_without_the_forced_read_replays_as_eager(monkeypatch):
     """reserve={"forced_token": False}: a graph captured with no slot forced leaves out the
     forced-id read; its replays equal eager applies, split rows and bitmask included, and a
     force() while frozen is refused (the graph could not serve it)."""
@@ -981,9 +1019,16 @@ def test_cuda_graph_without_the_forced_read_replays_as_eager():
         cons.apply(work, slots, pos, bitmask=bitmask)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    import stopline.logits.triton_kernel as tk
+
+    seen = []
+    real = tk.apply_triton
+    monkeypatch.setattr(tk, "apply_triton", lambda *a, **k: seen.append(k["may_force"]) or real(*a, **k))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         infeasible = cons.apply(work, slots, pos, bitmask=bitmask)
+    monkeypatch.undo()
+    assert seen == [False]  # the captured launch has no forced-id read
     with pytest.raises(RuntimeError, match="cannot be forced while the tables are frozen"):
         cons.force(1, 77)
     cons.set(1, min_tokens=1, stop_token_ids=[5])

@@ -149,6 +149,7 @@ def test_attribution_states_each_hold_one_kind_of_the_all_constraints():
     from stopline.tools.bench import logits_attribution as attribution
 
     case = suite.Case(4, 160, "float32", 0.5, device="cuda" if CUDA else "cpu", backend="triton")
+    case.bitmask.fill_(-1)  # every token kept: what each constraint changes does not depend on the draw
     states = attribution.variant_states(case)
     assert list(states) == list(attribution.VARIANTS)
     changed = {}
@@ -160,8 +161,8 @@ def test_attribution_states_each_hold_one_kind_of_the_all_constraints():
         ib = cons.apply(b, case.slots, case.pos, bitmask=case.bitmask, backend="torch")
         assert torch.equal(a, b) and torch.equal(ia, ib), name
         changed[name] = not torch.equal(a, plain)
-    # min_tokens masks the EOS a grammar row allows (its restore fires on the EOS-only rows),
-    # the bias moves kept logits, the bans and the firing multi-token word mask ids; with
+    # min_tokens masks the stop ids, the bias moves logits, the bans and the firing
+    # multi-token word mask ids; with
     # min_tokens reached the stop ids change nothing. The allowed ids (4096 random draws)
     # cover all 160 tokens here: the dense mask is set on half the slots but keeps every token.
     assert changed == {"+min": True, "+min_off": False, "+bias": True, "+ban1": True, "+badmulti": True,

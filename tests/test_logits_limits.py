@@ -14,6 +14,8 @@ import os
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -414,3 +416,46 @@ def test_frozen_tables_refusal_names_the_slot() -> None:
     with pytest.raises(RuntimeError, match="LogitsConstraints.set: slot 2 needs") as info:
         c.set(2, stop_token_ids=list(range(40)))
     assert _data(info) == ("StoplineRuntimeError", "reserve", 2, "no_room")
+
+
+# Values for each set() argument, good and bad, for the check_request property below.
+_REQUEST_VALUES: dict[str, list[Any]] = {
+    "min_tokens": [0, 3, -1, "3", 2.0, True, 2**31, None],
+    "stop_token_ids": [(), [2, 7], [2, 2], [-1], [V], [1.5], "ab", [True], None, [2**40]],
+    "allowed_token_ids": [None, [1, 2], [], [V + 1], ["1"], 5],
+    "bad_words": [(), [[1, 2], [3]], [[]], [[1.5]], "abc", [[V]], [5], [[1] * 65]],
+    "logit_bias": [None, {5: 1.5}, {5: float("nan")}, {"a": 1.0}, {5: "x"}, [(5, 1.0), (5, 2.0)], [(1, 2, 3)],
+                   {5: 1e39}, 7],
+    "restore": ["structured", "always", "sometimes", 1],
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(_REQUEST_VALUES)), st.integers(0, 9), max_size=6))
+def test_check_request_refuses_exactly_what_set_refuses(picks: dict[str, int]) -> None:
+    """check_request (an engine's admission step, no state) accepts a request iff set() does on a
+    state of the same vocabulary, and refuses it with the same class, field and kind."""
+    from stopline.logits import check_request
+
+    kw = {k: _REQUEST_VALUES[k][i % len(_REQUEST_VALUES[k])] for k, i in picks.items()}
+    outcomes = []
+    for run in (lambda: check_request(V, **kw), lambda: lc().set(0, **kw)):
+        try:
+            run()
+            outcomes.append(None)
+        except (TypeError, ValueError) as e:
+            outcomes.append((type(e).__name__, getattr(e, "field", None), getattr(e, "kind", None)))
+    assert outcomes[0] == outcomes[1], kw
+
+
+def test_check_request_without_a_vocabulary_bounds_ids_by_the_largest_one() -> None:
+    from stopline.logits import check_request
+
+    check_request(stop_token_ids=[V + 5], min_tokens=2)  # past this state's vocabulary, not past any
+    with pytest.raises(ValueError, match="stop_token_ids: token id 2147483583 is outside") as info:
+        check_request(stop_token_ids=[2**31 - 65])
+    assert _data(info)[1:] == ("stop_token_ids[0]", None, "id_outside")
+    for bad in (0, -3, 2**31, True, "100"):
+        with pytest.raises(ValueError, match="vocab_size must be an int in") as info:
+            check_request(bad)
+        assert _data(info)[1:] == ("vocab_size", None, "out_of_range")

@@ -130,14 +130,16 @@ def token_id(value: Any, field_name: str) -> int:
 
 
 def flag(value: Any, field_name: str) -> bool:
-    """A request's on/off field: a bool, ``None`` (off); anything else is a
-    TypeError naming the field (``bool("false")`` is True, which turned a
-    duck-typed request's ``ignore_eos="false"`` on)."""
+    """A request's on/off field: a bool (or numpy's bool scalar), ``None``
+    (off); anything else is a TypeError naming the field (``bool("false")``
+    is True, which turned a duck-typed request's ``ignore_eos="false"`` on)."""
     if value is None:
         return False
-    if not isinstance(value, bool):
-        raise field_type_error(field_name, "a bool", value)
-    return value
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)  # numpy's bool scalar, as numpy's ints are taken for ints
+    raise field_type_error(field_name, "a bool", value)
 
 
 def items(values: Any, field_name: str, expected: str, cap: int) -> list[Any]:

@@ -77,11 +77,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
-from .._caps import field_error, field_type_error, field_value_error, shown, unknown_keys
+from .._caps import field_error, field_type_error, field_value_error, unknown_keys
 from .._core import FinishTracker
 from ..engines._common import Reasoning, thinking_budget
 from ..engines.vllm import DetokenizerStop, RequestStop, vllm_reasoning
-from ..logits import LogitsConstraints
+from ..logits import LogitsConstraints, check_request
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -280,18 +280,25 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """Refuse, at admission, constraints no model could take (vLLM calls this in the frontend)."""
-        kw = cls.constraints_for(sampling_params) or {}
-        cls.budget_for(sampling_params)  # type and range of the budget
-        # ValueError throughout: vLLM turns it (not TypeError) into a client error.
-        bias = kw.get("logit_bias") or {}
-        if not isinstance(bias, dict):
-            raise field_value_error("logit_bias", f" must be a dict of token id -> bias, got {type(bias).__name__}")
-        for token, value in bias.items():
-            if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
-                raise field_value_error(f"logit_bias[{shown(token)}]", f" must be a finite number, got {shown(value)}")
-        if "allowed_token_ids" in kw and kw["allowed_token_ids"] is not None and not kw["allowed_token_ids"]:
-            raise field_value_error("allowed_token_ids", " must not be empty")
+        """Refuse, at admission, what ``update_state`` would refuse in the engine core (vLLM calls
+        this in the frontend, where an error is the client's HTTP 400, not a failed engine step):
+        every check of :meth:`LogitsConstraints.set` that needs no vocabulary
+        (:func:`stopline.logits.check_request`), and the budget's type and range. An id at or
+        past the model's vocabulary but under ``2**31 - 65`` is still refused only by ``set``
+        (``validate_params`` is given no vocabulary).
+
+        Raises:
+            ValueError: every problem, ``field`` and ``kind`` as ``set`` reports them (a
+                ``TypeError`` of ``set`` is raised as a ``ValueError`` here, which vLLM turns
+                into a client error; it does not for ``TypeError``).
+        """
+        try:
+            kw = cls.constraints_for(sampling_params) or {}
+            cls.budget_for(sampling_params)  # type and range of the budget
+            check_request(None, **kw)
+        except TypeError as exc:
+            raise field_error(ValueError, getattr(exc, "field", None) or EXTRA_ARGS_KEY, str(exc),
+                              getattr(exc, "kind", None) or "wrong_type") from exc
 
     def is_argmax_invariant(self) -> bool:
         """Masks and biases change the argmax."""

@@ -29,7 +29,8 @@ fused kernel, :mod:`stopline.logits.triton_kernel`, on CUDA; on CPU only under
 ``TRITON_INTERPRET=1``).
 
 Modules: :mod:`~stopline.logits.constraints` (``LogitsConstraints``: request
-validation, ``set``/``clear``/``apply``), :mod:`~stopline.logits.device_state`
+validation, ``set``/``clear``/``apply``; ``check_request``, the same checks
+without a state, for an engine's admission step), :mod:`~stopline.logits.device_state`
 (the device tables and when they grow, shrink or stay frozen for CUDA graphs),
 :mod:`~stopline.logits.limits` (caps), :mod:`~stopline.logits.tuning` (the
 kernel's launch knobs), and the two backends.
@@ -48,8 +49,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "pip install 'stopline[torch]'"
     ) from exc
 
-from .constraints import LogitsConstraints
+from .constraints import LogitsConstraints, check_request
 from .device_state import DeviceState  # noqa: F401  (the tables' layout, documented there)
 from .limits import BACKENDS, LIMITS, RESTORE_POLICIES
 
-__all__ = ["LogitsConstraints", "RESTORE_POLICIES", "BACKENDS", "LIMITS"]
+__all__ = ["LogitsConstraints", "check_request", "RESTORE_POLICIES", "BACKENDS", "LIMITS"]

@@ -13,6 +13,7 @@ import math
 import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -77,6 +78,144 @@ def _dedupe(ids: Iterable[int]) -> list[int]:
     return list(dict.fromkeys(ids))
 
 
+# The largest vocab_size a state takes (ids must fit int32 with room for the kernel's padding).
+_MAX_VOCAB = 2**31 - 65
+
+
+class _Request(NamedTuple):
+    """A validated ``set`` request, as the device tables take it."""
+
+    min_tokens: int
+    stops: list[int]
+    allowed: list[int] | None
+    single: torch.Tensor
+    n_multi: int
+    prefix: torch.Tensor
+    prefix_len: torch.Tensor
+    last: torch.Tensor
+    bias_ids: list[int]
+    bias_vals: list[float]
+
+
+def _checked_request(
+    V: int,
+    min_tokens: int,
+    stop_token_ids: Sequence[int],
+    allowed_token_ids: Sequence[int] | None,
+    bad_words: Sequence[Sequence[int]],
+    logit_bias: Mapping[int, float] | Iterable[tuple[int, float]] | None,
+    restore: str,
+) -> _Request:
+    """Every check of :meth:`LogitsConstraints.set` that needs no state, ids against ``[0, V)``."""
+    if isinstance(min_tokens, bool) or not isinstance(min_tokens, numbers.Integral):
+        raise field_error(TypeError, "min_tokens", f"min_tokens must be an int, got {shown(min_tokens)}", "wrong_type")
+    if min_tokens < 0:
+        raise field_error(ValueError, "min_tokens", f"min_tokens must be >= 0, got {min_tokens}", "below")
+    if min_tokens >= 2**31:
+        raise field_error(ValueError, "min_tokens", f"min_tokens {min_tokens} does not fit int32", "greater")
+    if not isinstance(restore, str) or restore not in RESTORE_POLICIES:
+        raise field_error(
+            ValueError,
+            "restore",
+            f"restore must be one of {sorted(RESTORE_POLICIES)}, got {shown(restore)}",
+            "not_one_of",
+        )
+    stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V, LIMITS["max_stop_token_ids"]))
+    allowed = None
+    if allowed_token_ids is not None:
+        allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V, LIMITS["max_allowed_token_ids"]))
+        if not allowed:
+            raise field_error(
+                ValueError,
+                "allowed_token_ids",
+                "allowed_token_ids is empty: no token could ever be sampled",
+                "invalid",
+            )
+    single, n_multi, prefix, prefix_len, last = _bad_words(bad_words, V)
+    bias_ids: list[int] = []
+    bias_vals: list[float] = []
+    if logit_bias is not None:
+        items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise field_error(
+                TypeError,
+                "logit_bias",
+                f"logit_bias: expected a mapping or (token_id, bias) pairs, got {shown(logit_bias)}",
+                "wrong_type",
+            )
+        seen_ids: set[int] = set()
+        for item in capped(items, "logit_bias", LIMITS["max_logit_bias"]):
+            try:
+                tid, val = item
+            except (TypeError, ValueError):
+                raise field_error(
+                    TypeError,
+                    "logit_bias",
+                    f"logit_bias: expected (token_id, bias) pairs, got {shown(item)}",
+                    "wrong_type",
+                ) from None
+            tid = _token_id(tid, "logit_bias", V)
+            if isinstance(val, bool) or not isinstance(val, numbers.Real):
+                raise field_error(
+                    TypeError,
+                    f"logit_bias[{tid}]",
+                    f"logit_bias: bias for token {tid} is not a number: {shown(val)}",
+                    "wrong_type",
+                )
+            try:
+                val = float(val)
+            except OverflowError:
+                raise field_error(
+                    ValueError,
+                    f"logit_bias[{tid}]",
+                    f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}",
+                    "invalid",
+                ) from None
+            if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
+                raise field_error(
+                    ValueError,
+                    f"logit_bias[{tid}]",
+                    f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}",
+                    "invalid",
+                )
+            if tid in seen_ids:
+                raise field_error(ValueError, "logit_bias", f"logit_bias: token id {tid} appears twice", "invalid")
+            seen_ids.add(tid)
+            bias_ids.append(tid)
+            bias_vals.append(val)
+    return _Request(int(min_tokens), stops, allowed, single, n_multi, prefix, prefix_len, last, bias_ids, bias_vals)
+
+
+def check_request(
+    vocab_size: int | None = None,
+    *,
+    min_tokens: int = 0,
+    stop_token_ids: Sequence[int] = (),
+    allowed_token_ids: Sequence[int] | None = None,
+    bad_words: Sequence[Sequence[int]] = (),
+    logit_bias: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
+    restore: str = "structured",
+) -> None:
+    """Run the checks of :meth:`LogitsConstraints.set` on a request without a state
+    (an engine's admission step, where no device or vocabulary is at hand).
+
+    ``vocab_size``: ids must lie in ``[0, vocab_size)``; ``None`` checks them
+    against the largest vocabulary a state supports (``2**31 - 65`` ids), so
+    an id past the model's own vocabulary is refused only later, by ``set``.
+    The table-size caps that depend on ``max_slots`` (``max_bad_words_table_bytes``)
+    and the frozen-table check are ``set``'s alone.
+
+    Raises:
+        TypeError / ValueError: as :meth:`LogitsConstraints.set`, the same
+            messages, fields and kinds.
+    """
+    V = _MAX_VOCAB if vocab_size is None else vocab_size
+    if isinstance(V, bool) or not isinstance(V, numbers.Integral) or not 0 < V <= _MAX_VOCAB:
+        raise field_error(ValueError, "vocab_size", f"vocab_size must be an int in [1, {_MAX_VOCAB}], got {shown(V)}",
+                          "out_of_range")
+    _checked_request(int(V), min_tokens, stop_token_ids, allowed_token_ids, bad_words, logit_bias, restore)
+
+
 class LogitsConstraints:
     """Per-slot logits constraints, applied in place once per engine step.
 
@@ -118,7 +257,7 @@ class LogitsConstraints:
                 raise field_error(TypeError, name, f"{name} must be an int, got {shown(value)}", "wrong_type")
             if value <= 0:
                 raise field_error(ValueError, name, f"{name} must be positive, got {value}", "below")
-        if int(vocab_size) >= 2**31 - 64:
+        if int(vocab_size) > _MAX_VOCAB:
             raise field_error(ValueError, "vocab_size", f"vocab_size {vocab_size} does not fit int32 token ids", "greater")
         if int(max_slots) > LIMITS["max_slots"]:
             raise field_error(ValueError, "max_slots", f"max_slots={max_slots} is more than the supported {LIMITS['max_slots']}", "greater")
@@ -166,7 +305,9 @@ class LogitsConstraints:
 
     def unfreeze(self) -> None:
         """Let tables grow and shrink again; call it only once no graph that
-        captured :meth:`apply` on this state is replayed any more."""
+        captured :meth:`apply` on this state is replayed any more (a graph
+        captured with ``reserve={"forced_token": False}`` and no slot forced
+        would not serve a ``force`` made after it)."""
         self._tables.frozen = False
 
     def _slot(self, slot) -> int:
@@ -232,83 +373,9 @@ class LogitsConstraints:
         s = self._slot(slot)
         with at_slot(s):  # every error of this request names the slot
             V = self.vocab_size
-            if isinstance(min_tokens, bool) or not isinstance(min_tokens, numbers.Integral):
-                raise field_error(TypeError, "min_tokens", f"min_tokens must be an int, got {shown(min_tokens)}", "wrong_type")
-            if min_tokens < 0:
-                raise field_error(ValueError, "min_tokens", f"min_tokens must be >= 0, got {min_tokens}", "below")
-            if min_tokens >= 2**31:
-                raise field_error(ValueError, "min_tokens", f"min_tokens {min_tokens} does not fit int32", "greater")
-            if not isinstance(restore, str) or restore not in RESTORE_POLICIES:
-                raise field_error(
-                    ValueError,
-                    "restore",
-                    f"restore must be one of {sorted(RESTORE_POLICIES)}, got {shown(restore)}",
-                    "not_one_of",
-                )
-            stops = _dedupe(_token_ids(stop_token_ids, "stop_token_ids", V, LIMITS["max_stop_token_ids"]))
-            allowed = None
-            if allowed_token_ids is not None:
-                allowed = _dedupe(_token_ids(allowed_token_ids, "allowed_token_ids", V, LIMITS["max_allowed_token_ids"]))
-                if not allowed:
-                    raise field_error(
-                        ValueError,
-                        "allowed_token_ids",
-                        "allowed_token_ids is empty: no token could ever be sampled",
-                        "invalid",
-                    )
-            single, n_multi, prefix, prefix_len, last = _bad_words(bad_words, V)
-            bias_ids: list[int] = []
-            bias_vals: list[float] = []
-            if logit_bias is not None:
-                items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
-                if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-                    raise field_error(
-                        TypeError,
-                        "logit_bias",
-                        f"logit_bias: expected a mapping or (token_id, bias) pairs, got {shown(logit_bias)}",
-                        "wrong_type",
-                    )
-                seen_ids: set[int] = set()
-                for item in capped(items, "logit_bias", LIMITS["max_logit_bias"]):
-                    try:
-                        tid, val = item
-                    except (TypeError, ValueError):
-                        raise field_error(
-                            TypeError,
-                            "logit_bias",
-                            f"logit_bias: expected (token_id, bias) pairs, got {shown(item)}",
-                            "wrong_type",
-                        ) from None
-                    tid = _token_id(tid, "logit_bias", V)
-                    if isinstance(val, bool) or not isinstance(val, numbers.Real):
-                        raise field_error(
-                            TypeError,
-                            f"logit_bias[{tid}]",
-                            f"logit_bias: bias for token {tid} is not a number: {shown(val)}",
-                            "wrong_type",
-                        )
-                    try:
-                        val = float(val)
-                    except OverflowError:
-                        raise field_error(
-                            ValueError,
-                            f"logit_bias[{tid}]",
-                            f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}",
-                            "invalid",
-                        ) from None
-                    if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
-                        raise field_error(
-                            ValueError,
-                            f"logit_bias[{tid}]",
-                            f"logit_bias: bias for token {tid} is not finite in float32: {shown(val)}",
-                            "invalid",
-                        )
-                    if tid in seen_ids:
-                        raise field_error(ValueError, "logit_bias", f"logit_bias: token id {tid} appears twice", "invalid")
-                    seen_ids.add(tid)
-                    bias_ids.append(tid)
-                    bias_vals.append(val)
-
+            req = _checked_request(V, min_tokens, stop_token_ids, allowed_token_ids, bad_words, logit_bias, restore)
+            stops, allowed, single, n_multi = req.stops, req.allowed, req.single, req.n_multi
+            prefix, prefix_len, last, bias_ids, bias_vals = req.prefix, req.prefix_len, req.last, req.bias_ids, req.bias_vals
             dense_bans = allowed is not None or len(single) > self._tuning.sparse_ban_limit
             widths = (len(stops), 0 if dense_bans else len(single), len(bias_ids), n_multi, prefix.shape[1])
             if n_multi and not self._tables.frozen:
@@ -417,7 +484,8 @@ class LogitsConstraints:
                 RuntimeError,
                 "reserve.forced_token",
                 f"LogitsConstraints.force: slot {s} cannot be forced while the tables are frozen: this state was "
-                "built with reserve={'forced_token': False}, so a captured graph does not read forced ids",
+                "built with reserve={'forced_token': False}, so graphs captured with no slot forced do not read "
+                "forced ids",
                 "unsupported",
                 slot=s,
             )

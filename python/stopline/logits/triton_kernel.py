@@ -629,8 +629,9 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     handled correctly by either grid. ``may_force=False`` compiles the
     forced-token read out (a launch where no slot is forced and none can be
     before the launch runs: ``LogitsConstraints.apply`` passes it when no
-    slot is forced and the state is not frozen, so a CUDA graph always
-    keeps the read)."""
+    slot is forced and the state is not frozen, or is frozen but was built
+    with ``reserve={"forced_token": False}``; otherwise a CUDA graph keeps
+    the read)."""
     tuning = KernelTuning() if tuning is None else tuning
     R, V = logits.shape
     W = (V + 31) // 32
