@@ -385,11 +385,12 @@ def test_validate_params_messages_are_bounded():
 
 
 def test_validate_params_refuses_at_admission_what_update_state_would_refuse():
-    """Every request validate_params lets through is one update_state takes (ids inside the
-    model's vocabulary), and every one it refuses is one set() refuses too, with the same field
-    and kind, always as a ValueError (vLLM's client error; a TypeError would be a server
-    error). Before, only logit_bias and an empty allowed list were checked at admission, so a
-    stop id of -1 or a str min_tokens reached update_state in the engine core."""
+    """What set() refuses without a vocabulary, validate_params refuses at admission, with the
+    same field and kind, always as a ValueError (vLLM's client error; a TypeError would be a
+    server error); a one-shot iterator is refused there too (the check would use it up). Before,
+    only logit_bias and an empty allowed list were checked at admission, so a stop id of -1 or
+    a str min_tokens reached update_state in the engine core. What admission cannot see (an id
+    past the model's vocabulary, ...) is listed in docs/integrations.md."""
     from stopline.logits import LogitsConstraints
 
     bad = [
@@ -418,6 +419,13 @@ def test_validate_params_refuses_at_admission_what_update_state_would_refuse():
             with pytest.raises((TypeError, ValueError)) as direct:
                 LogitsConstraints(1, V).set(0, **set_kw)
             assert (direct.value.field, direct.value.kind) == (info.value.field, info.value.kind), kw
+    for kw, field in (({"stop_token_ids": iter([2, 7]), "min_tokens": 1}, "stop_token_ids"),
+                      ({"bad_words": [[1, 2], iter([3, 4])]}, "bad_words[1]"),
+                      ({"allowed_token_ids": (t for t in [1, 2])}, "allowed_token_ids")):
+        with pytest.raises(ValueError, match="an iterator would be used up at admission") as info:
+            StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": kw}))
+        assert (info.value.field, info.value.kind) == (field, "wrong_type")
+        assert list(kw.get("stop_token_ids") or kw.get("allowed_token_ids") or kw["bad_words"][1]), "consumed"
     good = {"min_tokens": 2, "stop_token_ids": [2, 7], "bad_words": [[1, 2], [3]], "logit_bias": {5: 1.5},
             "allowed_token_ids": [1, 2, 3, 5, 7], "restore": "always"}
     StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": good}))

@@ -455,7 +455,11 @@ def test_check_request_without_a_vocabulary_bounds_ids_by_the_largest_one() -> N
     with pytest.raises(ValueError, match="stop_token_ids: token id 2147483583 is outside") as info:
         check_request(stop_token_ids=[2**31 - 65])
     assert _data(info)[1:] == ("stop_token_ids[0]", None, "id_outside")
-    for bad in (0, -3, 2**31, True, "100"):
+    for bad in (0, -3, 2**31):
         with pytest.raises(ValueError, match="vocab_size must be an int in") as info:
             check_request(bad)
         assert _data(info)[1:] == ("vocab_size", None, "out_of_range")
+    for bad in (True, "100", 1.0):
+        with pytest.raises(TypeError, match="vocab_size must be an int, got") as info:
+            check_request(bad)  # type: ignore[arg-type]
+        assert _data(info)[1:] == ("vocab_size", None, "wrong_type")

@@ -81,7 +81,7 @@ from .._caps import field_error, field_type_error, field_value_error, unknown_ke
 from .._core import FinishTracker
 from ..engines._common import Reasoning, thinking_budget
 from ..engines.vllm import DetokenizerStop, RequestStop, vllm_reasoning
-from ..logits import LogitsConstraints, check_request
+from ..logits import LIMITS, LogitsConstraints, check_request
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -179,6 +179,23 @@ def constraints_from_params(params: SamplingParams) -> dict[str, Any] | None:
     if params.logit_bias:
         kw["logit_bias"] = {int(t): float(b) for t, b in params.logit_bias.items()}
     return kw or None
+
+
+def _refuse_iterators(kw: dict[str, Any]) -> None:
+    """A one-shot iterator among a request's lists would be used up by the admission check (and
+    cannot cross to vLLM's engine process): refused, with the field, before anything reads it."""
+    from collections.abc import Iterator
+
+    for key in ("stop_token_ids", "allowed_token_ids", "bad_words", "logit_bias"):
+        value = kw.get(key)
+        if isinstance(value, Iterator):
+            raise field_type_error(key, "a list, tuple or array (an iterator would be used up at admission)", value)
+    words = kw.get("bad_words")
+    if isinstance(words, (list, tuple)):
+        for i, word in enumerate(words[: LIMITS["max_bad_words"] + 1]):
+            if isinstance(word, Iterator):
+                raise field_type_error(f"bad_words[{i}]", "a list, tuple or array (an iterator would be used up at "
+                                       "admission)", word)
 
 
 # (class, id of the engine object it was built with) -> the instance; entries
@@ -283,9 +300,12 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         """Refuse, at admission, what ``update_state`` would refuse in the engine core (vLLM calls
         this in the frontend, where an error is the client's HTTP 400, not a failed engine step):
         every check of :meth:`LogitsConstraints.set` that needs no vocabulary
-        (:func:`stopline.logits.check_request`), and the budget's type and range. An id at or
-        past the model's vocabulary but under ``2**31 - 65`` is still refused only by ``set``
-        (``validate_params`` is given no vocabulary).
+        (:func:`stopline.logits.check_request`), the budget's type and range, and no one-shot
+        iterator among the lists. What it cannot see is still refused later, in the engine
+        step: an id at or past the model's vocabulary (it is given no vocabulary), a
+        multi-token bad-words table over ``max_bad_words_table_bytes`` at the engine's
+        ``max_num_seqs``, a thinking budget on an engine without reasoning markers, and under
+        the model runner V2 a budget or a multi-token bad word (docs/integrations.md).
 
         Raises:
             ValueError: every problem, ``field`` and ``kind`` as ``set`` reports them (a
@@ -295,9 +315,10 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         try:
             kw = cls.constraints_for(sampling_params) or {}
             cls.budget_for(sampling_params)  # type and range of the budget
+            _refuse_iterators(kw)
             check_request(None, **kw)
         except TypeError as exc:
-            raise field_error(ValueError, getattr(exc, "field", None) or EXTRA_ARGS_KEY, str(exc),
+            raise field_error(ValueError, getattr(exc, "field", None) or f"extra_args[{EXTRA_ARGS_KEY!r}]", str(exc),
                               getattr(exc, "kind", None) or "wrong_type") from exc
 
     def is_argmax_invariant(self) -> bool:

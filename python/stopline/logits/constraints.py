@@ -207,10 +207,13 @@ def check_request(
 
     Raises:
         TypeError / ValueError: as :meth:`LogitsConstraints.set`, the same
-            messages, fields and kinds.
+            messages, fields and kinds; a non-int ``vocab_size`` (TypeError) or one
+            outside ``[1, 2**31 - 65]`` (ValueError).
     """
     V = _MAX_VOCAB if vocab_size is None else vocab_size
-    if isinstance(V, bool) or not isinstance(V, numbers.Integral) or not 0 < V <= _MAX_VOCAB:
+    if isinstance(V, bool) or not isinstance(V, numbers.Integral):
+        raise field_error(TypeError, "vocab_size", f"vocab_size must be an int, got {shown(V)}", "wrong_type")
+    if not 0 < V <= _MAX_VOCAB:
         raise field_error(ValueError, "vocab_size", f"vocab_size must be an int in [1, {_MAX_VOCAB}], got {shown(V)}",
                           "out_of_range")
     _checked_request(int(V), min_tokens, stop_token_ids, allowed_token_ids, bad_words, logit_bias, restore)
@@ -392,7 +395,7 @@ class LogitsConstraints:
                 out[: len(values)] = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
             return out.to(dev, non_blocking=True)
 
-        st.min_tokens[s] = int(min_tokens)
+        st.min_tokens[s] = req.min_tokens
         st.restore[s] = RESTORE_POLICIES[restore]
         st.stop_ids[s] = row(stops, st.stop_ids.shape[1])
         if st.ban_ids.shape[1]:
