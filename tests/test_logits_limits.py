@@ -463,3 +463,20 @@ def test_check_request_without_a_vocabulary_bounds_ids_by_the_largest_one() -> N
         with pytest.raises(TypeError, match="vocab_size must be an int, got") as info:
             check_request(bad)  # type: ignore[arg-type]
         assert _data(info)[1:] == ("vocab_size", None, "wrong_type")
+
+
+def test_a_deep_or_huge_container_in_a_request_is_shown_bounded() -> None:
+    """The core shows a container it refuses through reprlib's bounds, as the Python side
+    does: its own repr() recursed with the depth (a RecursionError past ~1000 levels, not the
+    field's error) and built the whole text of a huge list before cutting it."""
+    from stopline.logits import check_request
+
+    deep: Any = [1]
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(TypeError, match=r"bad_words: token id \[\[\[\.\.\.\]\]\] is not an int") as info:
+        check_request(bad_words=[deep])
+    assert _data(info)[1:] == ("bad_words", None, "id_not_int")
+    with pytest.raises(TypeError, match=r"token id \[0, 1, 2, 3, 4, 5, \.\.\.\] is not an int") as info:
+        lc().set(0, bad_words=[[list(range(1_000_000))]])
+    assert len(str(info.value)) < 200

@@ -6,8 +6,10 @@
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{
-    PyBool, PyInt, PyIterator, PyList, PyMapping, PyRange, PyRangeMethods, PyString, PyTuple,
+    PyBool, PyDict, PyFrozenSet, PyInt, PyIterator, PyList, PyMapping, PyRange, PyRangeMethods,
+    PySet, PyString, PyTuple,
 };
 use pyo3::IntoPyObjectExt;
 
@@ -190,8 +192,21 @@ pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
 
 /// What an error message shows of a caller's value: its `repr()` cut to
 /// [`crate::error::MAX_SHOWN_BYTES`]; an int too long for `repr()` (over 4,300
-/// digits) as its size. What a caller's `__repr__` raises propagates.
+/// digits) as its size; a list, tuple, dict or set through `reprlib` with the
+/// bounds of `stopline._caps.shown` (their own `repr()` takes time in their
+/// size and recurses with their depth). What a caller's `__repr__` raises
+/// propagates.
 pub(super) fn shown_value(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    let container = obj.is_instance_of::<PyList>()
+        || obj.is_instance_of::<PyTuple>()
+        || obj.is_instance_of::<PyDict>()
+        || obj.is_instance_of::<PySet>()
+        || obj.is_instance_of::<PyFrozenSet>();
+    if container {
+        let shown =
+            bounded_repr(obj.py())?.call_method1(pyo3::intern!(obj.py(), "repr"), (obj,))?;
+        return Ok(crate::error::shown_repr(&shown.to_string()));
+    }
     match obj.repr() {
         Ok(r) => Ok(crate::error::shown_repr(&r.to_string())),
         Err(e) if obj.is_instance_of::<PyInt>() && e.is_instance_of::<PyValueError>(obj.py()) => {
@@ -202,6 +217,21 @@ pub(super) fn shown_value(obj: &Bound<'_, PyAny>) -> PyResult<String> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// The `reprlib.Repr` that shows containers: two levels deep, 80 characters
+/// of a string or other value, as `stopline._caps.shown`.
+fn bounded_repr(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static REPR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    REPR.get_or_try_init(py, || {
+        let repr = py.import("reprlib")?.getattr("Repr")?.call0()?;
+        repr.setattr("maxlevel", 2)?;
+        for attr in ["maxstring", "maxother", "maxlong"] {
+            repr.setattr(attr, 80)?;
+        }
+        Ok(repr.unbind())
+    })
+    .map(|repr| repr.bind(py))
 }
 
 /// The error `problem(shown)` for `field`, `shown` being `obj` as
