@@ -904,7 +904,7 @@ ROWS: list[Row] = [
         lambda: _check_request()(0, min_tokens=1), ValueError, "vocab_size must be an int in [1, 2147483583], got 0"),
 ]
 
-_TORCH_ENTRIES = ("LogitsConstraints",)
+_TORCH_ENTRIES = ("LogitsConstraints", "logits.")  # stopline.logits needs torch
 
 
 def _describe(e: BaseException) -> str:
