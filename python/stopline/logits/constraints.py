@@ -376,9 +376,9 @@ class LogitsConstraints:
         s = self._slot(slot)
         with at_slot(s):  # every error of this request names the slot
             V = self.vocab_size
-            req = _checked_request(V, min_tokens, stop_token_ids, allowed_token_ids, bad_words, logit_bias, restore)
-            stops, allowed, single, n_multi = req.stops, req.allowed, req.single, req.n_multi
-            prefix, prefix_len, last, bias_ids, bias_vals = req.prefix, req.prefix_len, req.last, req.bias_ids, req.bias_vals
+            (min_tokens, stops, allowed, single, n_multi, prefix, prefix_len, last, bias_ids,
+             bias_vals) = _checked_request(V, min_tokens, stop_token_ids, allowed_token_ids, bad_words, logit_bias,
+                                           restore)
             dense_bans = allowed is not None or len(single) > self._tuning.sparse_ban_limit
             widths = (len(stops), 0 if dense_bans else len(single), len(bias_ids), n_multi, prefix.shape[1])
             if n_multi and not self._tables.frozen:
@@ -395,7 +395,7 @@ class LogitsConstraints:
                 out[: len(values)] = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
             return out.to(dev, non_blocking=True)
 
-        st.min_tokens[s] = req.min_tokens
+        st.min_tokens[s] = min_tokens
         st.restore[s] = RESTORE_POLICIES[restore]
         st.stop_ids[s] = row(stops, st.stop_ids.shape[1])
         if st.ban_ids.shape[1]:
