@@ -8,8 +8,8 @@ new) must give the same answers on the same random histories.
 
 The engine part is skipped unless ``STOPLINE_ENGINE_PARITY=1`` and the engine
 imports, so the README's test command never imports vLLM or SGLang. The
-statements checked there are about vLLM 0.33.0 and SGLang 0.5.23; another
-version is skipped. Run it from an environment that has the engine, with this
+statements checked there are about vLLM 0.33.0 and 0.34.0 and SGLang 0.5.23
+(``VLLM_RELEASES``, ``SGLANG_RELEASES``); another version is skipped. Run it from an environment that has the engine, with this
 checkout's package on the path::
 
     STOPLINE_ENGINE_PARITY=1 PYTHONPATH=python <python with vllm> -m pytest \\
@@ -25,6 +25,7 @@ only the objects it reads (a request, a tokenizer) are small stand-ins.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import os
 from types import SimpleNamespace as NS
@@ -152,20 +153,33 @@ def test_req_finish_equals_sglang_check_finished(ids, sizes, max_new_tokens, min
         assert got == want
 
 
-def _engine(name, version):
+#: The engine releases these statements are about (docs/integrations.md, "Supported engine versions").
+VLLM_RELEASES = ("0.33.0", "0.34.0")
+SGLANG_RELEASES = ("0.5.23",)
+
+
+def _engine(name, versions):
     if os.environ.get("STOPLINE_ENGINE_PARITY") != "1":
         pytest.skip("engine parity checks run only with STOPLINE_ENGINE_PARITY=1")
     mod = pytest.importorskip(name)
-    if mod.__version__ != version:
-        pytest.skip(f"{name} {mod.__version__} installed; these statements are about {version}")
+    if mod.__version__ not in versions:
+        pytest.skip(f"{name} {mod.__version__} installed; these statements are about {', '.join(versions)}")
     return mod
+
+
+def _v1_runner(vllm):
+    """vLLM 0.33's V1 sampler modules (0.34 has only the V2 runner, whose steps are Triton kernels)."""
+    if vllm.builtin is None:
+        from conftest import ENGINE_VERSION_SKIP
+
+        pytest.skip(f"{ENGINE_VERSION_SKIP}vLLM {vllm.version} has no V1 runner")
 
 
 # ===================================================================== vLLM ==
 
 @pytest.fixture(scope="module")
 def vllm():
-    _engine("vllm", "0.33.0")
+    mod = _engine("vllm", VLLM_RELEASES)
     torch_utils = importlib.import_module("vllm.utils.torch_utils")
     torch_utils.PIN_MEMORY = False  # lets the logits processor run on a CPU-only host
     return NS(
@@ -173,7 +187,9 @@ def vllm():
         scheduler=importlib.import_module("vllm.v1.core.sched.scheduler"),
         detok=importlib.import_module("vllm.v1.engine.detokenizer"),
         request=importlib.import_module("vllm.v1.request"),
-        builtin=importlib.import_module("vllm.v1.sample.logits_processor.builtin"),
+        builtin=(importlib.import_module("vllm.v1.sample.logits_processor.builtin")
+                 if importlib.util.find_spec("vllm.v1.sample.logits_processor") else None),
+        version=mod.__version__,
     )
 
 
@@ -294,6 +310,7 @@ def test_vllm_min_tokens_restore_and_nan_rows(vllm):
         ([ninf, nan, ninf, inf], True),  # no finite stop logit to put back
         ([ninf, nan, ninf, 2.0], True),  # only the finite one comes back
     ]
+    _v1_runner(vllm)
     proc = object.__new__(vllm.builtin.MinTokensLogitsProcessor)
     proc.neg_inf_tensor = torch.tensor(ninf)
     for row, agrees in rows:
@@ -376,7 +393,7 @@ def test_vllm_first_added_token_after_a_prompt_differs_as_documented(vllm):
 
 @pytest.fixture(scope="module")
 def sglang_req():
-    _engine("sglang", "0.5.23")
+    _engine("sglang", SGLANG_RELEASES)
     return importlib.import_module("sglang.srt.managers.schedule_batch").Req
 
 

@@ -14,17 +14,32 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("vllm.v1.sample.logits_processor", reason="vLLM is not installed (pip install '.[vllm]')")
+pytest.importorskip("vllm", reason="vLLM is not installed (pip install '.[vllm]')")
+from conftest import ENGINE_VERSION_SKIP  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.sampling_params import StructuredOutputsParams  # noqa: E402
-from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
-from vllm.v1.sample.logits_processor.builtin import LogitBiasLogitsProcessor, MinTokensLogitsProcessor  # noqa: E402
-from vllm.v1.sample.ops.bad_words import apply_bad_words  # noqa: E402
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsContext, LogitsProcRequestState  # noqa: E402
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor  # noqa: E402
 
-from stopline.integrations.vllm import StoplineBuiltinsProcessor, StoplineLogitsProcessor  # noqa: E402
+from stopline.integrations.vllm import (  # noqa: E402
+    HAS_V1_RUNNER,
+    VLLM_VERSION,
+    StoplineBuiltinsProcessor,
+    StoplineLogitsProcessor,
+)
+
+if HAS_V1_RUNNER:  # vLLM 0.33: the V1 runner's interface and its own steps, the reference below
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+    from vllm.v1.sample.logits_processor.builtin import LogitBiasLogitsProcessor, MinTokensLogitsProcessor
+    from vllm.v1.sample.ops.bad_words import apply_bad_words
+    from vllm.v1.sample.thinking_budget_state import ThinkingBudgetStateHolder
+
+#: Tests of the V1 runner's path (vLLM 0.33; 0.34 has only the V2 runner).
+needs_v1 = pytest.mark.skipif(not HAS_V1_RUNNER, reason=f"{ENGINE_VERSION_SKIP}vLLM {VLLM_VERSION} has no V1 runner")
 
 if not torch.cuda.is_available():
     # vLLM's CUDA build assumes pinned host memory, which needs a driver.
@@ -87,6 +102,7 @@ def fill_placeholders(out, real):
     out[first:] = real[: len(out) - first]
 
 
+@needs_v1
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("seed", range(25))
 def test_persistent_batch_matches_vllm(seed, mode):
@@ -150,6 +166,7 @@ def test_persistent_batch_matches_vllm(seed, mode):
                 pending.append((out, [rng.randrange(V)]))
 
 
+@needs_v1
 @pytest.mark.parametrize("seed", range(10))
 def test_placeholders_and_dropped_tokens_feed_as_the_settled_list(seed):
     """Async scheduling with speculative decoding: the runner appends optimistic
@@ -192,6 +209,7 @@ def test_placeholders_and_dropped_tokens_feed_as_the_settled_list(seed):
         assert torch.equal(got, want), (outs, settled)
 
 
+@needs_v1
 def test_extra_args_processor_equals_builtins_processor():
     """extra_args["stopline"] carries the same constraints; requests without it are untouched."""
     rng = random.Random(7)
@@ -226,6 +244,7 @@ def test_validate_params_names_the_field():
     StoplineLogitsProcessor.validate_params(SamplingParams(min_tokens=2))
 
 
+@needs_v1
 def test_out_of_vocabulary_id_is_refused_before_any_launch():
     ours = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
     params = SamplingParams(logit_bias={V + 3: 1.0})
@@ -429,9 +448,11 @@ def test_validate_params_refuses_at_admission_what_update_state_would_refuse():
     good = {"min_tokens": 2, "stop_token_ids": [2, 7], "bad_words": [[1, 2], [3]], "logit_bias": {5: 1.5},
             "allowed_token_ids": [1, 2, 3, 5, 7], "restore": "always"}
     StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": good}))
-    ours = StoplineLogitsProcessor(config(), torch.device("cpu"), False)
-    ours.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, SamplingParams(extra_args={"stopline": good}),
-                                                                     [1], [])], moved=[]))
+    if HAS_V1_RUNNER:
+        ours = StoplineLogitsProcessor(config(), torch.device("cpu"), False)
+        ours.update_state(BatchUpdate(batch_size=1, removed=[], moved=[],
+                                      added=[(0, SamplingParams(extra_args={"stopline": good}), [1], [])]))
+    assert StoplineLogitsProcessor(config(), v2_req_states()).add_request(0, SamplingParams(extra_args={"stopline": good}))
 
 
 def _v1_config():
@@ -440,6 +461,7 @@ def _v1_config():
     return cfg
 
 
+@needs_v1
 def test_explicit_processor_beside_the_entry_point_is_refused():
     """Issue 22, wrong answer 2: vLLM 0.33's build_logitsprocs loads the
     vllm.logits_processors entry point (StoplineLogitsProcessor) and then
@@ -464,23 +486,46 @@ def test_explicit_processor_beside_the_entry_point_is_refused():
     StoplineLogitsProcessor(_v1_config(), torch.device("cpu"), False)
 
 
+def v2_req_states(slots=MAX_SEQS, width=64):
+    """vLLM's LogitsProcRequestState on CPU: per-slot prompt_len and total_len, and the committed
+    tokens in all_token_ids (the model runner's UvaBackedTensor / StagedWriteTensor expose .gpu)."""
+    def buf(t):
+        return SimpleNamespace(gpu=t, np=t.numpy())
+
+    return LogitsProcRequestState(
+        device=torch.device("cpu"), max_num_reqs=slots, vocab_size=V,
+        all_token_ids=buf(torch.zeros(slots, width, dtype=torch.int32)),
+        prompt_len=buf(torch.zeros(slots, dtype=torch.int32)), prefill_len=None,
+        total_len=buf(torch.zeros(slots, dtype=torch.int32)),
+    )
+
+
 def test_v2_loader_refuses_a_second_instance_in_one_engine():
     """The model-runner-V2 loader hands every processor of one engine the same
     request-state object; a second StoplineLogitsProcessor on it is refused."""
-    prompt_len = torch.zeros(MAX_SEQS, dtype=torch.int32)
-    req_states = LogitsProcRequestState(
-        device=torch.device("cpu"), max_num_reqs=MAX_SEQS, vocab_size=V, all_token_ids=None,
-        prompt_len=SimpleNamespace(gpu=prompt_len), prefill_len=None, total_len=None,
-    )
+    req_states = v2_req_states()
     first = StoplineLogitsProcessor(config(), req_states)
     with pytest.raises(ValueError, match="already loaded in this engine"):
         StoplineLogitsProcessor(config(), req_states)
-    StoplineBuiltinsProcessor(config(), req_states)  # another class: allowed
+
+    class Other(StoplineLogitsProcessor):
+        pass
+
+    Other(config(), req_states)  # another class: allowed
     del first
     import gc
 
     gc.collect()
     StoplineLogitsProcessor(config(), req_states)  # the first one is gone: a rebuild may load it again
+
+
+def test_v2_refuses_the_builtins_processor():
+    """vLLM's V2 sampler always runs its own LogitBiasState and BadWordsState on the ordinary
+    fields, so StoplineBuiltinsProcessor there would add each logit_bias a second time: it is
+    refused when the engine builds it (named explicitly, so the engine is told at start)."""
+    with pytest.raises(ValueError, match="logit_bias would be added twice") as info:
+        StoplineBuiltinsProcessor(config(), v2_req_states())
+    assert (info.value.field, info.value.kind) == ("logits_processors", "unsupported")
 
 
 def test_docs_example_runs():
@@ -490,38 +535,37 @@ def test_docs_example_runs():
     run_python_blocks("docs/integrations.md", "integrations.vllm")
 # --- the model-runner-V2 shape ---------------------------------------------
 
-import numpy as np  # noqa: E402
-from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsContext, LogitsProcRequestState  # noqa: E402
-from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor  # noqa: E402
 
 
+@needs_v1
 @pytest.mark.parametrize("seed", range(10))
 def test_v2_shape_equals_v1_path(seed):
     """The same class under vLLM's model-runner-V2 interface (slots = persistent
     request slots, rows reordered every step, positions from ctx.pos) masks
     exactly as its V1 path, which is compared with vLLM's own steps above.
-    One-token bad words only (V2 refuses longer ones, tested below)."""
-    assert issubclass(StoplineBuiltinsProcessor, V2LogitsProcessor)
+    Multi-token bad words read the committed tokens from req_states.all_token_ids."""
+    from stopline.integrations.vllm import constraints_from_params
+
+    assert issubclass(StoplineLogitsProcessor, V2LogitsProcessor)
     rng = random.Random(seed)
-    prompt_len = torch.zeros(MAX_SEQS, dtype=torch.int32)
-    req_states = LogitsProcRequestState(
-        device=torch.device("cpu"), max_num_reqs=MAX_SEQS, vocab_size=V, all_token_ids=None,
-        prompt_len=SimpleNamespace(gpu=prompt_len, np=prompt_len.numpy()), prefill_len=None, total_len=None,
-    )
-    v2 = StoplineBuiltinsProcessor(config(), req_states)
+    req_states = v2_req_states()
+    prompt_len = req_states.prompt_len.gpu
+    v2 = StoplineLogitsProcessor(config(), req_states)
     params, outs = {}, {}
     for slot in range(MAX_SEQS):
-        p = random_params(rng)
-        if p.bad_words_token_ids:
-            p._bad_words_token_ids = [[w[-1]] for w in p.bad_words_token_ids]
-        params[slot], outs[slot] = p, []
+        kw = constraints_from_params(random_params(rng))
+        params[slot], outs[slot] = SamplingParams(extra_args={"stopline": kw} if kw else None), []
         prompt_len[slot] = rng.randint(1, 5)
-        v2.add_request(slot, p)
+        v2.add_request(slot, params[slot])
     for _ in range(8):
         order = rng.sample(range(MAX_SEQS), rng.randint(1, MAX_SEQS))  # this step's batch, any order
-        v1 = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
+        v1 = StoplineLogitsProcessor(config(), torch.device("cpu"), False)
         v1.update_state(BatchUpdate(batch_size=len(order), removed=[],
                                     added=[(i, params[s], [1], outs[s]) for i, s in enumerate(order)], moved=[]))
+        for s in order:
+            n = int(prompt_len[s])
+            req_states.all_token_ids.gpu[s, n:n + len(outs[s])] = torch.tensor(outs[s], dtype=torch.int32)
+            req_states.total_len.gpu[s] = n + len(outs[s])
         logits = torch.randn(len(order), V)
         idx = torch.tensor(order, dtype=torch.int32)
         pos = torch.tensor([int(prompt_len[s]) + len(outs[s]) - 1 for s in order])
@@ -533,23 +577,79 @@ def test_v2_shape_equals_v1_path(seed):
             outs[s].append(rng.randrange(V))
 
 
-def test_v2_refuses_multi_token_bad_words():
-    prompt_len = torch.zeros(MAX_SEQS, dtype=torch.int32)
-    req_states = LogitsProcRequestState(
-        device=torch.device("cpu"), max_num_reqs=MAX_SEQS, vocab_size=V, all_token_ids=None,
-        prompt_len=SimpleNamespace(gpu=prompt_len), prefill_len=None, total_len=None,
-    )
-    v2 = StoplineLogitsProcessor(config(), req_states)
-    with pytest.raises(ValueError, match="bad_words: multi-token"):
-        v2.add_request(0, SamplingParams(extra_args={"stopline": {"bad_words": [[3, 4]]}}))
-    assert v2.add_request(1, SamplingParams(extra_args={"stopline": {"bad_words": [[3]]}})) is True
-    assert v2.add_request(2, SamplingParams()) is False
+@pytest.mark.parametrize("seed", range(20))
+def test_v2_multi_token_bad_words_read_the_engine_history(seed):
+    """Under V2 the processor never sees the output on the host: a multi-token bad word matches
+    the committed tokens in req_states.all_token_ids (prompt_len..total_len) and, on a speculative
+    row, the drafts fed before it (ctx.input_ids), all on the device. The logits equal a
+    LogitsConstraints fed the same tokens through append_tokens and draft_token_ids."""
+    from stopline.logits import LogitsConstraints
+
+    rng = random.Random(seed)
+    drafts_max = rng.randint(0, 3)
+    cfg = config()
+    cfg.speculative_config = SimpleNamespace(num_speculative_tokens=drafts_max) if drafts_max else None
+    req_states = v2_req_states()
+    v2 = StoplineLogitsProcessor(cfg, req_states)
+    words = [[rng.randrange(4) for _ in range(rng.randint(1, 4))] for _ in range(3)]
+    ref = LogitsConstraints(MAX_SEQS, V)
+    outs = {}
+    for slot in range(MAX_SEQS):
+        kw = {"bad_words": words[: rng.randint(1, 3)]} if rng.random() < 0.8 else None
+        assert v2.add_request(slot, SamplingParams(extra_args={"stopline": kw} if kw else None)) == bool(kw)
+        if kw:
+            ref.set(slot, **kw)
+        outs[slot] = [rng.randrange(4) for _ in range(rng.randint(0, 6))]
+        n = rng.randint(1, 5)
+        req_states.prompt_len.gpu[slot] = n
+        req_states.all_token_ids.gpu[slot, :n] = 3  # prompt tokens never count as history
+        req_states.all_token_ids.gpu[slot, n:n + len(outs[slot])] = torch.tensor(outs[slot], dtype=torch.int32)
+        req_states.total_len.gpu[slot] = n + len(outs[slot])
+        ref.append_tokens(slot, outs[slot])
+    order = rng.sample(range(MAX_SEQS), rng.randint(1, MAX_SEQS))
+    rows, local, fed, pos = [], [], [], []
+    for s in order:  # one row per draft position: the committed last token, then the drafts
+        k = rng.randint(0, drafts_max)
+        draft = [rng.randrange(4) for _ in range(k)]
+        last = outs[s][-1] if outs[s] else 3
+        for j in range(k + 1):
+            rows.append(s)
+            local.append(j)
+            fed.append(last if j == 0 else draft[j - 1])
+            pos.append(int(req_states.total_len.gpu[s]) - 1 + j)
+    idx = torch.tensor(rows, dtype=torch.int32)
+    ctx = LogitsContext(expanded_idx_mapping=idx, idx_mapping=torch.tensor(order, dtype=torch.int32),
+                        idx_mapping_np=np.array(order), expanded_local_pos=torch.tensor(local, dtype=torch.int32),
+                        input_ids=torch.tensor(fed, dtype=torch.int32), pos=torch.tensor(pos), seq_lens_upper_bound_np=None)
+    logits = torch.randn(len(rows), V)
+    got = v2.apply(logits.clone(), ctx)
+    width = max(drafts_max, 1)
+    drafts = torch.full((len(rows), width), -1, dtype=torch.int32)
+    for r, j in enumerate(local):
+        drafts[r, :j] = torch.tensor(fed[r - j + 1 : r + 1], dtype=torch.int32)
+    positions = torch.tensor([p + 1 - int(req_states.prompt_len.gpu[s]) for p, s in zip(pos, rows)])
+    expect = logits.clone()
+    ref.apply(expect, idx, positions, draft_token_ids=drafts)
+    assert torch.equal(got, expect)
+
+
+def test_v2_budget_is_vllms_own():
+    """Under V2 vLLM forces thinking_token_budget itself after every processor; a
+    max_reasoning_tokens of the entry-point processor is refused, naming the field and
+    thinking_token_budget (at admission where the engine has only the V2 runner)."""
+    sp = SamplingParams(extra_args={"stopline": {"max_reasoning_tokens": 4}})
+    with pytest.raises(ValueError, match="thinking_token_budget") as info:
+        StoplineLogitsProcessor(config(), v2_req_states()).add_request(0, sp)
+    assert (info.value.field, info.value.kind) == ("extra_args['stopline']['max_reasoning_tokens']", "unsupported")
+    if not HAS_V1_RUNNER:
+        with pytest.raises(ValueError, match="thinking_token_budget"):
+            StoplineLogitsProcessor.validate_params(sp)
+    StoplineLogitsProcessor.validate_params(SamplingParams(thinking_token_budget=4))  # vLLM's own field: not ours
 
 
 # --- reasoning channels (docs/semantics.md 11) -------------------------------
 
 from vllm.config.reasoning import ReasoningConfig  # noqa: E402
-from vllm.v1.sample.thinking_budget_state import ThinkingBudgetStateHolder  # noqa: E402
 
 from stopline.engines import reasoning_from_markers  # noqa: E402
 from stopline.integrations.vllm import vllm_reasoning  # noqa: E402
@@ -744,6 +844,7 @@ def run_budget(proc_cls, rc, sp, prompt, stream_of, steps, reasoning, vocab, com
     return forced
 
 
+@needs_v1
 @pytest.mark.parametrize("seed", range(12))
 def test_thinking_budget_forces_the_end_marker_as_vllm(deepseek, seed):
     """thinking_token_budget through StoplineBuiltinsProcessor (LogitsConstraints.force)
@@ -775,6 +876,7 @@ def test_thinking_budget_forces_the_end_marker_as_vllm(deepseek, seed):
     assert any(f is not None for f in forced) or end in stream[:14]
 
 
+@needs_v1
 def test_thinking_budget_counts_a_prompt_opened_block(deepseek):
     """extra_args["stopline"]["max_reasoning_tokens"] (the entry-point
     processor) with the engine's real markers: the prompt ends with
@@ -789,6 +891,7 @@ def test_thinking_budget_counts_a_prompt_opened_block(deepseek):
     assert forced == [None, None, end, None]
 
 
+@needs_v1
 def test_an_id_past_the_tokenizer_does_not_fail_the_step(deepseek):
     """vLLM pads the embedding past the tokenizer: a sampled padded id ends
     the budget's enforcement for that request (its text cannot be decoded)
@@ -809,6 +912,7 @@ def test_an_id_past_the_tokenizer_does_not_fail_the_step(deepseek):
     assert stop.check_stop(req) and stop.result().num_output_tokens == 5
 
 
+@needs_v1
 @pytest.mark.parametrize("phrase", [False, True])
 def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker(deepseek, phrase):
     """Budget 0 and a prompt ending `<think>\n` (one thinking token already):
@@ -824,6 +928,7 @@ def test_thinking_budget_spent_by_the_prompt_forces_the_end_marker(deepseek, phr
     assert forced == [*okay, end, None]
 
 
+@needs_v1
 @pytest.mark.parametrize("opened", [False, True])
 def test_thinking_budget_counts_a_start_marker_inside_the_block(deepseek, opened):
     """A `<think>` met again inside the open block is a marker for the
@@ -843,6 +948,7 @@ def test_thinking_budget_counts_a_start_marker_inside_the_block(deepseek, opened
     assert forced == ([None] * 4 + [end, None] if opened else [None] * 5 + [end])
 
 
+@needs_v1
 def test_thinking_budget_second_block_differs_from_vllm(deepseek):
     """A documented difference (semantics.md 11.1): stopline has one reasoning
     block, so a `<think>` after `</think>` is content and the budget is over;
@@ -869,11 +975,12 @@ def test_bad_reasoning_configuration_names_the_field(deepseek, smollm2):
     assert e.value.field == "reasoning_parser"
     with pytest.raises(ValueError, match=r"reasoning_config.natural_reasoning_end_token_ids=\[6, 7\] is several") as e:
         vllm_reasoning(reasoning_config([5], [6, 7]))
-    with pytest.raises(ValueError, match="max_reasoning_tokens=2: this engine has no reasoning markers") as e:
-        proc = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
-        proc.update_state(BatchUpdate(batch_size=1, removed=[], moved=[],
-                                      added=[(0, SamplingParams(thinking_token_budget=2), [1], [])]))
-    assert e.value.field == "max_reasoning_tokens"
+    if HAS_V1_RUNNER:
+        with pytest.raises(ValueError, match="max_reasoning_tokens=2: this engine has no reasoning markers") as e:
+            proc = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
+            proc.update_state(BatchUpdate(batch_size=1, removed=[], moved=[],
+                                          added=[(0, SamplingParams(thinking_token_budget=2), [1], [])]))
+        assert e.value.field == "max_reasoning_tokens"
     with pytest.raises(ValueError, match="thinking_token_budget=2 needs reasoning markers") as e:
         RequestStop(Request("r", [1], SamplingParams(thinking_token_budget=2), None), 100)
     assert e.value.field == "thinking_token_budget"

@@ -1,5 +1,5 @@
 """Reasoning channels (docs/semantics.md section 11) against the engines' own
-reasoning parsers: vLLM 0.33.0's ``qwen3`` (``Qwen3Parser``, a parser engine)
+reasoning parsers: vLLM 0.33.0's and 0.34.0's ``qwen3`` (``Qwen3Parser``, a parser engine)
 and ``deepseek_r1`` (``DeepSeekR1ReasoningParser``), driven through the
 ``Parser.parse_delta`` / ``Parser.parse`` calls of vLLM's chat serving, and
 SGLang 0.5.23's ``ReasoningParser`` (``qwen3`` and ``deepseek-r1`` detectors)
@@ -47,7 +47,7 @@ from reasoning_peers import (
     vllm_stream,
     vllm_whole,
 )
-from test_engine_parity import _engine, _sglang
+from test_engine_parity import SGLANG_RELEASES, VLLM_RELEASES, _engine, _sglang
 
 # Bounded so the engines job stays short; STOPLINE_PARITY_EXAMPLES for a longer hunt.
 EXAMPLES = settings(max_examples=int(os.environ.get("STOPLINE_PARITY_EXAMPLES", "30")), deadline=None, derandomize=True,
@@ -70,7 +70,7 @@ def qwen3() -> Tok:
 
 @pytest.fixture(scope="module")
 def vllm() -> Any:
-    _engine("vllm", "0.33.0")
+    _engine("vllm", VLLM_RELEASES)
     manager = importlib.import_module("vllm.parser.parser_manager").ParserManager
     hf: dict[str, Any] = {}
 
@@ -87,7 +87,7 @@ def vllm() -> Any:
 
 @pytest.fixture(scope="module")
 def sglang() -> Any:
-    _engine("sglang", "0.5.23")
+    _engine("sglang", SGLANG_RELEASES)
     return importlib.import_module("sglang.srt.parser.reasoning_parser").ReasoningParser
 
 
@@ -398,6 +398,17 @@ def test_vllm_qwen3_non_stream_drops_a_later_end_marker(vllm: Any, qwen3: Tok) -
     steps = [[qwen3.start], ids(qwen3, "a"), [qwen3.end], ids(qwen3, "b"), [qwen3.end], ids(qwen3, "c")]
     assert vllm_both(vllm, qwen3, "qwen3", [64], steps) == (("a", "b</think>c"), ("a", "bc"))
     assert ours(qwen3, [64], steps, text=True)[1] == ("a", "b</think>c")
+
+
+def test_vllm_streams_a_block_after_a_closed_prompt_block_as_content(vllm: Any, qwen3: Tok) -> None:
+    # Qwen3's enable_thinking=False template closes an empty block in the prompt. vLLM's
+    # streamed split then serves a block the output opens as content, markers included (no
+    # (CONTENT, THINK_START) transition; a </think> in content is absorbed only by the whole
+    # parse). stopline: the prompt's block is the start state; the output's block is its one.
+    prompt = [64, qwen3.start, *ids(qwen3, "\n\n"), qwen3.end, *ids(qwen3, "\n\n")]
+    steps = [[qwen3.start], ids(qwen3, "a"), [qwen3.end], ids(qwen3, "b")]
+    assert vllm_both(vllm, qwen3, "qwen3", prompt, steps) == (("", "<think>a</think>b"), ("a", "b"))
+    assert ours(qwen3, prompt, steps, text=True)[1] == ("a", "b")
 
 
 def test_vllm_qwen3_tool_call_ends_reasoning(vllm: Any, qwen3: Tok) -> None:

@@ -1,45 +1,46 @@
-"""stopline behind vLLM's V1 logits-processor interface.
+"""stopline behind vLLM's logits-processor interfaces (vLLM 0.33 and 0.34).
 
-:class:`StoplineLogitsProcessor` is a ``vllm.v1.sample.logits_processor.LogitsProcessor``
-that applies, for every request of the persistent batch, the masks of
-:class:`stopline.logits.LogitsConstraints` in one pass: ``allowed_token_ids``,
-``bad_words``, ``min_tokens`` over the stop ids with vLLM's restore rule for
-structured-output requests, and ``logit_bias``; one kernel launch on CUDA (the
-torch reference elsewhere).
+:class:`StoplineLogitsProcessor` applies, for every request of the batch, the
+masks of :class:`stopline.logits.LogitsConstraints` in one pass:
+``allowed_token_ids``, ``bad_words``, ``min_tokens`` over the stop ids with
+vLLM's restore rule for structured-output requests, and ``logit_bias``; one
+kernel launch on CUDA (the torch reference elsewhere).
 
-Two classes, differing only in where a request's constraints come from:
+Installing stopline must never stop a vLLM from starting, and vLLM loads the
+``vllm.logits_processors`` entry point (this class) into every engine at
+start-up. So the class subclasses whichever logits-processor interfaces the
+installed vLLM has (V1 and V2 on 0.33, V2 on 0.34, else the loader's own
+``LogitsProcessor``), and acts only on a tested release
+(:data:`TESTED_VLLM_RANGE`; ``STOPLINE_VLLM_PLUGIN`` overrides, see
+:func:`plugin_mode`). On any other it is inactive: it allocates nothing,
+changes no logits, and refuses at admission, as a client error naming the
+installed version and the tested range, only the requests that ask for
+stopline (docs/integrations.md, "Supported engine versions").
+
+Two classes, differing in where a request's constraints come from:
 
 - :class:`StoplineLogitsProcessor` reads ``SamplingParams.extra_args["stopline"]``,
   a mapping of :meth:`LogitsConstraints.set` arguments (the way vLLM passes
   arguments to custom processors). Requests without it are untouched, so it is
-  safe to load everywhere: the ``vllm.logits_processors`` entry point installed
-  with stopline names it.
+  safe to load everywhere: the entry point installed with stopline names it.
+  Do not pass it again in ``logits_processors=[...]``: vLLM would build a
+  second instance and apply ``extra_args["stopline"]`` twice, so a second
+  instance of the same class in one engine is refused with a ``ValueError``.
 - :class:`StoplineBuiltinsProcessor` reads the ordinary fields
   (``min_tokens``/``all_stop_token_ids``, ``allowed_token_ids``,
-  ``bad_words_token_ids``, ``logit_bias``): what vLLM's built-in
-  ``MinTokens``/``LogitBias`` processors and its sampler's allowed-ids and
-  bad-words steps do, in one pass. vLLM still runs its built-ins on those
-  fields, so use it where they are taken out (it is not registered by default:
-  a ``logit_bias`` would otherwise be added twice).
+  ``bad_words_token_ids``, ``logit_bias``): what vLLM 0.33's V1 built-in
+  processors and its sampler's allowed-ids and bad-words steps do, in one
+  pass, for an engine that takes those out; passed explicitly, V1 runner only.
 
-The entry point loads :class:`StoplineLogitsProcessor` into every engine;
-do not pass it again in ``logits_processors=[...]``: vLLM would build a
-second instance and apply ``extra_args["stopline"]`` twice (a ``logit_bias``
-added twice), so a second instance of the same class in one engine is
-refused with a ``ValueError`` saying so. :class:`StoplineBuiltinsProcessor` is
-passed explicitly: ``LLM(..., logits_processors=[StoplineBuiltinsProcessor])``.
-
-Each class implements both of vLLM's logits-processor interfaces, and vLLM
-picks by how it constructs it: the V1 model runner calls
-``cls(vllm_config, device, is_pin_memory)`` then ``update_state(BatchUpdate)``
-and ``apply(logits)``; the model-runner-V2 calls ``cls(vllm_config, req_states)``
-then ``add_request(req_idx, params)`` and ``apply(logits, ctx)``, with the
-persistent request slot as the stopline slot. vLLM's V2 loader refuses a
-V1-only class found under the entry point, which is why the registered class
-must be both. Under V2 the processor does not see the committed tokens on the
-host, so multi-token ``bad_words`` are refused there (``ValueError`` naming
-the field); one-token bad words, ``allowed_token_ids``, ``min_tokens`` and
-``logit_bias`` apply.
+vLLM picks the interface by how it constructs the class: the V1 model runner
+(0.33) calls ``cls(vllm_config, device, is_pin_memory)`` then
+``update_state(BatchUpdate)`` and ``apply(logits)``; the model runner V2 (0.33
+opt-in, 0.34 only) calls ``cls(vllm_config, req_states)`` then
+``add_request(req_idx, params)`` and ``apply(logits, ctx)``, with the
+persistent request slot as the stopline slot. Under V2 the output tokens stay
+on the device (``req_states.all_token_ids``): multi-token ``bad_words`` read
+them there (:meth:`LogitsConstraints.load_history`, no host sync), and the
+thinking budget is vLLM's own ``thinking_token_budget``.
 
 :class:`RequestStop` (``check_stop``) and :class:`DetokenizerStop` (the
 detokenizer's stop-string step) are defined in :mod:`stopline.engines.vllm`,
@@ -53,7 +54,8 @@ content). Both processors read ``vllm_config.reasoning_config`` themselves
 (:func:`engine_reasoning`) and force a request's end marker once its thinking
 budget is spent (:meth:`LogitsConstraints.force`): ``thinking_token_budget``
 for :class:`StoplineBuiltinsProcessor`, ``extra_args["stopline"]["max_reasoning_tokens"]``
-for :class:`StoplineLogitsProcessor`; V1 runner only.
+for :class:`StoplineLogitsProcessor`; V1 runner only (under V2 vLLM forces
+``thinking_token_budget`` itself).
 
 Batch rows move as vLLM condenses its persistent batch; the processor keeps a
 row -> slot map (a move or swap rewrites two map entries, never device state)
@@ -66,22 +68,138 @@ calls ``apply``.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import weakref
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
-
-try:
-    import numpy as np
-    import torch
-    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
-    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("stopline.integrations.vllm needs vLLM (>= 0.33): pip install 'stopline[vllm]'") from exc
 
 from .._caps import field_error, field_type_error, field_value_error, unknown_keys
 from .._core import FinishTracker
 from ..engines._common import Reasoning, thinking_budget
 from ..engines.vllm import DetokenizerStop, RequestStop, vllm_reasoning
-from ..logits import LIMITS, LogitsConstraints, check_request
+
+#: The vLLM releases (major, minor) this adapter is tested with, oldest and
+#: newest: ``.ci/engines.sh`` runs the adapter and parity tests on each.
+TESTED_VLLM = ((0, 33), (0, 34))
+#: The same as a requirement specifier (the ``vllm`` extra says it too).
+TESTED_VLLM_RANGE = ">=0.33,<0.35"
+#: The environment variable that chooses how the adapter behaves
+#: (:func:`plugin_mode`): ``auto`` (default), ``off`` or ``force``.
+PLUGIN_ENV = "STOPLINE_VLLM_PLUGIN"
+
+_log = logging.getLogger(__name__)
+
+
+def installed_vllm() -> str | None:
+    """The installed vLLM's version string (``importlib.metadata``, nothing
+    imported), or ``None`` when vLLM is not installed."""
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def is_tested_vllm(version: str) -> bool:
+    """Whether ``version`` (as ``installed_vllm`` gives it, e.g. ``"0.34.0"``,
+    ``"0.34.1.dev3+g1234"``) is a release in :data:`TESTED_VLLM`."""
+    parts = version.split(".")
+    try:
+        release = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return False
+    return TESTED_VLLM[0] <= release <= TESTED_VLLM[1]
+
+
+def plugin_mode() -> str:
+    """``$STOPLINE_VLLM_PLUGIN``, read at import: ``auto`` (the default: the
+    processors act on a tested vLLM and are inactive on any other),
+    ``off`` (inactive whatever the version: stopline stays installed and
+    vLLM runs as without it) or ``force`` (active on an untested vLLM too,
+    to take up a new release before stopline has been tested with it).
+    Anything else is read as ``auto`` with a warning."""
+    mode = os.environ.get(PLUGIN_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "off", "force"):
+        _log.warning("%s=%r is not one of auto, off, force; read as auto", PLUGIN_ENV, mode[:40])
+        return "auto"
+    return mode
+
+
+def _loader_interface() -> type | None:
+    """The ``LogitsProcessor`` class of a vLLM plug-in loader already imported
+    (the module that defines ``LOGITSPROCS_GROUP``): the class an entry point
+    must subclass on a vLLM whose interface is not where 0.33 and 0.34 keep
+    it. The loader is imported by the time it loads the entry point."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("vllm.") or getattr(module, "LOGITSPROCS_GROUP", None) != "vllm.logits_processors":
+            continue
+        cls = getattr(module, "LogitsProcessor", None)
+        if isinstance(cls, type) and hasattr(cls, "apply"):
+            return cls
+    return None
+
+
+VLLM_VERSION = installed_vllm()
+if VLLM_VERSION is None:
+    raise ImportError(
+        f"stopline.integrations.vllm needs vLLM (tested with {TESTED_VLLM_RANGE}): pip install 'stopline[vllm]'"
+    )
+
+try:
+    import numpy as np
+    import torch
+
+    from ..logits import LIMITS, LogitsConstraints, check_request
+except ImportError as exc:  # pragma: no cover - vLLM brings both
+    raise ImportError(f"stopline.integrations.vllm needs numpy and torch beside vLLM {VLLM_VERSION}: {exc}") from exc
+
+# The V2 interface (vLLM >= 0.33: the only one from 0.34 on), then V1's (0.33's
+# default runner, gone in 0.34). The classes below subclass every interface
+# the installed vLLM has, so each of its loaders accepts them.
+try:
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as _V2Interface
+except ImportError:
+    _V2Interface = _loader_interface()
+try:
+    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor as _V1Interface, MoveDirectionality
+except ImportError:
+    _V1Interface = None
+
+#: Whether the installed vLLM still has the V1 model runner (0.33), where the
+#: processors see each request's output tokens on the host.
+HAS_V1_RUNNER = _V1Interface is not None
+_BASES: tuple[type, ...] = tuple(b for b in (_V1Interface, _V2Interface) if b is not None)
+if not _BASES:
+    raise ImportError(
+        f"stopline.integrations.vllm: vLLM {VLLM_VERSION} has no logits-processor interface stopline knows "
+        f"(tested with vLLM {TESTED_VLLM_RANGE}); see docs/integrations.md, 'Supported vLLM versions'"
+    )
+
+PLUGIN_MODE = plugin_mode()
+#: Whether the processors act (True) or are loaded inactive (False): the
+#: interface was found where a tested vLLM keeps it, and :func:`plugin_mode`
+#: with the installed version allows it.
+ACTIVE = PLUGIN_MODE == "force" or (
+    PLUGIN_MODE == "auto"
+    and is_tested_vllm(VLLM_VERSION)
+    and _V2Interface is not None
+    and _V2Interface.__module__.startswith("vllm.v1.worker.gpu.sample.logits_processor")
+)
+if not ACTIVE and PLUGIN_MODE == "auto":
+    _log.warning(
+        "stopline's vLLM processors are tested with vLLM %s and this is vLLM %s: they are loaded inactive "
+        "(requests that ask for stopline are refused; set %s=force to use them anyway)",
+        TESTED_VLLM_RANGE, VLLM_VERSION, PLUGIN_ENV,
+    )
+
+
+def _inactive_reason() -> str:
+    why = (f"{PLUGIN_ENV}=off" if PLUGIN_MODE == "off"
+           else f"stopline is tested with vLLM {TESTED_VLLM_RANGE} and this is vLLM {VLLM_VERSION}")
+    return (f"stopline's vLLM processors are inactive in this engine ({why}); "
+            f"{PLUGIN_ENV}=force turns them on (docs/integrations.md, 'Supported vLLM versions')")
+
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -231,36 +349,52 @@ def _claim_engine(proc: Any, engine_object: Any) -> None:
     _ENGINES[key] = weakref.ref(proc, forget)
 
 
-class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
-    """vLLM V1 logits processor over :class:`stopline.logits.LogitsConstraints`,
-    for requests that carry ``extra_args["stopline"]``.
+class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
+    """vLLM logits processor over :class:`stopline.logits.LogitsConstraints`,
+    for requests that carry ``extra_args["stopline"]``; a subclass of every
+    logits-processor interface the installed vLLM has (V1 and V2 on 0.33, V2
+    on 0.34).
 
-    Args (vLLM's constructor):
-        vllm_config: reads ``scheduler_config.max_num_seqs`` (slots) and
-            ``model_config.get_vocab_size()`` (logits width).
-        device: the logits' device.
-        is_pin_memory: unused (the constraints keep their own host staging).
+    Args (vLLM's constructors): V1 ``(vllm_config, device, is_pin_memory)``:
+        ``vllm_config`` gives ``scheduler_config.max_num_seqs`` (slots) and
+        ``model_config.get_vocab_size()`` (logits width); ``device`` is the
+        logits' device; ``is_pin_memory`` is unused. V2 ``(vllm_config,
+        req_states)``: slots, width and device come from ``req_states`` (a
+        ``LogitsProcRequestState``), the persistent request slot is the
+        stopline slot.
 
-    Thinking budget: a request with ``extra_args["stopline"]["max_reasoning_tokens"]``
-    (this class) or ``thinking_token_budget`` (:class:`StoplineBuiltinsProcessor`)
+    Outside the tested vLLM releases (:data:`TESTED_VLLM_RANGE`), or with
+    ``STOPLINE_VLLM_PLUGIN=off``, the class is inactive (:data:`ACTIVE`): it
+    allocates nothing, leaves every row as it is, and :meth:`validate_params`
+    refuses the requests that carry ``extra_args["stopline"]`` as a client
+    error naming the installed version and the tested range; every other
+    request runs as if stopline were not installed
+    (docs/integrations.md, "Supported vLLM versions").
+
+    Thinking budget (V1 runner): a request with
+    ``extra_args["stopline"]["max_reasoning_tokens"]`` (this class) or
+    ``thinking_token_budget`` (:class:`StoplineBuiltinsProcessor`)
     gets its end marker forced (:meth:`LogitsConstraints.force`) once it has
-    thought that many tokens, one id per step, counted as vLLM's
+    thought that many tokens, one id per step, counted as vLLM 0.33's
     ``ThinkingBudgetStateHolder`` (docs/semantics.md 11.8). The
     markers are the engine's (:attr:`reasoning_for`, by default
     :func:`engine_reasoning`); a prompt that ends inside ``<think>`` is read,
     and its thinking counted as vLLM counts it, when the tokenizer's
     vocabulary is known. A sampled id past that vocabulary (engines pad the
     embedding) cannot be decoded: the budget is then no longer enforced for
-    that request, rather than failing the step.
+    that request, rather than failing the step. Under the V2 runner vLLM
+    forces ``thinking_token_budget`` itself, after every processor, and a
+    ``max_reasoning_tokens`` is refused (use ``thinking_token_budget``).
 
     Raises:
         ValueError: at construction, when this class is already loaded in the
             same engine (the entry point and ``logits_processors=[...]`` both
-            naming it); from :meth:`update_state` for a request whose constraints
-            are invalid for this model (an id outside the vocabulary, ...) or
-            that has a thinking budget in an engine without reasoning markers,
-            naming the field; :meth:`validate_params` catches the
-            model-independent ones at admission.
+            naming it); from :meth:`update_state` / :meth:`add_request` for a
+            request whose constraints are invalid for this model (an id
+            outside the vocabulary, ...) or that has a thinking budget in an
+            engine without reasoning markers, naming the field;
+            :meth:`validate_params` catches the model-independent ones at
+            admission.
     """
 
     #: Where a request's constraints come from (None: the request has none).
@@ -272,10 +406,14 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     reasoning_for = staticmethod(engine_reasoning)
 
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool = False):
+        self._on = self._check_active()
+        if not self._on:
+            self._row_slot: dict[int, int] = {}
+            return
         if not isinstance(device, (torch.device, str)):
             # V2: the loader hands every processor of one engine the same request-state object.
             _claim_engine(self, device)
-            self._init_v2(device)
+            self._init_v2(vllm_config, device)
             return
         _claim_engine(self, vllm_config)  # V1: one build per model runner, one vllm_config
         self._reasoning = self.reasoning_for(vllm_config)
@@ -287,7 +425,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         self._blank = max_slots
         self.constraints = LogitsConstraints(max_slots + 1, vocab_size, device)
         self._free = list(range(max_slots - 1, -1, -1))
-        self._row_slot: dict[int, int] = {}
+        self._row_slot = {}
         self._outputs: dict[int, list[int]] = {}  # slot -> the request's live output list
         self._fed: dict[int, int] = {}  # slot -> output tokens appended to the constraints
         self._setup: dict[int, tuple[dict[str, Any], int | None, Any]] = {}  # slot -> (constraints, budget, prompt)
@@ -312,11 +450,17 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
                 ``TypeError`` of ``set`` is raised as a ``ValueError`` here, which vLLM turns
                 into a client error; it does not for ``TypeError``).
         """
+        if not ACTIVE:
+            if cls._asks_for_stopline(sampling_params):
+                raise field_error(ValueError, f"extra_args[{EXTRA_ARGS_KEY!r}]", _inactive_reason(), "unsupported")
+            return
         try:
             kw = cls.constraints_for(sampling_params) or {}
-            cls.budget_for(sampling_params)  # type and range of the budget
+            budget = cls.budget_for(sampling_params)  # type and range of the budget
             _refuse_iterators(kw)
             check_request(None, **kw)
+            if not HAS_V1_RUNNER:  # only the V2 runner: refuse here what add_request would refuse in the step
+                cls._check_v2(kw, budget)
         except TypeError as exc:
             raise field_error(ValueError, getattr(exc, "field", None) or f"extra_args[{EXTRA_ARGS_KEY!r}]", str(exc),
                               getattr(exc, "kind", None) or "wrong_type") from exc
@@ -346,7 +490,7 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         """Apply vLLM's removed, added, moved lists (in that order); the new output tokens are
         read in :meth:`apply` (async scheduling fills them in between the two)."""
-        if batch_update is not None:
+        if self._on and batch_update is not None:
             for index in batch_update.removed:
                 slot = self._row_slot.pop(index, None)
                 if slot is not None:
@@ -437,52 +581,75 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
 
     # -- model runner V2 --------------------------------------------------
 
-    def _init_v2(self, req_states: Any) -> None:
+    def _init_v2(self, vllm_config: Any, req_states: Any) -> None:
         self._req_states = req_states
-        self.constraints = LogitsConstraints(int(req_states.max_num_reqs), int(req_states.vocab_size), req_states.device)
-        self._active = np.zeros(int(req_states.max_num_reqs), dtype=bool)
+        slots = int(req_states.max_num_reqs)
+        self.constraints = LogitsConstraints(slots, int(req_states.vocab_size), req_states.device)
+        self._active = np.zeros(slots, dtype=bool)  # slots whose request has constraints
+        self._multi = np.zeros(slots, dtype=bool)  # ... with multi-token bad words (they need the history)
+        spec = getattr(vllm_config, "speculative_config", None)
+        self._max_drafts = int(getattr(spec, "num_speculative_tokens", 0) or 0)
         self._row_slot = {}
+
+    @staticmethod
+    def _check_v2(kw: dict[str, Any], budget: int | None) -> None:
+        """What the V2 runner cannot serve: a thinking budget of this processor's own (vLLM's V2
+        sampler forces ``thinking_token_budget`` itself, after every processor, so a second
+        budget would fight it)."""
+        if budget is not None:
+            raise field_value_error(
+                f"extra_args[{EXTRA_ARGS_KEY!r}][{_BUDGET_KEY!r}]",
+                f"={budget}: under vLLM's model runner V2 the thinking budget is vLLM's own: set "
+                "SamplingParams.thinking_token_budget (vLLM forces its end marker after every logits processor)",
+                "unsupported",
+            )
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """V2: (re)initialize slot ``req_idx``; True if this request has constraints."""
+        if not self._on:
+            return False
         kw = self.constraints_for(sampling_params)
-        if self.budget_for(sampling_params) is not None:
-            raise field_value_error(
-                "max_reasoning_tokens",
-                ": a thinking budget needs the committed tokens on the host, which vLLM's model runner V2 does "
-                "not give logits processors; use the V1 runner (vLLM's own thinking_token_budget works there)",
-            )
+        self._check_v2(kw or {}, self.budget_for(sampling_params))
         if kw is None:
             if self._active[req_idx]:
                 self.constraints.clear(req_idx)
-                self._active[req_idx] = False
+                self._active[req_idx] = self._multi[req_idx] = False
             return False
-        if any(len(w) > 1 for w in kw.get("bad_words") or ()):
-            raise field_value_error(
-                "bad_words",
-                ": multi-token words need the committed tokens on the host, which vLLM's "
-                "model runner V2 does not give logits processors; use one-token words or the V1 runner",
-            )
         self.constraints.set(req_idx, **kw)
         self._active[req_idx] = True
+        self._multi[req_idx] = any(len(w) > 1 for w in kw.get("bad_words") or ())
         return True
 
     def apply_staged_writes(self) -> None:
         """V2: nothing is staged (``set`` writes the slot's rows at once)."""
 
     def _apply_v2(self, logits: torch.Tensor, ctx: Any) -> torch.Tensor:
-        if not self._active[ctx.idx_mapping_np].any():
+        batch = ctx.idx_mapping_np
+        if not self._active[batch].any():
             return logits
+        rs = self._req_states
         slots = ctx.expanded_idx_mapping
-        prompt_len = self._req_states.prompt_len.gpu.to(slots.device)[slots.long()]
+        dev = slots.device
+        prompt_len = rs.prompt_len.gpu.to(dev)
         # pos is the input position of the row; the token it samples has pos + 1 - prompt_len outputs before it.
-        positions = ctx.pos.to(torch.int64) + 1 - prompt_len.to(torch.int64)
-        self.constraints.apply(logits, row_slots=slots, row_positions=positions)
+        positions = ctx.pos.to(torch.int64) + 1 - prompt_len[slots.long()].to(torch.int64)
+        drafts = None
+        multi = batch[self._multi[batch]]
+        if multi.size:
+            # Multi-token bad words match the request's committed output (req_states.all_token_ids,
+            # prompt_len..total_len) and, on a speculative row, the drafts before it (ctx.input_ids).
+            idx = torch.from_numpy(multi.astype(np.int64)).to(dev)
+            self.constraints.load_history(idx, rs.all_token_ids.gpu, prompt_len[idx], rs.total_len.gpu.to(dev)[idx])
+            if self._max_drafts:
+                drafts = _draft_token_ids(ctx, self._max_drafts)
+        self.constraints.apply(logits, row_slots=slots, row_positions=positions, draft_token_ids=drafts)
         return logits
 
     def apply(self, logits: torch.Tensor, ctx: Any = None) -> torch.Tensor:
         """V1: mask ``logits[:batch_size]`` in place; V2 (with ``ctx``): every row of ``logits``.
         ``logits`` is ``[rows, vocab]`` float; returns it."""
+        if not self._on:
+            return logits
         if ctx is not None:
             return self._apply_v2(logits, ctx)
         if not self._row_slot:
@@ -492,11 +659,67 @@ class StoplineLogitsProcessor(LogitsProcessor, V2LogitsProcessor):
         self.constraints.apply(logits[:n], row_slots=self._rows, row_positions=self._positions)
         return logits
 
+    # -- activation ---------------------------------------------------------
+
+    @classmethod
+    def _asks_for_stopline(cls, params: SamplingParams) -> bool:
+        """Whether a request needs this class to act (refused while it is inactive)."""
+        return EXTRA_ARGS_KEY in (params.extra_args or {})
+
+    def _check_active(self) -> bool:
+        """Whether this instance acts: the module's :data:`ACTIVE` (the entry point's class
+        then loads as a no-op)."""
+        return ACTIVE
+
+
+def _draft_token_ids(ctx: Any, max_drafts: int) -> torch.Tensor:
+    """``[rows, max_drafts]`` int32 for :meth:`LogitsConstraints.apply`: for a row at offset
+    ``k`` among its request's rows (``ctx.expanded_local_pos``), the ``k`` draft tokens fed
+    before it (``ctx.input_ids`` of the rows after its request's first), -1 after them."""
+    local = ctx.expanded_local_pos.to(torch.int64)
+    dev = local.device
+    rows = local.shape[0]
+    j = torch.arange(max_drafts, device=dev)
+    src = (torch.arange(rows, device=dev) - local)[:, None] + 1 + j
+    ids = ctx.input_ids.to(torch.int32)[src.clamp(max=rows - 1)]
+    return torch.where(j < local[:, None], ids, torch.full_like(ids, -1)).contiguous()
+
 
 class StoplineBuiltinsProcessor(StoplineLogitsProcessor):
     """The same processor over the ordinary ``SamplingParams`` fields
     (:func:`constraints_from_params`): vLLM's built-in min-tokens, logit-bias,
-    allowed-ids and bad-words steps in one pass."""
+    allowed-ids and bad-words steps in one pass, for a V1-runner engine
+    (vLLM 0.33) that takes its own steps out. Named explicitly
+    (``logits_processors=[StoplineBuiltinsProcessor]``), never by the entry point.
+
+    Raises:
+        ValueError: at construction under the model runner V2 (vLLM's V2 sampler
+            always runs its own stages on these fields, so a ``logit_bias`` would be
+            added twice: use :class:`StoplineLogitsProcessor` with
+            ``extra_args["stopline"]`` there), and where the adapter is inactive
+            (an untested vLLM or ``STOPLINE_VLLM_PLUGIN=off``: the class was asked
+            for by name, so the engine is told at start rather than run without it).
+    """
 
     constraints_for = staticmethod(constraints_from_params)
     budget_for = staticmethod(budget_from_params)
+
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool = False):
+        if not isinstance(device, (torch.device, str)):
+            raise field_error(
+                ValueError, "logits_processors",
+                "StoplineBuiltinsProcessor reads the fields vLLM's model runner V2 applies itself (its "
+                "LogitBiasState and BadWordsState always run), so a logit_bias would be added twice; under V2 "
+                "use StoplineLogitsProcessor with extra_args['stopline'] (loaded by the entry point)",
+                "unsupported",
+            )
+        super().__init__(vllm_config, device, is_pin_memory)
+
+    @classmethod
+    def _asks_for_stopline(cls, params: SamplingParams) -> bool:
+        return False  # its fields are vLLM's own: an inactive instance is refused at construction instead
+
+    def _check_active(self) -> bool:
+        if not ACTIVE:
+            raise field_error(ValueError, "logits_processors", _inactive_reason(), "unsupported")
+        return True

@@ -549,6 +549,42 @@ class LogitsConstraints:
         st.history[s, pos.to(self.device, non_blocking=True)] = ids_t[k - keep :].to(self.device, non_blocking=True)
         st.history_len[s] = n + k
 
+    def load_history(self, slots: torch.Tensor, table: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> None:
+        """Set the output history of several slots from an engine's token table on the device,
+        without a host sync: slot ``slots[i]``'s output tokens are ``table[slots[i],
+        starts[i]:ends[i]]`` (vLLM's model runner V2 keeps ``all_token_ids[slot, :total_len]``
+        with the output from ``prompt_len`` on). The device form of :meth:`append_tokens`
+        for engines whose history never reaches the host: it replaces the slot's history
+        (the last ``C_pfx`` tokens are copied) rather than appending, and does not move the
+        host count :meth:`num_tokens`.
+
+        Args:
+            slots: int ``[k]`` on this state's device, distinct slots in ``[0, max_slots)``
+                (not range-checked: no sync; an engine's own slot indices).
+            table: int ``[>= max slot + 1, L]`` on this state's device.
+            starts, ends: int ``[k]``, ``0 <= starts[i] <= ends[i] <= L``.
+
+        Raises:
+            TypeError / ValueError: tensors of the wrong dtype, rank, length or device.
+        """
+        dev = self.device
+        for name, t, rank in (("slots", slots, 1), ("table", table, 2), ("starts", starts, 1), ("ends", ends, 1)):
+            _check_tensor(t, name, _INT_DTYPES, None, dev)
+            if t.dim() != rank or (rank == 1 and t.shape[0] != slots.shape[0]):
+                raise field_error(ValueError, name, f"{name} must be {rank}-D with one entry per slot, got "
+                                  f"{tuple(t.shape)}", "invalid")
+        st = self.state
+        H = st.history.shape[1]
+        if H == 0 or slots.shape[0] == 0:
+            return
+        s = slots.long()[:, None]
+        n = (ends.long() - starts.long())[:, None]
+        q = n - H + torch.arange(H, device=dev)  # the last H output positions, H distinct residues mod H
+        col = (starts.long()[:, None] + q).clamp(0, max(table.shape[1] - 1, 0))
+        ring = q.remainder(H)
+        st.history[s, ring] = torch.where(q >= 0, table[s, col].to(st.history.dtype), st.history[s, ring])
+        st.history_len[slots.long()] = n[:, 0].to(st.history_len.dtype)
+
     def num_tokens(self, slot: int) -> int:
         """Output tokens appended to ``slot`` since its ``set`` (host count, no sync)."""
         return self._slots[self._slot(slot)].num_tokens
