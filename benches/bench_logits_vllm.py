@@ -12,7 +12,7 @@ triton, xgrammar and stopline importable, no vLLM and no network; carry
 ``.devcarry/vllm034`` — vLLM 0.34.0's V2 sampler sources and a version.txt, see
 ``.devcarry/README-vllm034.txt``):
 
-    STOPLINE_VLLM_SRC=.devcarry/vllm034 PYTHONPATH=python python benches/bench_logits_vllm.py \\
+    STOPLINE_VLLM_SRC=.devcarry/vllm034 PYTHONPATH=python python3 benches/bench_logits_vllm.py \\
         --markdown $OUT/vllm034.md --jsonl $OUT/vllm034.jsonl
 
 ``--quick`` runs rows 1, 64, 1024 at vocab 128256 in float32 and bfloat16;

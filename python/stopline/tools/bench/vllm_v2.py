@@ -41,17 +41,25 @@ Columns (us per call):
 The scenario, the same on both sides, per (rows, vocab, dtype): every row is a
 grammar row (1% of the vocabulary allowed and, on every even row, only EOS);
 rows ``r % 4 in (0, 1)`` have 1,024 ``allowed_token_ids``; every row has 16
-``logit_bias`` ids (EOS and token 5 among them), ``min_tokens`` above its position with two stop ids (EOS
-and 0; the restore for grammar rows: the EOS-only rows get EOS back), three bad
-words (one one-token, two multi-token, one of them firing on the output
-history) and a thinking budget, spent on the last row only (vLLM: by its
-budget tensors and a start marker in the prompt; stopline:
+``logit_bias`` ids (EOS and token 5 among them: a stop id biased, masked and
+restored, a kept token biased), ``min_tokens`` above its position with two stop
+ids (EOS and 0; the restore for grammar rows: the EOS-only rows get EOS back),
+three bad words (one one-token, two multi-token, one of them firing on the
+output history) and a thinking budget, spent on the last row only (vLLM: by its
+budget tensors and a start marker at the end of the prompt; stopline:
 ``LogitsConstraints.force(slot, end_id)``).
 
-Timing: CUDA-graph replay medians of each side (:func:`~stopline.tools.bench.logits.time_graph`);
-vLLM's chain does not sync (its host-side checks read numpy mirrors), so it is
-captured. Should a capture fail, both sides of that case are timed eagerly
-(``time_eager``) and the record says so (``timing``).
+Timing: CUDA-graph replay medians of each side (:func:`~stopline.tools.bench.logits.time_graph`),
+each side on its own copy of the logits. vLLM's chain does not sync (its
+host-side checks read numpy mirrors), so it is captured; should a capture fail,
+every side of that case is timed eagerly (``time_eager``) and the record says so
+(``timing``). What the timed chain leaves out or gives vLLM: the host-to-device
+copies of the bitmask and of the row mapping (stopline's bitmask is on the
+device too); vLLM's per-request scalars (``UvaBackedTensor``) are read from
+pinned host memory through UVA in vLLM, from device memory here; the
+thinking-budget marker cache is warm after the first call (the steady state of
+a decode step); and vLLM's V2 sampler runs eagerly in a real step, so graph
+replay spares it the launch gaps of its six launches.
 
 The check (column ``check``): stopline's output and vLLM's chain's, both cast
 to float32, are equal bit for bit on every row but the forced one, after
