@@ -217,3 +217,12 @@ def test_a_case_runs_every_column_and_its_check(tiny, monkeypatch):
     assert rec["checked"] == "ok" and rec["timing"] == "graph", rec
     text = bench.markdown([rec], {"device": "cpu"})
     assert "| bfloat16 | 256 | 4 | 2.0 | 2.0 | 2.0 |" in text and "Check failures" not in text
+
+
+def test_a_lone_row_is_checked_unforced(vllm_mods):
+    """At 1 row no budget is spent (the row keeps its constraints) and the check compares it."""
+    case = bench.Case(1, 256, vllm_mods, device=DEV, backend="triton")
+    assert case.forced_row is None and case.cons.forced_token(0) is None
+    assert case.vllm["states"][2].thinking_token_budget.np.tolist() == [bench.BUDGET]
+    ok, detail = case.check(case.logits("float16"), case.vllm_grammar() if CUDA else case.xgrammar_grammar())
+    assert ok and detail.startswith("ok (1 rows equal"), detail

@@ -45,7 +45,8 @@ rows ``r % 4 in (0, 1)`` have 1,024 ``allowed_token_ids``; every row has 16
 restored, a kept token biased), ``min_tokens`` above its position with two stop
 ids (EOS and 0; the restore for grammar rows: the EOS-only rows get EOS back),
 three bad words (one one-token, two multi-token, one of them firing on the
-output history) and a thinking budget, spent on the last row only (vLLM: by its
+output history) and a thinking budget, spent on the last row only (none at 1 row: a
+lone forced row would time a one-hot write, not the constraints; vLLM: by its
 budget tensors and a start marker at the end of the prompt; stopline:
 ``LogitsConstraints.force(slot, end_id)``).
 
@@ -331,7 +332,9 @@ class Case:
         from stopline.logits import LogitsConstraints
 
         self.rows, self.V, self.device, self.backend, self.seed = rows, V, device, backend, seed
-        self.forced_row = rows - 1
+        # The last row's thinking budget is spent; a lone row is left unforced (forcing the whole
+        # batch would time a one-hot write instead of the constraints).
+        self.forced_row: int | None = rows - 1 if rows > 1 else None
         rng = random.Random(seed)
         gd = torch.Generator(device).manual_seed(seed)
         keep = torch.rand(rows, V, generator=gd, device=device) < 0.01
@@ -360,7 +363,8 @@ class Case:
         for r, kw in enumerate(self.params):
             self.cons.set(r, **kw)
             self.cons.append_tokens(r, OUTPUT)
-        self.cons.force(self.forced_row, THINK_END)
+        if self.forced_row is not None:
+            self.cons.force(self.forced_row, THINK_END)
         self.vllm: dict[str, Any] | None = None
         if mods is not None:
             self.vllm = self._vllm_states(mods)
@@ -484,7 +488,8 @@ class Case:
         b = v.to(base.dtype).to(torch.float32)  # vLLM's float32 bias sums rounded as stopline rounds them
         f = self.forced_row
         others = torch.ones(self.rows, dtype=torch.bool, device=base.device)
-        others[f] = False
+        if f is not None:
+            others[f] = False
         problems = []
         fin_a, fin_b = torch.isfinite(a[others]), torch.isfinite(b[others])
         if not torch.equal(fin_a, fin_b):
@@ -492,9 +497,10 @@ class Case:
             problems.append(f"finiteness differs on {rows.numel()} rows")
         elif not torch.equal(torch.where(fin_a, a[others], 0.0), torch.where(fin_b, b[others], 0.0)):
             problems.append("finite values differ")
-        fa = torch.isfinite(a[f]).nonzero().flatten().tolist()
-        if fa != [THINK_END] or int(v[f].argmax()) != THINK_END or float(v[f, THINK_END]) != FORCED_LOGIT:
-            problems.append(f"forced row: stopline finite at {fa[:4]}, vLLM argmax {int(v[f].argmax())}")
+        if f is not None:
+            fa = torch.isfinite(a[f]).nonzero().flatten().tolist()
+            if fa != [THINK_END] or int(v[f].argmax()) != THINK_END or float(v[f, THINK_END]) != FORCED_LOGIT:
+                problems.append(f"forced row: stopline finite at {fa[:4]}, vLLM argmax {int(v[f].argmax())}")
         eos_rows = [r for r in range(0, self.rows, 2) if r != f]
         if eos_rows:
             sel = torch.tensor(eos_rows, device=base.device)
@@ -504,7 +510,8 @@ class Case:
                 problems.append("an EOS-only row was not restored to EOS alone")
         if bool(infeasible.any()):
             problems.append(f"{int(infeasible.sum())} rows infeasible")
-        return not problems, "; ".join(problems) or f"ok ({self.rows - 1} rows equal, forced row both pick {THINK_END})"
+        forced = "" if f is None else f", forced row both pick {THINK_END}"
+        return not problems, "; ".join(problems) or f"ok ({int(others.sum())} rows equal{forced})"
 
 
 def run_grid(rows: Sequence[int], vocabs: Sequence[int], dtypes: Sequence[str], log: Callable[[str], None] = print,
