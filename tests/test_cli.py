@@ -42,12 +42,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def run(*args: str, block: tuple[str, ...] = (), env: dict[str, str] | None = None,
-        timeout: int = 300) -> subprocess.CompletedProcess[str]:
+        timeout: int = 300, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
     if block:
         cmd = [sys.executable, "-c", _BLOCK.format(blocked=set(block)), *args]
     else:
         cmd = [sys.executable, "-m", "stopline", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env or _env(), timeout=timeout)
+    # bytes in (a gzip stream is not text), text out
+    p = subprocess.run(cmd, capture_output=True, input=b"" if stdin is None else stdin, env=env or _env(),
+                       timeout=timeout)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(), p.stderr.decode())
 
 
 def no_traceback(p: subprocess.CompletedProcess[str]) -> bool:
@@ -165,6 +168,67 @@ def test_replay_says_when_a_file_holds_no_request(tmp_path):
     bad.write_text("{\n")
     p = run("replay", str(bad))
     assert p.returncode == 1 and f"{bad}: holds malformed lines only" in " ".join(p.stdout.split())
+
+
+REQUEST = json.dumps({"id": "one", "params": {"max_tokens": 1}, "steps": [{"ids": [7], "texts": ["a"]}]})
+
+
+def _request_ids(stdout: str) -> dict[str, list[str]]:
+    """The request ids of each file of `replay --json` output."""
+    ids: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        obj = json.loads(line)
+        if obj["type"] == "request":
+            ids.setdefault(obj["file"], []).append(obj["id"])
+    return ids
+
+
+def test_replay_dash_reads_standard_input_plain_or_gzip(tmp_path):
+    """`replay -` reads standard input: plain JSONL, or gzip told by its magic
+    bytes (there is no name to go by); lines are named <stdin>:LINE."""
+    import gzip
+
+    (trace,) = [t for t in replay.bundled_traces() if t.endswith("smollm2_chat.jsonl.gz")]
+    want = _request_ids(run("replay", "--json", trace).stdout)[trace]
+    assert len(want) > 100
+    packed = Path(trace).read_bytes()
+    for data in (packed, gzip.decompress(packed)):
+        p = run("replay", "--json", "-", stdin=data)
+        assert p.returncode == 0, p.stderr
+        assert _request_ids(p.stdout) == {"<stdin>": want}
+    plain = tmp_path / "t.jsonl"
+    plain.write_text(REQUEST + "\n")
+    p = run("replay", "--json", str(plain), "-", stdin=b"\n \n{\n" + REQUEST.encode().replace(b"one", b"two"))
+    assert p.returncode == 1
+    assert _request_ids(p.stdout) == {str(plain): ["one"], "<stdin>": ["two"]}
+    assert p.stderr.startswith("stopline replay: malformed: <stdin>:3: not valid JSON")
+
+
+@pytest.mark.parametrize("stdin, says", [
+    (b"\x1f\x8b" + b"\x00" * 40, "cannot read standard input: not a complete, valid gzip file"),
+    (None, "cannot read standard input: no standard input"),  # closed, not empty
+])
+def test_replay_dash_without_a_readable_standard_input_exits_2(stdin, says):
+    if stdin is None:
+        p = subprocess.run(f"exec {sys.executable} -m stopline replay - <&-", shell=True, capture_output=True,
+                           text=True, env=_env(), timeout=120)
+    else:
+        p = run("replay", "-", stdin=stdin)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith(f"stopline replay: error: {says}"), p.stderr
+    assert p.stderr.count("\n") == 1 and no_traceback(p)
+
+
+def test_replay_dash_reads_a_patched_stdin_in_process(monkeypatch, capsys):
+    import gzip
+    import io
+
+    from stopline.cli import main
+
+    data = gzip.compress(f"{REQUEST}\n\n".encode())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["replay", "--json", "-"]) == 0
+    assert _request_ids(capsys.readouterr().out) == {"<stdin>": ["one"]}
 
 
 def test_replay_json_is_json_lines_in_order():
