@@ -163,7 +163,7 @@ def test_replay_says_when_a_file_holds_no_request(tmp_path):
     p = run("replay", str(empty))
     assert p.returncode == 0, p.stderr
     assert f"{empty}: holds no request (empty or blank lines only)" in " ".join(p.stdout.split())
-    assert "0 requests in 1 files; finish_reason: -" in p.stdout
+    assert "0 requests in 1 file; finish_reason: -" in p.stdout
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{\n")
     p = run("replay", str(bad))
@@ -171,6 +171,25 @@ def test_replay_says_when_a_file_holds_no_request(tmp_path):
 
 
 REQUEST = json.dumps({"id": "one", "params": {"max_tokens": 1}, "steps": [{"ids": [7], "texts": ["a"]}]})
+
+
+def test_counts_say_one_thing_and_many_things():
+    from stopline._table import counted
+
+    assert [counted(n, "request") for n in (0, 1, 2)] == ["0 requests", "1 request", "2 requests"]
+    assert counted(1, "match", "matches") == "1 match" and counted(3, "match", "matches") == "3 matches"
+    # Every count of the replay summary and table title, at 1 and at 2.
+    one = run("replay", "-", stdin=f"{REQUEST}\n{{\n".encode())
+    assert one.returncode == 1, one.stderr
+    text = " ".join(one.stdout.split())
+    assert "<stdin>: 1 request, 1 engine step" in text
+    assert "1 request in 1 file; finish_reason: length 1" in text
+    assert "1 engine step, 1 token;" in text and "1 malformed line skipped" in text
+    assert " 1 requests" not in text and " 1 files" not in text
+    two = run("replay", "-", "-", stdin=f"{REQUEST}\n{REQUEST.replace('one', 'two')}\n".encode())
+    assert two.returncode == 0, two.stderr
+    # The second "-" finds standard input used up: an empty file.
+    assert "2 requests in 2 files" in " ".join(two.stdout.split())
 
 
 def _request_ids(stdout: str) -> dict[str, list[str]]:
@@ -304,6 +323,19 @@ def test_generate_device_that_torch_does_not_see():
     assert p.returncode == 2
     assert "--device cuda:97, but torch sees" in p.stderr and no_traceback(p)
     assert p.stdout == ""
+
+
+def test_generate_counts_the_cuda_devices_torch_sees(monkeypatch, capsys):
+    _demo()
+    import torch
+
+    from stopline.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for count, seen in ((1, "1 CUDA device, cuda:0"), (2, "2 CUDA devices, cuda:0 to cuda:1")):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda count=count: count)
+        assert main(["generate", "--prompt", "hi", "--device", "cuda:5"]) == 2
+        assert capsys.readouterr().err == f"stopline generate: --device cuda:5, but torch sees {seen}\n"
 
 
 def test_generate_first_run_says_what_it_fetches_and_fails_cleanly_offline(tmp_path):

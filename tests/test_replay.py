@@ -159,7 +159,7 @@ def test_reasoning_trace_table_and_check(tmp_path):
     path = _write(tmp_path, [think, GOOD])
     p = run_cli("replay", "--check", str(path))
     assert p.returncode == 0, p.stderr
-    assert "reasoning channels of 1 requests" in " ".join(p.stdout.split())  # the title wraps
+    assert "reasoning channels of 1 request." in " ".join(p.stdout.split())  # the title wraps
     row = next(line for line in p.stdout.splitlines() if line.startswith("think ") and "content" in line)
     assert row.split()[1:4] == ["content", "2", "2"] and "'a STOP b'" in row and "'ans '" in row
     reqs, _ = replay.load_trace(path)
@@ -279,7 +279,7 @@ def test_plain_output_and_stream(tmp_path):
     p = run_cli("replay", "--stream", str(_write(tmp_path, [GOOD, GRAMMAR])))
     assert p.returncode == 0, p.stderr
     assert "step    0  good  +0 tok  'he'" in p.stdout  # "l" is held back: it may start "lo w"
-    assert "2 requests in 1 files; finish_reason: stop 2" in p.stdout
+    assert "2 requests in 1 file; finish_reason: stop 2" in p.stdout
     assert "by cause: grammar 1, stop_string 1" in p.stdout
 
 

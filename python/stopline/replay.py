@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import stopline
 from stopline._caps import shown
-from stopline._table import Column, fit_width, format_table, wrap
+from stopline._table import Column, counted, fit_width, format_table, wrap
 
 __all__ = [
     "PARAM_FIELDS",
@@ -964,12 +964,12 @@ def run(
             print(file=out)
             prefix = _id_prefix(reqs)
             shared = f"; every id starts with {_short(prefix, 40)}, left out below" if prefix else ""
-            _print_table(f"{name}: {len(reqs)} requests, {stats.engine_steps} engine steps{shared}",
+            _print_table(f"{name}: {counted(len(reqs), 'request')}, {counted(stats.engine_steps, 'engine step')}{shared}",
                          _rows(reqs, outcomes, prefix), out, width)
             channel_rows = _channel_rows(reqs, outcomes, prefix)
             if channel_rows:
                 print(file=out)
-                _print_table(f"{name}: reasoning channels of {len(channel_rows)} requests. {_CHANNEL_LEGEND}",
+                _print_table(f"{name}: reasoning channels of {counted(len(channel_rows), 'request')}. {_CHANNEL_LEGEND}",
                              channel_rows, out, width, _CHANNEL_COLUMNS)
     wall = time.perf_counter() - t_start
     finish_reasons = dict(sorted(reasons.items()))
@@ -993,16 +993,16 @@ def run(
         _emit(out, summary)
         return status
     lines = [
-        f"{n_requests} requests in {len(loaded)} files; finish_reason: "
+        f"{counted(n_requests, 'request')} in {counted(len(loaded), 'file')}; finish_reason: "
         + (", ".join(f"{k} {v}" for k, v in finish_reasons.items()) or "-"),
         "by cause: " + (", ".join(f"{k} {v}" for k, v in by_cause.items()) or "-"),
-        f"{total_steps} engine steps, {total_tokens} tokens; wall time {wall * 1e3:.1f} ms "
+        f"{counted(total_steps, 'engine step')}, {counted(total_tokens, 'token')}; wall time {wall * 1e3:.1f} ms "
         f"({finish_seconds * 1e3:.1f} ms inside FinishBatch)",
     ]
     if malformed:
-        lines.append(f"{malformed} malformed lines skipped (see stderr)")
+        lines.append(f"{counted(malformed, 'malformed line')} skipped (see stderr)")
     if ref is not None:
-        verdict = "all agree" if n_diffs == 0 else f"{n_diffs} requests DIFFER"
+        verdict = "all agree" if n_diffs == 0 else f"{counted(n_diffs, 'request')} DIFFER"
         lines.append(f"--check against stopline.baseline: {verdict}")
     print(file=out)
     for i, text in enumerate(lines):

@@ -44,6 +44,7 @@ import time
 from collections.abc import Sequence
 
 from stopline._argtypes import positive_int
+from stopline._table import counted
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -166,14 +167,14 @@ def run(args: argparse.Namespace) -> int:
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "stopline bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else None,
-        "machine": f"{_cpu()}, {os.cpu_count()} logical cores, {platform.machine()}",
+        "machine": f"{_cpu()}, {counted(os.cpu_count() or 0, 'logical core')}, {platform.machine()}",
         "os": platform.platform(terse=True),
         "load average at start": _load(),
         "python": platform.python_version(),
         "stopline": f"{stopline.__version__} ({os.path.basename(stopline._core.__file__)})",
         "peers": ", ".join(f"{i.name} {i.version}" for i in impls.values() if i.name not in
                            (peers.STOPLINE, peers.BASELINE)) or "none",
-        "pieces": f"{len(pieces)} pieces of pydoc_data.topics, {splitter}",
+        "pieces": f"{counted(len(pieces), 'piece')} of pydoc_data.topics, {splitter}",
         "sizes": f"K={ks}, cases={cases}, steps={steps}, batches={batches}, seq_steps={seq_steps}, "
                  f"compiles={compiles}, repeats={repeats} (median of rounds; thread CPU time)",
     }
