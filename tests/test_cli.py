@@ -42,14 +42,14 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def run(*args: str, block: tuple[str, ...] = (), env: dict[str, str] | None = None,
-        timeout: int = 300, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        timeout: int = 300, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     if block:
         cmd = [sys.executable, "-c", _BLOCK.format(blocked=set(block)), *args]
     else:
         cmd = [sys.executable, "-m", "stopline", *args]
     # bytes in (a gzip stream is not text), text out
     p = subprocess.run(cmd, capture_output=True, input=b"" if stdin is None else stdin, env=env or _env(),
-                       timeout=timeout)
+                       timeout=timeout, cwd=cwd)
     return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(), p.stderr.decode())
 
 
@@ -281,9 +281,11 @@ def test_replay_into_a_closed_pipe_exits_0_quietly():
 
 def test_bench_prints_the_machine_and_ratios_in_80_columns(tmp_path):
     pytest.importorskip("rich")
+    # Run where it could write its files: without --plot, --json or --markdown it writes none.
     p = run("bench", "--quick", "--ks", "1", "4", "--steps", "40", "--batches", "1", "8", "--seq-steps", "32",
-            "--compiles", "4", "--repeats", "1", "--no-plot")
+            "--compiles", "4", "--repeats", "1", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
+    assert list(tmp_path.iterdir()) == [] and "plot:" not in p.stdout
     assert max(map(len, p.stdout.splitlines())) <= 80 and "\x1b" not in p.stdout
     assert "machine: " in p.stdout and "python: " in p.stdout
     assert "vs baseline" in p.stdout and "vs base" in p.stdout

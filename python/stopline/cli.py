@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU benchmarks vs the pure-Python baseline and peer libraries (needs stopline[bench])",
         description="Stop strings per K, the finish check per batch size and stop-list set-up, "
         "stopline side by side with the pure-Python baseline, ahocorasick-rs and pyahocorasick: "
-        "ratio tables and the machine they ran on, and a PNG plot of ns/step vs K.",
+        "ratio tables and the machine they ran on. Nothing is written to a file unless asked: "
+        "--plot PNG for a plot of ns/step vs K, --json and --markdown for the numbers and tables.",
     ))
     for sp in (r, g, b):
         sp.set_defaults(subparser=sp)  # so that an error shows this subcommand's usage
