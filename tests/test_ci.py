@@ -33,3 +33,22 @@ def test_require_engines_turns_an_engine_skip_into_a_failure() -> None:
     # Another engine's requirement leaves this one's skip alone.
     other = _pytest("tests/test_integrations_sglang.py", STOPLINE_REQUIRE_ENGINES="vllm")
     assert other.returncode in (0, 5), other.stdout
+
+
+def test_the_default_run_says_why_each_test_skipped(tmp_path: Path) -> None:
+    """pyproject's addopts: the short summary lists each skip with its reason,
+    and still each failure (a bare -rs would drop the FAILED lines)."""
+    (tmp_path / "test_some.py").write_text(
+        "import pytest\n"
+        "def test_skips():\n    pytest.skip('needs the frobnicate extra')\n"
+        "def test_fails():\n    assert False\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
+         "--rootdir", str(tmp_path), "test_some.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 1, p.stdout
+    summary = p.stdout[p.stdout.index("short test summary info"):]
+    assert "SKIPPED [1] test_some.py:3: needs the frobnicate extra" in summary
+    assert "FAILED test_some.py::test_fails" in summary

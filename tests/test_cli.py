@@ -42,12 +42,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def run(*args: str, block: tuple[str, ...] = (), env: dict[str, str] | None = None,
-        timeout: int = 300) -> subprocess.CompletedProcess[str]:
+        timeout: int = 300, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     if block:
         cmd = [sys.executable, "-c", _BLOCK.format(blocked=set(block)), *args]
     else:
         cmd = [sys.executable, "-m", "stopline", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env or _env(), timeout=timeout)
+    # bytes in (a gzip stream is not text), text out
+    p = subprocess.run(cmd, capture_output=True, input=b"" if stdin is None else stdin, env=env or _env(),
+                       timeout=timeout, cwd=cwd)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(), p.stderr.decode())
 
 
 def no_traceback(p: subprocess.CompletedProcess[str]) -> bool:
@@ -160,11 +163,91 @@ def test_replay_says_when_a_file_holds_no_request(tmp_path):
     p = run("replay", str(empty))
     assert p.returncode == 0, p.stderr
     assert f"{empty}: holds no request (empty or blank lines only)" in " ".join(p.stdout.split())
-    assert "0 requests in 1 files; finish_reason: -" in p.stdout
+    assert "0 requests in 1 file; finish_reason: -" in p.stdout
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{\n")
     p = run("replay", str(bad))
     assert p.returncode == 1 and f"{bad}: holds malformed lines only" in " ".join(p.stdout.split())
+
+
+REQUEST = json.dumps({"id": "one", "params": {"max_tokens": 1}, "steps": [{"ids": [7], "texts": ["a"]}]})
+
+
+def test_counts_say_one_thing_and_many_things():
+    from stopline._table import counted
+
+    assert [counted(n, "request") for n in (0, 1, 2)] == ["0 requests", "1 request", "2 requests"]
+    assert counted(1, "match", "matches") == "1 match" and counted(3, "match", "matches") == "3 matches"
+    # Every count of the replay summary and table title, at 1 and at 2.
+    one = run("replay", "-", stdin=f"{REQUEST}\n{{\n".encode())
+    assert one.returncode == 1, one.stderr
+    text = " ".join(one.stdout.split())
+    assert "<stdin>: 1 request, 1 engine step" in text
+    assert "1 request in 1 file; finish_reason: length 1" in text
+    assert "1 engine step, 1 token;" in text and "1 malformed line skipped" in text
+    assert " 1 requests" not in text and " 1 files" not in text
+    two = run("replay", "-", "-", stdin=f"{REQUEST}\n{REQUEST.replace('one', 'two')}\n".encode())
+    assert two.returncode == 0, two.stderr
+    # The second "-" finds standard input used up: an empty file.
+    assert "2 requests in 2 files" in " ".join(two.stdout.split())
+
+
+def _request_ids(stdout: str) -> dict[str, list[str]]:
+    """The request ids of each file of `replay --json` output."""
+    ids: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        obj = json.loads(line)
+        if obj["type"] == "request":
+            ids.setdefault(obj["file"], []).append(obj["id"])
+    return ids
+
+
+def test_replay_dash_reads_standard_input_plain_or_gzip(tmp_path):
+    """`replay -` reads standard input: plain JSONL, or gzip told by its magic
+    bytes (there is no name to go by); lines are named <stdin>:LINE."""
+    import gzip
+
+    (trace,) = [t for t in replay.bundled_traces() if t.endswith("smollm2_chat.jsonl.gz")]
+    want = _request_ids(run("replay", "--json", trace).stdout)[trace]
+    assert len(want) > 100
+    packed = Path(trace).read_bytes()
+    for data in (packed, gzip.decompress(packed)):
+        p = run("replay", "--json", "-", stdin=data)
+        assert p.returncode == 0, p.stderr
+        assert _request_ids(p.stdout) == {"<stdin>": want}
+    plain = tmp_path / "t.jsonl"
+    plain.write_text(REQUEST + "\n")
+    p = run("replay", "--json", str(plain), "-", stdin=b"\n \n{\n" + REQUEST.encode().replace(b"one", b"two"))
+    assert p.returncode == 1
+    assert _request_ids(p.stdout) == {str(plain): ["one"], "<stdin>": ["two"]}
+    assert p.stderr.startswith("stopline replay: malformed: <stdin>:3: not valid JSON")
+
+
+@pytest.mark.parametrize("stdin, says", [
+    (b"\x1f\x8b" + b"\x00" * 40, "cannot read standard input: not a complete, valid gzip file"),
+    (None, "cannot read standard input: no standard input"),  # closed, not empty
+])
+def test_replay_dash_without_a_readable_standard_input_exits_2(stdin, says):
+    if stdin is None:
+        p = subprocess.run(f"exec {sys.executable} -m stopline replay - <&-", shell=True, capture_output=True,
+                           text=True, env=_env(), timeout=120)
+    else:
+        p = run("replay", "-", stdin=stdin)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith(f"stopline replay: error: {says}"), p.stderr
+    assert p.stderr.count("\n") == 1 and no_traceback(p)
+
+
+def test_replay_dash_reads_a_patched_stdin_in_process(monkeypatch, capsys):
+    import gzip
+    import io
+
+    from stopline.cli import main
+
+    data = gzip.compress(f"{REQUEST}\n\n".encode())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["replay", "--json", "-"]) == 0
+    assert _request_ids(capsys.readouterr().out) == {"<stdin>": ["one"]}
 
 
 def test_replay_json_is_json_lines_in_order():
@@ -198,9 +281,11 @@ def test_replay_into_a_closed_pipe_exits_0_quietly():
 
 def test_bench_prints_the_machine_and_ratios_in_80_columns(tmp_path):
     pytest.importorskip("rich")
+    # Run where it could write its files: without --plot, --json or --markdown it writes none.
     p = run("bench", "--quick", "--ks", "1", "4", "--steps", "40", "--batches", "1", "8", "--seq-steps", "32",
-            "--compiles", "4", "--repeats", "1", "--no-plot")
+            "--compiles", "4", "--repeats", "1", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
+    assert list(tmp_path.iterdir()) == [] and "plot:" not in p.stdout
     assert max(map(len, p.stdout.splitlines())) <= 80 and "\x1b" not in p.stdout
     assert "machine: " in p.stdout and "python: " in p.stdout
     assert "vs baseline" in p.stdout and "vs base" in p.stdout
@@ -240,6 +325,19 @@ def test_generate_device_that_torch_does_not_see():
     assert p.returncode == 2
     assert "--device cuda:97, but torch sees" in p.stderr and no_traceback(p)
     assert p.stdout == ""
+
+
+def test_generate_counts_the_cuda_devices_torch_sees(monkeypatch, capsys):
+    _demo()
+    import torch
+
+    from stopline.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for count, seen in ((1, "1 CUDA device, cuda:0"), (2, "2 CUDA devices, cuda:0 to cuda:1")):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda count=count: count)
+        assert main(["generate", "--prompt", "hi", "--device", "cuda:5"]) == 2
+        assert capsys.readouterr().err == f"stopline generate: --device cuda:5, but torch sees {seen}\n"
 
 
 def test_generate_first_run_says_what_it_fetches_and_fails_cleanly_offline(tmp_path):

@@ -506,6 +506,30 @@ def test_replay_reads_an_oversized_file_line_by_line(tmp_path: Any) -> None:
     assert "after" not in p.stdout and "holds malformed lines only" in " ".join(p.stdout.split())
 
 
+@pytest.mark.parametrize("line", [b"\n", b" \t \r\n"], ids=["blank", "whitespace"])
+def test_replay_skips_4_gib_of_blank_lines_in_bulk(tmp_path: Any, line: bytes) -> None:
+    # A 4 MB .gz holding 4 GiB of blank (or whitespace-only) lines: once 18 s
+    # of CPU, one bytes object per line until the file's cap. The cap still
+    # ends the read, on the line that crosses it; docs/errors.md has the time.
+    import gzip
+
+    from stopline import replay
+
+    member = gzip.compress(line * ((64 << 20) // len(line)), compresslevel=9)
+    path = tmp_path / "blank.jsonl.gz"
+    with open(path, "wb") as f:
+        for _ in range(64):  # gzip members back to back are one stream to a reader
+            f.write(member)
+    assert path.stat().st_size < 8 << 20
+    p = replay_child(str(path))
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and len(p.stderr) < 500, p.stderr[-2000:]
+    crossing = replay.MAX_TRACE_BYTES // len(line) + 1  # the line holding the cap's next byte
+    assert p.stderr == (f"stopline replay: malformed: {path}:{crossing}: not read: a trace file holds at most "
+                        f"{replay.MAX_TRACE_BYTES} bytes (decompressed)\n")
+    assert "holds malformed lines only" in " ".join(p.stdout.split())
+
+
 # ---------------------------------------------- Vocabulary and decoding
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stopline
 from stopline import replay
@@ -155,7 +159,7 @@ def test_reasoning_trace_table_and_check(tmp_path):
     path = _write(tmp_path, [think, GOOD])
     p = run_cli("replay", "--check", str(path))
     assert p.returncode == 0, p.stderr
-    assert "reasoning channels of 1 requests" in " ".join(p.stdout.split())  # the title wraps
+    assert "reasoning channels of 1 request." in " ".join(p.stdout.split())  # the title wraps
     row = next(line for line in p.stdout.splitlines() if line.startswith("think ") and "content" in line)
     assert row.split()[1:4] == ["content", "2", "2"] and "'a STOP b'" in row and "'ans '" in row
     reqs, _ = replay.load_trace(path)
@@ -275,7 +279,7 @@ def test_plain_output_and_stream(tmp_path):
     p = run_cli("replay", "--stream", str(_write(tmp_path, [GOOD, GRAMMAR])))
     assert p.returncode == 0, p.stderr
     assert "step    0  good  +0 tok  'he'" in p.stdout  # "l" is held back: it may start "lo w"
-    assert "2 requests in 1 files; finish_reason: stop 2" in p.stdout
+    assert "2 requests in 1 file; finish_reason: stop 2" in p.stdout
     assert "by cause: grammar 1, stop_string 1" in p.stdout
 
 
@@ -427,3 +431,84 @@ def test_a_trace_with_tool_call_spans_replays_and_agrees_with_the_reference(tmp_
     no_texts = json.dumps({"id": "r1", "params": {"tool_call_markers": [["<tc>", "</tc>"]]},
                            "steps": [{"ids": [3]}]})
     assert "text tool-call markers" in replay.load_trace(_write(tmp_path, [no_texts]))[1][0]
+
+
+# ------------------------------------------------ blank lines, read in bulk
+
+
+class _LineByLine:
+    """How a trace was read before blank runs were skipped in bulk: the
+    stream's own readline and read, no read-ahead, nothing skipped. The
+    reference the chunked reader must agree with."""
+
+    def __init__(self, stream, limit=None, head=b""):
+        self._stream = stream
+
+    def readline(self, limit):
+        return self._stream.readline(limit)
+
+    def read(self, n=-1):
+        return self._stream.read(n)
+
+    def skip_blank(self, budget, max_line):
+        return 0, 0
+
+
+def _loaded(data, name="t.jsonl"):
+    reqs, problems = replay._read_trace(io.BytesIO(data), name, stopline)
+    return [(r.id, r.line) for r in reqs], problems
+
+
+_PIECES = [b"", b" ", b"\t", b"\r", b"\x0b\x0c", b"  \t ", b"{", b"\xff", b" " * 30, b"x" * 30,
+           b'{"id": "a", "steps": []}', b'{"id": "b", "steps": [{"ids": [1]}]}']
+
+
+_LINES = st.one_of(
+    st.lists(st.sampled_from(_PIECES), max_size=3).map(b"".join),
+    st.just(b""),
+    # whitespace-only lines around the line cap (40 below)
+    st.builds(lambda c, n: c * n, st.sampled_from([b" ", b"\t", b"\r", b"\x0c"]), st.integers(35, 45)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=st.lists(_LINES, max_size=30),
+    last_newline=st.booleans(),
+    trace_cap=st.integers(0, 400),
+    read_size=st.sampled_from([1, 2, 3, 7, 64, 1 << 20]),
+    caps=st.tuples(st.integers(1, 4), st.integers(1, 5)),
+)
+def test_blank_runs_read_in_bulk_report_what_line_by_line_reading_reports(
+        lines, last_newline, trace_cap, read_size, caps):
+    """The chunked reader, whatever its piece size, loads the same requests on
+    the same lines and reports the same problems (long lines, whitespace-only
+    ones included; the file, request and problem caps) as reading line by
+    line, with the caps made small enough for short inputs to reach them."""
+    data = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")
+    small = {"MAX_LINE_BYTES": 40, "MAX_TRACE_BYTES": trace_cap, "MAX_REQUESTS": caps[0], "MAX_PROBLEMS": caps[1]}
+    with mock.patch.multiple(replay, **small, _READ_SIZE=read_size):
+        got = _loaded(data)
+        with mock.patch.object(replay, "_Lines", _LineByLine):
+            want = _loaded(data)
+    assert got == want
+
+
+def test_long_blank_runs_keep_the_line_numbers_and_the_line_cap():
+    """At the real caps: 3 MB of CRLF blank lines (several 1 MiB reads), then
+    a malformed line, a whitespace-only line 1 byte over MAX_LINE_BYTES (still
+    a long line), a request after leading spaces, a whitespace-only line of
+    exactly MAX_LINE_BYTES (blank) and a request: each on its own line number."""
+    n = 1_500_000
+    data = b"".join([
+        b"\r\n" * n,
+        b"{\n",
+        b" " * (replay.MAX_LINE_BYTES + 1) + b"\n",
+        b"   " + GOOD.encode() + b"\n",
+        b"\t" * replay.MAX_LINE_BYTES + b"\n",
+        GRAMMAR.encode(),
+    ])
+    got, problems = _loaded(data)
+    assert got == [("good", n + 3), ("gram", n + 5)]
+    assert len(problems) == 2 and problems[0].startswith(f"t.jsonl:{n + 1}: not valid JSON: ")
+    assert problems[1] == f"t.jsonl:{n + 2}: line longer than {replay.MAX_LINE_BYTES} bytes"

@@ -1,6 +1,7 @@
 """Plain-text tables for the command line: the same output on a terminal and
 in a pipe (greppable, no colour codes), fitted to the terminal's width, 80
-columns when there is no terminal (``$COLUMNS`` overrides both)."""
+columns when there is no terminal (``$COLUMNS`` overrides both); and the
+counts its messages print (``1 request``, ``2 requests``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shutil
 import textwrap
 from collections.abc import Sequence
 
-__all__ = ["Column", "fit_width", "format_table", "wrap"]
+__all__ = ["Column", "counted", "fit_width", "format_table", "wrap"]
 
 _GAP = "  "
 _MORE = "..."
@@ -32,6 +33,13 @@ class Column:
         self.shrink = shrink
         self.min_width = max(min_width, len(_MORE) + 2)
         self.keep = keep
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun, singular for exactly 1, else ``plural`` (by
+    default the noun and an ``s``): ``counted(1, "file")`` is ``"1 file"``,
+    ``counted(0, "match", "matches")`` is ``"0 matches"``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def fit_width() -> int:

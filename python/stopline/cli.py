@@ -54,10 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay decode traces through FinishBatch (bundled real traces by default)",
         description="Replay JSONL decode traces (docs/traces.md) through stopline.FinishBatch, "
         "one engine step at a time, and print each request's outcome. Without TRACE, the traces "
-        "bundled with the package are replayed. Exit status: 0 ok, 1 malformed lines or --check "
-        "differences, 2 unreadable trace file.",
+        "bundled with the package are replayed; a TRACE of - is standard input. Exit status: 0 ok, "
+        "1 malformed lines or --check differences, 2 unreadable trace file.",
     )
-    r.add_argument("traces", nargs="*", metavar="TRACE", help="JSONL trace files (gzip-compressed when named .gz)")
+    r.add_argument("traces", nargs="*", metavar="TRACE",
+                   help="JSONL trace files (gzip-compressed when named .gz); - reads standard input "
+                        "(decompressed when it starts with gzip's magic bytes)")
     r.add_argument("--json", action="store_true",
                    help="print JSON lines instead of tables: (with --stream) each delta, each request, "
                         "each file, then a summary")
@@ -107,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU benchmarks vs the pure-Python baseline and peer libraries (needs stopline[bench])",
         description="Stop strings per K, the finish check per batch size and stop-list set-up, "
         "stopline side by side with the pure-Python baseline, ahocorasick-rs and pyahocorasick: "
-        "ratio tables and the machine they ran on, and a PNG plot of ns/step vs K.",
+        "ratio tables and the machine they ran on. Nothing is written to a file unless asked: "
+        "--plot PNG for a plot of ns/step vs K, --json and --markdown for the numbers and tables.",
     ))
     for sp in (r, g, b):
         sp.set_defaults(subparser=sp)  # so that an error shows this subcommand's usage

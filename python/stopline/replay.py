@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import sys
 import time
 import zlib
@@ -25,11 +26,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import stopline
 from stopline._caps import shown
-from stopline._table import Column, fit_width, format_table, wrap
+from stopline._table import Column, counted, fit_width, format_table, wrap
 
 __all__ = [
     "PARAM_FIELDS",
@@ -161,6 +162,125 @@ def _open_trace(name: str) -> Any:
     return gzip.open(name, "rb") if name.endswith(".gz") else open(name, "rb")
 
 
+# The argument that names standard input, and the name it goes by in messages.
+_STDIN = "-"
+_STDIN_NAME = "<stdin>"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _open_stdin() -> Any:
+    """Standard input for reading bytes, decompressed when it starts with
+    gzip's magic bytes: there is no name to go by, and no JSONL line can
+    start with byte 0x1f."""
+    stream: Any = getattr(sys.stdin, "buffer", sys.stdin)
+    if stream is None:  # the interpreter was started without one
+        raise OSError("no standard input")
+    head = b""
+    while len(head) < 2:  # a pipe may hand out one byte at a time
+        piece = stream.read(2 - len(head))
+        if not piece:
+            break
+        head += piece
+    rest = _Lines(stream, head=head)
+    if head != _GZIP_MAGIC:
+        return rest
+    # GzipFile reads it front to back; the seek that typeshed also asks for is used only to seek back.
+    return gzip.GzipFile(fileobj=cast(Any, rest), mode="rb")
+
+
+# What bytes.strip() strips: a line of only these is blank, as before.
+_BLANK_RUN = re.compile(rb"[ \t\n\r\x0b\x0c]*")
+_READ_SIZE = 1 << 20
+
+
+class _Lines:
+    """A binary stream read 1 MiB at a time and handed out as lines.
+
+    ``readline(limit)`` and ``read(n)`` behave as a binary file's.
+    ``skip_blank`` passes over whole whitespace-only lines with a few C-level
+    scans per megabyte instead of one bytes object per line: a file of
+    millions of blank lines costs little more than its decompression. At
+    most ``limit`` bytes are taken from the stream, so nothing past a
+    trace's cap is read (or decompressed).
+    """
+
+    def __init__(self, stream: Any, limit: int = sys.maxsize, head: bytes = b"") -> None:
+        self._stream = stream
+        self._left = limit - len(head)  # bytes the stream may still give
+        self._buf = head
+        self._pos = 0
+        self._ended = False  # a terminal's stdin would wait again after an end
+
+    def __enter__(self) -> _Lines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # the stream is its opener's to close (standard input is never closed here)
+
+    def _more(self) -> bool:
+        """Appends the next piece of the stream to the unread bytes; False at
+        the end of the stream or of ``limit``."""
+        want = min(_READ_SIZE, self._left)
+        data = b"" if self._ended or want <= 0 else self._stream.read(want)
+        if not data:
+            self._ended = True
+            return False
+        self._left -= len(data)
+        self._buf = self._buf[self._pos:] + data
+        self._pos = 0
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes (all that is left for a negative ``n``)."""
+        while (n < 0 or len(self._buf) - self._pos < n) and self._more():
+            pass
+        end = len(self._buf) if n < 0 else self._pos + n
+        data = self._buf[self._pos:end]
+        self._pos += len(data)
+        return data
+
+    def readline(self, limit: int) -> bytes:
+        """Up to ``limit`` bytes, through the first newline."""
+        searched = 0  # bytes of this line already searched for a newline
+        while True:
+            start = self._pos
+            end = min(len(self._buf), start + limit)
+            newline = self._buf.find(b"\n", start + searched, end)
+            if newline >= 0:
+                end = newline + 1
+                break
+            if end - start >= limit or not self._more():
+                break
+            searched = end - start
+        line = self._buf[start:end]
+        self._pos = end
+        if end > _READ_SIZE:  # a long line: drop it from the buffer, so that the caller's `del` frees it
+            self._buf, self._pos = self._buf[end:], 0
+        return line
+
+    def skip_blank(self, budget: int, max_line: int) -> tuple[int, int]:
+        """Passes over whole lines that hold only whitespace, at most
+        ``budget`` bytes in all and each at most ``max_line`` bytes before
+        its newline; returns how many lines and bytes it passed over. It
+        stops at the start of a line that holds anything else, that would
+        cross a bound, or that has no newline yet: ``readline`` takes that
+        line, so the bounds are reported as before."""
+        lines = done = 0
+        while done < budget:
+            start = self._pos
+            end = min(len(self._buf), start + budget - done, start + max_line + 1)
+            blank = _BLANK_RUN.match(self._buf, start, end)
+            stop = blank.end() if blank else start
+            newline = self._buf.rfind(b"\n", start, stop)
+            if newline >= 0:
+                lines += self._buf.count(b"\n", start, newline + 1)
+                done += newline + 1 - start
+                self._pos = newline + 1
+            elif stop < len(self._buf) or not self._more():
+                break
+        return lines, done
+
+
 # ------------------------------------------------------------------ loading
 
 
@@ -263,9 +383,10 @@ def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list
     when the params have stop strings or regexes, a line over
     ``MAX_LINE_BYTES``) becomes one ``"FILE:LINE: message"`` entry of
     ``problems`` (values shown bounded, so a message stays short whatever
-    the line holds) and is left out; the other lines still load. Blank lines
-    are skipped. The file is never read whole: at most one line of
-    ``MAX_LINE_BYTES`` is in memory at a time, and past ``MAX_TRACE_BYTES``
+    the line holds) and is left out; the other lines still load. Blank and
+    whitespace-only lines are skipped, in bulk (no object per line). The
+    file is never read whole: at most one line of ``MAX_LINE_BYTES`` (and
+    1 MiB read ahead) is in memory at a time, and past ``MAX_TRACE_BYTES``
     (decompressed), ``MAX_REQUESTS`` requests or ``MAX_PROBLEMS`` problems
     the rest of the file is left unread and that is one more problem.
 
@@ -273,6 +394,39 @@ def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list
     (missing, unreadable, not gzip, corrupt or truncated gzip data).
     """
     name = os.fspath(path)
+    try:
+        with _open_trace(name) as stream:
+            return _read_trace(stream, name, impl)
+    except (OSError, EOFError, zlib.error) as e:
+        # The operator's own path, bounded by the OS (PATH_MAX): shown whole, as the per-line problems show it.
+        raise _unreadable(f"trace file {name!r}", e) from None
+
+
+def _load_stdin(impl: Any = stopline) -> tuple[list[Request], list[str]]:
+    """:func:`load_trace` for standard input (``stopline replay -``), whose
+    problems are named ``<stdin>:LINE``. It is read as gzip-compressed JSONL
+    when it starts with gzip's magic bytes (``1f 8b``), as plain JSONL
+    otherwise; files go by their name alone.
+
+    Raises :class:`TraceFileError` as :func:`load_trace` does.
+    """
+    try:
+        with _open_stdin() as stream:
+            return _read_trace(stream, _STDIN_NAME, impl)
+    except (OSError, EOFError, zlib.error) as e:
+        raise _unreadable("standard input", e) from None
+
+
+def _unreadable(what: str, e: BaseException) -> TraceFileError:
+    """The one-line error for a trace that cannot be read at all."""
+    why = getattr(e, "strerror", None) or str(e)
+    if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):  # a truncated .gz; corrupt data
+        why = f"not a complete, valid gzip file ({shown(why)})"
+    return TraceFileError(f"cannot read {what}: {why}")
+
+
+def _read_trace(stream: Any, name: str, impl: Any) -> tuple[list[Request], list[str]]:
+    """The lines of one trace (an open binary stream), as :func:`load_trace` returns them."""
     requests: list[Request] = []
     problems: list[str] = []
     seen: dict[str, int] = {}
@@ -281,60 +435,57 @@ def load_trace(path: str | os.PathLike[str], impl: Any = stopline) -> tuple[list
     def refuse(lineno: int, why: str) -> None:
         problems.append(f"{name}:{lineno}: not read: {why}")
 
-    try:
-        with _open_trace(name) as f:
-            lineno = 0
-            while True:
-                bline = f.readline(min(MAX_LINE_BYTES, MAX_TRACE_BYTES - total) + 1)
-                if not bline:
-                    break
-                lineno += 1
+    f = _Lines(stream, MAX_TRACE_BYTES + 1)
+    lineno = 0
+    while True:
+        bline = f.readline(min(MAX_LINE_BYTES, MAX_TRACE_BYTES - total) + 1)
+        if not bline:
+            break
+        lineno += 1
+        total += len(bline)
+        if total > MAX_TRACE_BYTES:
+            refuse(lineno, f"a trace file holds at most {MAX_TRACE_BYTES} bytes (decompressed)")
+            break
+        if len(bline) > MAX_LINE_BYTES and not bline.endswith(b"\n"):
+            while bline and not bline.endswith(b"\n") and total <= MAX_TRACE_BYTES:
+                bline = f.readline(1 << 20)  # skip to the end of the line, counting it
                 total += len(bline)
-                if total > MAX_TRACE_BYTES:
-                    refuse(lineno, f"a trace file holds at most {MAX_TRACE_BYTES} bytes (decompressed)")
-                    break
-                if len(bline) > MAX_LINE_BYTES and not bline.endswith(b"\n"):
-                    while bline and not bline.endswith(b"\n") and total <= MAX_TRACE_BYTES:
-                        bline = f.readline(1 << 20)  # skip to the end of the line, counting it
-                        total += len(bline)
-                    problems.append(f"{name}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
-                    if total > MAX_TRACE_BYTES:
-                        refuse(lineno, f"a trace file holds at most {MAX_TRACE_BYTES} bytes (decompressed)")
-                        break
-                elif bline.strip():
-                    try:
-                        obj = json.loads(bline.decode("utf-8"))
-                        del bline  # the parsed line, not its text too
-                        req = _parse_request(obj, name, lineno, impl)
-                        del obj
-                        _check_loaded(req, impl)
-                        if req.id in seen:
-                            raise ValueError(f"duplicate id {shown(req.id)} (first on line {seen[req.id]})")
-                    except UnicodeDecodeError as e:
-                        problems.append(f"{name}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})")
-                    except json.JSONDecodeError as e:
-                        # json's messages such as "Unterminated string starting at" expect the position next
-                        msg = e.msg.removesuffix(" at")
-                        problems.append(f"{name}:{lineno}: not valid JSON: {msg} at column {e.colno}")
-                    except (ValueError, RecursionError) as e:
-                        problems.append(f"{name}:{lineno}: {e}")
-                    except MemoryError:
-                        refuse(lineno, "out of memory parsing this line; the requests read so far are kept")
-                        break
-                    else:
-                        seen[req.id] = lineno
-                        requests.append(req)
-                if len(requests) >= MAX_REQUESTS or len(problems) >= MAX_PROBLEMS:
-                    if f.read(1):
-                        refuse(lineno + 1, f"a trace file holds at most {MAX_REQUESTS} requests and "
-                                           f"{MAX_PROBLEMS} malformed lines")
-                    break
-    except (OSError, EOFError, zlib.error) as e:  # EOFError: a truncated .gz; zlib.error: corrupt data
-        why = getattr(e, "strerror", None) or str(e)
-        if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
-            why = f"not a complete, valid gzip file ({shown(why)})"
-        # The operator's own path, bounded by the OS (PATH_MAX): shown whole, as the per-line problems show it.
-        raise TraceFileError(f"cannot read trace file {name!r}: {why}") from None
+            problems.append(f"{name}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
+            if total > MAX_TRACE_BYTES:
+                refuse(lineno, f"a trace file holds at most {MAX_TRACE_BYTES} bytes (decompressed)")
+                break
+        elif bline.strip():
+            try:
+                obj = json.loads(bline.decode("utf-8"))
+                del bline  # the parsed line, not its text too
+                req = _parse_request(obj, name, lineno, impl)
+                del obj
+                _check_loaded(req, impl)
+                if req.id in seen:
+                    raise ValueError(f"duplicate id {shown(req.id)} (first on line {seen[req.id]})")
+            except UnicodeDecodeError as e:
+                problems.append(f"{name}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})")
+            except json.JSONDecodeError as e:
+                # json's messages such as "Unterminated string starting at" expect the position next
+                msg = e.msg.removesuffix(" at")
+                problems.append(f"{name}:{lineno}: not valid JSON: {msg} at column {e.colno}")
+            except (ValueError, RecursionError) as e:
+                problems.append(f"{name}:{lineno}: {e}")
+            except MemoryError:
+                refuse(lineno, "out of memory parsing this line; the requests read so far are kept")
+                break
+            else:
+                seen[req.id] = lineno
+                requests.append(req)
+        else:  # a blank line: the blank lines after it go in bulk
+            lines, size = f.skip_blank(MAX_TRACE_BYTES - total, MAX_LINE_BYTES)
+            lineno += lines
+            total += size
+        if len(requests) >= MAX_REQUESTS or len(problems) >= MAX_PROBLEMS:
+            if f.read(1):
+                refuse(lineno + 1, f"a trace file holds at most {MAX_REQUESTS} requests and "
+                                   f"{MAX_PROBLEMS} malformed lines")
+            break
     return requests, problems
 
 
@@ -702,7 +853,8 @@ def run(
 ) -> int:
     """The ``stopline replay`` command. Returns the exit status.
 
-    ``tokenizer``: a ``tokenizer.json`` whose decoder turns the recorded ids
+    ``paths``: trace files, ``"-"`` for standard input (named ``<stdin>``
+    in the output); none for the bundled traces. ``tokenizer``: a ``tokenizer.json`` whose decoder turns the recorded ids
     into text inside stopline (the recorded texts are then not passed).
 
     0: every request replayed (and, with ``check``, agreed with the
@@ -736,7 +888,7 @@ def run(
     loaded = []
     for p in files:
         try:
-            loaded.append((p, *load_trace(p)))
+            loaded.append((_STDIN_NAME, *_load_stdin()) if p == _STDIN else (p, *load_trace(p)))
         except TraceFileError as e:
             print(f"stopline replay: error: {e}", file=err)
             return 2
@@ -812,12 +964,12 @@ def run(
             print(file=out)
             prefix = _id_prefix(reqs)
             shared = f"; every id starts with {_short(prefix, 40)}, left out below" if prefix else ""
-            _print_table(f"{name}: {len(reqs)} requests, {stats.engine_steps} engine steps{shared}",
+            _print_table(f"{name}: {counted(len(reqs), 'request')}, {counted(stats.engine_steps, 'engine step')}{shared}",
                          _rows(reqs, outcomes, prefix), out, width)
             channel_rows = _channel_rows(reqs, outcomes, prefix)
             if channel_rows:
                 print(file=out)
-                _print_table(f"{name}: reasoning channels of {len(channel_rows)} requests. {_CHANNEL_LEGEND}",
+                _print_table(f"{name}: reasoning channels of {counted(len(channel_rows), 'request')}. {_CHANNEL_LEGEND}",
                              channel_rows, out, width, _CHANNEL_COLUMNS)
     wall = time.perf_counter() - t_start
     finish_reasons = dict(sorted(reasons.items()))
@@ -841,16 +993,16 @@ def run(
         _emit(out, summary)
         return status
     lines = [
-        f"{n_requests} requests in {len(loaded)} files; finish_reason: "
+        f"{counted(n_requests, 'request')} in {counted(len(loaded), 'file')}; finish_reason: "
         + (", ".join(f"{k} {v}" for k, v in finish_reasons.items()) or "-"),
         "by cause: " + (", ".join(f"{k} {v}" for k, v in by_cause.items()) or "-"),
-        f"{total_steps} engine steps, {total_tokens} tokens; wall time {wall * 1e3:.1f} ms "
+        f"{counted(total_steps, 'engine step')}, {counted(total_tokens, 'token')}; wall time {wall * 1e3:.1f} ms "
         f"({finish_seconds * 1e3:.1f} ms inside FinishBatch)",
     ]
     if malformed:
-        lines.append(f"{malformed} malformed lines skipped (see stderr)")
+        lines.append(f"{counted(malformed, 'malformed line')} skipped (see stderr)")
     if ref is not None:
-        verdict = "all agree" if n_diffs == 0 else f"{n_diffs} requests DIFFER"
+        verdict = "all agree" if n_diffs == 0 else f"{counted(n_diffs, 'request')} DIFFER"
         lines.append(f"--check against stopline.baseline: {verdict}")
     print(file=out)
     for i, text in enumerate(lines):

@@ -26,6 +26,7 @@ from typing import Any
 
 import stopline
 from stopline._caps import field_error
+from stopline._table import counted
 
 __all__ = ["DEMO_HINT", "GenerateResult", "Token", "compile_json_schema", "decode_tokens", "generate", "main"]
 
@@ -313,7 +314,8 @@ def main(args: Any) -> int:
         index = int(args.device.partition(":")[2] or 0)
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if index >= count:
-            seen = "no CUDA device" if count == 0 else f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+            devices = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+            seen = "no CUDA device" if count == 0 else f"{counted(count, 'CUDA device')}, {devices}"
             print(f"stopline generate: --device {args.device}, but torch sees {seen}", file=sys.stderr)
             return 2
     schema = None

@@ -26,9 +26,11 @@ Suites (``--suite``, repeatable; all by default):
 
 Input is real text (``pydoc_data.topics``) cut into SmolLM2 tokenizer pieces
 when the ``demo`` extra and the tokenizer are present. Prints the machine and
-ratio tables (plain text, fitted to the terminal; 80 columns in a pipe), and writes a PNG plot of ns/step vs K (``--plot``), optionally
-the raw numbers as JSON and the tables as Markdown. Needs the ``bench`` extra
-(rich, matplotlib; the peers are skipped with a note when missing).
+ratio tables (plain text, fitted to the terminal; 80 columns in a pipe).
+Files are written only where asked: a PNG plot of ns/step vs K with
+``--plot PATH``, the raw numbers as JSON with ``--json PATH``, the tables as
+Markdown with ``--markdown PATH``. Needs the ``bench`` extra (rich,
+matplotlib; the peers are skipped with a note when missing).
 
 This module imports nothing heavy until :func:`run` is called, so the CLI can
 build its parser cheaply.
@@ -44,6 +46,7 @@ import time
 from collections.abc import Sequence
 
 from stopline._argtypes import positive_int
+from stopline._table import counted
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -87,9 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         f"quick {DEFAULTS['repeats'][1]})")
     p.add_argument("--vocabs", nargs="+", default=None, metavar="NAME",
                    help="tokenizers for the detokenize suite (default smollm2 deepseek-v3 mistral-v1)")
-    p.add_argument("--plot", default="stopline-bench.png", metavar="PNG",
-                   help="where to write the plot of ns/step vs K (default ./stopline-bench.png)")
-    p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="write no plot")
+    # No default path: a benchmark writes into the current folder only when asked to.
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="also write a plot of ns/step vs K to PNG (the detokenize suite's goes beside it, "
+                        "as NAME-detokenize.png); without it no picture is written")
+    p.add_argument("--no-plot", dest="plot", action="store_const", const=None,
+                   help="write no plot (the default; cancels an earlier --plot)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write every measurement as JSON")
     p.add_argument("--markdown", default=None, metavar="PATH", help="also write the tables as Markdown")
     return p
@@ -166,14 +172,14 @@ def run(args: argparse.Namespace) -> int:
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "stopline bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else None,
-        "machine": f"{_cpu()}, {os.cpu_count()} logical cores, {platform.machine()}",
+        "machine": f"{_cpu()}, {counted(os.cpu_count() or 0, 'logical core')}, {platform.machine()}",
         "os": platform.platform(terse=True),
         "load average at start": _load(),
         "python": platform.python_version(),
         "stopline": f"{stopline.__version__} ({os.path.basename(stopline._core.__file__)})",
         "peers": ", ".join(f"{i.name} {i.version}" for i in impls.values() if i.name not in
                            (peers.STOPLINE, peers.BASELINE)) or "none",
-        "pieces": f"{len(pieces)} pieces of pydoc_data.topics, {splitter}",
+        "pieces": f"{counted(len(pieces), 'piece')} of pydoc_data.topics, {splitter}",
         "sizes": f"K={ks}, cases={cases}, steps={steps}, batches={batches}, seq_steps={seq_steps}, "
                  f"compiles={compiles}, repeats={repeats} (median of rounds; thread CPU time)",
     }

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stopline._table import Column, fit_width, format_table, wrap
+from stopline._table import Column, counted, fit_width, format_table, wrap
 
 from stopline.tools.bench import peers, suites
 from stopline.tools.bench.cells import Table, fmt_ns, fmt_ratio
@@ -142,7 +142,7 @@ def text_lines(res: Result, width: int | None = None) -> list[str]:
         for note in t.notes:
             lines += wrap(note, width, "    ")
     if res.agreement:
-        parts = [f"{name}: {n} matches{'' if ok else ' (DIFFERENT from stopline)'}"
+        parts = [f"{name}: {counted(n, 'match', 'matches')}{'' if ok else ' (DIFFERENT from stopline)'}"
                  for name, (n, ok) in res.agreement.items()]
         lines.append("")
         lines += wrap("Check list (stops that match often, both step shapes): " + "; ".join(parts), width, "    ")
