@@ -987,3 +987,110 @@ def test_bad_reasoning_configuration_names_the_field(deepseek, smollm2):
     with pytest.raises(ValueError) as e:  # at admission a type error too is a ValueError (vLLM's client error)
         StoplineLogitsProcessor.validate_params(SamplingParams(extra_args={"stopline": {"max_reasoning_tokens": 1.5}}))
     assert "max_reasoning_tokens" in e.value.field and e.value.kind == "wrong_type"
+
+
+# --- vLLM's V2 thinking-budget kernel (0.34's only runner) against rule 11.8 ----
+
+_KERNEL_SCRIPT = """
+import json, sys, importlib.util, types
+import torch
+path = importlib.util.find_spec("vllm.v1.worker.gpu.sample.thinking_budget").origin
+source = open(path).read()
+assert "from vllm.triton_utils import tl, triton" in source
+source = source.replace("from vllm.triton_utils import tl, triton", "import triton\\nimport triton.language as tl")
+module = types.ModuleType("vllm_v2_thinking_budget")
+exec(compile(source, path, "exec"), module.__dict__)
+out = []
+for tokens, budget, start, end, forced_ids, vocab in json.load(sys.stdin):
+    table = torch.zeros(2, len(tokens) + 8, dtype=torch.int32)
+    table[0, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
+    logits = torch.zeros(1, vocab)
+    one = torch.tensor([0], dtype=torch.int32)
+    ids = [torch.tensor(x, dtype=torch.int32) for x in (start, end, forced_ids)]
+    module.apply_thinking_budget(
+        logits, one, one, torch.tensor([budget, -1], dtype=torch.int32), table,
+        torch.tensor([len(tokens), 0], dtype=torch.int32), torch.tensor([tokens[-1]], dtype=torch.int32),
+        torch.zeros(1, dtype=torch.int32), torch.full((2,), -1, dtype=torch.int32),
+        torch.full((2,), -1, dtype=torch.int32), torch.zeros(2, dtype=torch.int32), *ids)
+    out.append(int(logits[0].argmax()) if float(logits[0].max()) > 0 else None)
+print(json.dumps(out))
+"""
+
+
+def v2_budget_kernel(queries):
+    """For each ``(tokens, budget, start_ids, end_ids, forced_ids)``: the id vLLM's own V2
+    budget kernel (``thinking_budget.py``, the same file on 0.33 and 0.34) forces after
+    ``tokens``, or None. The kernel runs under Triton's interpreter in a fresh interpreter:
+    ``TRITON_INTERPRET`` must be set before Triton is imported, and the file is executed with
+    the real ``triton`` where it imports ``vllm.triton_utils`` (a placeholder without a GPU)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    data = json.dumps([[list(t), b, s, e, f, V] for t, b, s, e, f in queries])
+    proc = subprocess.run([sys.executable, "-c", _KERNEL_SCRIPT], input=data, capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+THINK, END, PHRASE = 10, 11, 30
+
+
+def budget_runs(cases):
+    """Closed loops over one request each (``cases``: (stream, budget, forced_ids, steps)):
+    every step stopline's tracker (reasoning_end_ids=forced_ids, rule 11.8) names the id to
+    force next, and the token taken is that id, else the stream's next; vLLM's V2 kernel is
+    then asked, for every prefix, what it would force. Returns (ours, theirs) per case."""
+    from stopline.engines import reasoning_config
+
+    prompt = [1, 2, 3]
+    runs, queries = [], []
+    for stream, budget, forced_ids, steps in cases:
+        r = reasoning_config({"reasoning_start_id": THINK, "reasoning_end_id": END, "reasoning_end_ids": forced_ids})
+        counter = r.budget_counter(budget, prompt)
+        out, ours = [], []
+        for step in range(steps):
+            ours.append(counter.forced_token_id)
+            if out:
+                queries.append((prompt + out, budget, [THINK], [END], forced_ids))
+            tok = ours[-1] if ours[-1] is not None else stream[step]
+            out.append(tok)
+            r.count(counter, [tok])
+        runs.append(ours)
+    answers = iter(v2_budget_kernel(queries))
+    return [(ours, [None] + [next(answers) for _ in ours[1:]]) for ours in runs]
+
+
+def test_v2_budget_kernel_agrees_on_one_plain_block():
+    """On one block that the model opens with the start id, never re-opens inside and never
+    begins the forced end itself, vLLM's V2 kernel forces the same ids at the same steps as
+    stopline's rule (docs/semantics.md 11 rule 8): budgets 0-5, a one-id end or a phrase
+    before it, streams that sometimes close the block themselves (32 random requests)."""
+    cases = []
+    for seed in range(32):
+        rng = random.Random(seed)
+        forced_ids = [END] if rng.random() < 0.5 else [PHRASE, END]
+        stream = [THINK] + [END if rng.random() < 0.08 else rng.randint(20, 25) for _ in range(14)]
+        cases.append((stream, rng.randint(0, 5), forced_ids, 12))
+    runs = budget_runs(cases)
+    for case, (ours, theirs) in zip(cases, runs):
+        assert ours[1:] == theirs[1:], (case, ours, theirs)
+    assert sum(1 for ours, _ in runs if any(f is not None for f in ours)) >= 8  # not vacuous
+
+
+def test_v2_budget_kernel_differs_where_semantics_11_1_says():
+    """docs/semantics.md 11.1, "The thinking budget on vLLM 0.34". A `<think>` written again
+    inside the open block restarts vLLM's count (its last start wins); stopline counts it as
+    one thinking token from the first start. With the forced end `</` `think` `>` (three ids)
+    and a model whose last token is already `</`, vLLM forces `think` next; stopline's rule
+    forces from the first id once the count reaches the budget (issue 31 asks it to continue)."""
+    lt, word = PHRASE, PHRASE + 1
+    restart, begun = budget_runs([([THINK, 20, THINK, 21, 22, 23, 24, 25], 3, [END], 8),
+                                  ([THINK, 20, 21, lt, 22, 23, 24, 25], 3, [lt, word, END], 5)])
+    # stopline forces </think> after `20 <think> 21` (3 thinking tokens) and the block closes;
+    # vLLM counted only `21` since the second start, so it forces nothing.
+    assert restart == ([None, None, None, None, END, None, None, None], [None] * 8)
+    assert begun[0][4] == lt and begun[1][4] == word
