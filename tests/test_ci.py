@@ -52,3 +52,29 @@ def test_the_default_run_says_why_each_test_skipped(tmp_path: Path) -> None:
     summary = p.stdout[p.stdout.index("short test summary info"):]
     assert "SKIPPED [1] test_some.py:3: needs the frobnicate extra" in summary
     assert "FAILED test_some.py::test_fails" in summary
+
+
+def test_engine_job_fails_unless_the_package_index_is_out_of_reach(tmp_path: Path) -> None:
+    """.ci/engines.sh: an engine release that cannot be installed while the package index
+    answers fails the job (exit 1: a broken recipe or a missing release must not pass as a
+    skip); only an index out of reach gives exit 75, which .ci/run reports as a skip. Uses a
+    release that does not exist and, for the second case, an index URL on a closed loopback
+    port. Needs the package index for the first case (skipped when it is out of reach here)."""
+    wheel = tmp_path / "stopline-0.0.0-py3-none-any.whl"
+    wheel.write_bytes(b"")  # never installed: the engine's install fails first
+    env = {**os.environ, "STOPLINE_ENGINES_DIR": str(tmp_path / "engines"), "STOPLINE_ENGINES": "sglang-0.0.1"}
+
+    def job(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", ".ci/engines.sh", str(wheel)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=900, env={**env, **extra})
+
+    answered = job()
+    if answered.returncode == 75:
+        pytest.skip("the package index is out of reach from this machine")
+    assert answered.returncode == 1, answered.stdout[-2000:] + answered.stderr[-2000:]
+    assert "sglang 0.0.1 could not be installed" in answered.stdout
+    assert "the package index answers, so this is a failure, not a skip" in answered.stdout
+    dead = "http://127.0.0.1:9/simple"
+    unreachable = job(PIP_INDEX_URL=dead, UV_DEFAULT_INDEX=dead, UV_INDEX_URL=dead, PIP_FIND_LINKS="", UV_OFFLINE="")
+    assert unreachable.returncode == 75, unreachable.stdout[-2000:] + unreachable.stderr[-2000:]
+    assert "not tested (the package index was out of reach): sglang-0.0.1" in unreachable.stdout
