@@ -634,11 +634,12 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
         # pos is the input position of the row; the token it samples has pos + 1 - prompt_len outputs before it.
         positions = ctx.pos.to(torch.int64) + 1 - prompt_len[slots.long()].to(torch.int64)
         drafts = None
-        multi = batch[self._multi[batch]]
-        if multi.size:
+        if self._multi[batch].any():
             # Multi-token bad words match the request's committed output (req_states.all_token_ids,
             # prompt_len..total_len) and, on a speculative row, the drafts before it (ctx.input_ids).
-            idx = torch.from_numpy(multi.astype(np.int64)).to(dev)
+            # The whole batch's history is copied (a few ids a request): indexing by the device's
+            # own slot list needs no host-to-device copy, so no sync.
+            idx = ctx.idx_mapping.long()
             self.constraints.load_history(idx, rs.all_token_ids.gpu, prompt_len[idx], rs.total_len.gpu.to(dev)[idx])
             if self._max_drafts:
                 drafts = _draft_token_ids(ctx, self._max_drafts)
