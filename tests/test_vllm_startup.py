@@ -1,5 +1,5 @@
 """Installing stopline never stops a vLLM from starting (docs/integrations.md,
-"Supported vLLM versions").
+"Supported engine versions").
 
 vLLM loads every class under the ``vllm.logits_processors`` entry point at
 start-up, in the frontend (``InputProcessor`` builds the params validator from

@@ -157,13 +157,15 @@ except ImportError as exc:  # pragma: no cover - vLLM brings both
 # The V2 interface (vLLM >= 0.33: the only one from 0.34 on), then V1's (0.33's
 # default runner, gone in 0.34). The classes below subclass every interface
 # the installed vLLM has, so each of its loaders accepts them.
+# Any failure to import an interface is read as "not in this release" (a vLLM that
+# breaks on an import here must still start with stopline installed).
 try:
     from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as _V2Interface
-except ImportError:
+except Exception:
     _V2Interface = _loader_interface()
 try:
     from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor as _V1Interface, MoveDirectionality
-except ImportError:
+except Exception:
     _V1Interface = None
 
 #: Whether the installed vLLM still has the V1 model runner (0.33), where the
@@ -173,7 +175,7 @@ _BASES: tuple[type, ...] = tuple(b for b in (_V1Interface, _V2Interface) if b is
 if not _BASES:
     raise ImportError(
         f"stopline.integrations.vllm: vLLM {VLLM_VERSION} has no logits-processor interface stopline knows "
-        f"(tested with vLLM {TESTED_VLLM_RANGE}); see docs/integrations.md, 'Supported vLLM versions'"
+        f"(tested with vLLM {TESTED_VLLM_RANGE}); see docs/integrations.md, 'Supported engine versions'"
     )
 
 PLUGIN_MODE = plugin_mode()
@@ -198,7 +200,7 @@ def _inactive_reason() -> str:
     why = (f"{PLUGIN_ENV}=off" if PLUGIN_MODE == "off"
            else f"stopline is tested with vLLM {TESTED_VLLM_RANGE} and this is vLLM {VLLM_VERSION}")
     return (f"stopline's vLLM processors are inactive in this engine ({why}); "
-            f"{PLUGIN_ENV}=force turns them on (docs/integrations.md, 'Supported vLLM versions')")
+            f"{PLUGIN_ENV}=force turns them on (docs/integrations.md, 'Supported engine versions')")
 
 
 if TYPE_CHECKING:
@@ -369,7 +371,7 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
     refuses the requests that carry ``extra_args["stopline"]`` as a client
     error naming the installed version and the tested range; every other
     request runs as if stopline were not installed
-    (docs/integrations.md, "Supported vLLM versions").
+    (docs/integrations.md, "Supported engine versions").
 
     Thinking budget (V1 runner): a request with
     ``extra_args["stopline"]["max_reasoning_tokens"]`` (this class) or
