@@ -1057,6 +1057,22 @@ mod tests {
     }
 
     #[test]
+    fn oversized_bytes_are_refused_before_they_are_read() {
+        let (p, _) = mid_stream();
+        // Zeroed pages: the refusal reads only the length.
+        let big = vec![0u8; MAX_SNAPSHOT_BYTES + 1];
+        assert_eq!(
+            kind(restore(Arc::clone(&p), &big, None)),
+            "snapshot_too_large"
+        );
+        // A header that claims more body than there is.
+        let (_, t) = mid_stream();
+        let mut b = snapshot(&t, None).unwrap();
+        b[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(kind(restore(p, &b, None)), "snapshot_truncated");
+    }
+
+    #[test]
     fn a_slot_restores_into_any_slot_of_another_batch() {
         use crate::batch::{FinishBatch, StepInput};
         let (p, _) = mid_stream();
