@@ -6,7 +6,8 @@
 //! [`SeqDecoder`]) needs for its next step and its getters: the finish, the
 //! kept token ids and text, what was released of them, the unreleased
 //! tokens' text ends, the text a stop regex matched, where the earliest live
-//! stop-regex thread starts, and the decoder's held bytes and flags. What
+//! stop-regex thread starts, the decoder's held bytes and flags, and with
+//! reasoning channels their state (`Channels::write_snapshot`). What
 //! follows from the params (the automata, the caps) is not in it: restore
 //! takes the params again and rebuilds the matcher states from the kept text
 //! (a stop-string state from its last `max_stop_chars` code points, the
@@ -120,7 +121,12 @@ pub fn params_fingerprint(p: &StopParams) -> u64 {
         ids.iter().for_each(|&id| h.word(u64::from(id)));
     }
     h.word(u64::from(p.ignore_eos) | u64::from(p.include_stop_str_in_output) << 1);
-    h.word(u64::from(p.token_aligned) | u64::from(p.reasoning.is_some()) << 1);
+    h.word(u64::from(p.token_aligned));
+    match &p.reasoning {
+        None => h.word(0),
+        // Its Debug form lists every field (markers, scopes, spans, budget).
+        Some(r) => h.bytes(format!("{:?}", r.spec()).as_bytes()),
+    }
     opt(&mut h, p.vocab_size.map(u64::from));
     match p.repetition {
         None => h.word(0),
@@ -140,7 +146,7 @@ pub fn params_fingerprint(p: &StopParams) -> u64 {
     h.finish()
 }
 
-fn put(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -154,17 +160,17 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 }
 
 /// Reads the body, naming the field at fault.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     data: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn left(&self) -> usize {
+    pub(crate) fn left(&self) -> usize {
         self.data.len() - self.at
     }
 
-    fn u64(&mut self, field: &'static str) -> Result<u64, Error> {
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, Error> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let Some(&b) = self.data.get(self.at) else {
@@ -192,7 +198,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A value that must not exceed `max`.
-    fn at_most(&mut self, field: &'static str, max: u64) -> Result<u64, Error> {
+    pub(crate) fn at_most(&mut self, field: &'static str, max: u64) -> Result<u64, Error> {
         let v = self.u64(field)?;
         if v > max {
             return Err(invalid(field, format!("is {v}, more than {max}")));
@@ -202,7 +208,7 @@ impl<'a> Reader<'a> {
 
     /// A count of entries of at least one byte each: never more than the
     /// bytes left, so that nothing larger than the input is allocated.
-    fn count(&mut self, field: &'static str) -> Result<usize, Error> {
+    pub(crate) fn count(&mut self, field: &'static str) -> Result<usize, Error> {
         let n = self.u64(field)?;
         if n > self.left() as u64 {
             return Err(truncated(field));
@@ -231,7 +237,7 @@ fn truncated(field: &'static str) -> Error {
     )
 }
 
-fn invalid(field: &'static str, what: String) -> Error {
+pub(crate) fn invalid(field: &'static str, what: String) -> Error {
     err(
         field,
         "snapshot_invalid",
@@ -249,30 +255,16 @@ fn reason_code(r: FinishReason) -> u64 {
     }
 }
 
-/// Why a tracker cannot be snapshotted now (reasoning channels).
-fn check_supported(p: &StopParams) -> Result<(), Error> {
-    if p.reasoning.is_some() {
-        return Err(err(
-            "params",
-            "snapshot_unsupported",
-            "snapshots of sequences with reasoning channels or tool-call spans are not supported yet",
-        ));
-    }
-    Ok(())
-}
-
 /// The snapshot of `t` and, for ids-only steps, its decoder over `vocab`.
 ///
 /// # Errors
-/// [`Error::Snapshot`] with kind `snapshot_unsupported` for a sequence with
-/// reasoning channels or tool-call spans, `snapshot_too_large` past
+/// [`Error::Snapshot`] with kind `snapshot_too_large` past
 /// [`MAX_SNAPSHOT_BYTES`]; [`Error::Alloc`] when the bytes cannot be
 /// allocated.
 pub fn snapshot(
     t: &FinishTracker,
     dec: Option<(&Vocabulary, &SeqDecoder)>,
 ) -> Result<Vec<u8>, Error> {
-    check_supported(&t.params)?;
     let (text, tokens) = (&t.kept.text, &t.kept.tokens);
     let unreleased = &t.pending.ends[t.pending.head..];
     // Text, ids (at most 5 bytes each), unreleased ends and the rest.
@@ -378,6 +370,9 @@ fn write_body(t: &FinishTracker, unreleased: &[usize], out: &mut Vec<u8>) {
             .and_then(|r| r.earliest_start())
             .map_or(0, |s| s as u64 + 1),
     );
+    if let Some(c) = t.channels.as_deref() {
+        c.write_snapshot(out, t.finish.is_none());
+    }
 }
 
 /// Checks the header of `data` against `params` and `vocab`; returns the
@@ -477,7 +472,6 @@ pub fn restore(
     data: &[u8],
     vocab: Option<&Vocabulary>,
 ) -> Result<(FinishTracker, Option<SeqDecoder>), Error> {
-    check_supported(&params)?;
     let (body, has_decoder) = open(data, &params, vocab)?;
     let mut t = FinishTracker::new(Arc::clone(&params))?;
     let mut r = Reader { data: body, at: 0 };
@@ -676,6 +670,9 @@ fn read_tracker(t: &mut FinishTracker, p: &StopParams, r: &mut Reader<'_>) -> Re
     kept_text.push_str(text);
     // The matchers run only while running; a finished tracker keeps fresh
     // ones, never fed again.
+    if let Some(c) = t.channels.as_deref_mut() {
+        c.read_snapshot(r, text, n, finish.is_none())?;
+    }
     if finish.is_none() {
         if let Some(m) = t.matcher.as_mut() {
             m.resume(text, text_chars);
@@ -963,7 +960,7 @@ mod tests {
     }
 
     #[test]
-    fn other_params_version_or_vocabulary_are_refused() {
+    fn other_params_version_or_vocabulary_are_refused_and_reasoning_restores() {
         let (p, t) = mid_stream();
         let bytes = snapshot(&t, None).unwrap();
         let other = Arc::new(StopParams {
@@ -997,14 +994,16 @@ mod tests {
             reasoning: Some(Arc::new(r)),
             ..StopParams::default()
         });
-        let t = FinishTracker::new(p).unwrap();
-        assert!(matches!(
-            snapshot(&t, None),
-            Err(Error::Snapshot {
-                kind: "snapshot_unsupported",
-                ..
-            })
-        ));
+        let mut t = FinishTracker::new(Arc::clone(&p)).unwrap();
+        t.update(&[1, 9, 2], Some(&["a", "", "b"]), None).unwrap();
+        let bytes = snapshot(&t, None).unwrap();
+        let (back, _) = restore(Arc::clone(&p), &bytes, None).unwrap();
+        assert_eq!(back.channel(), t.channel());
+        // Reasoning params are part of the fingerprint.
+        assert_eq!(
+            kind(restore(Arc::new(StopParams::default()), &bytes, None)),
+            "snapshot_params"
+        );
     }
 
     /// A body rewritten with its checksum fixed: each field's own check.

@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_finish import scenarios
+from test_reasoning import cases as reasoning_cases
+from test_reasoning import fields as reasoning_fields
 
 import stopline
 from stopline import FinishBatch, FinishTracker, StopParams
@@ -188,14 +190,29 @@ def test_a_failed_batch_restore_changes_nothing() -> None:
     assert r.finish_reasons == ["stop", "stop"] and (b.text(1), b.text(2)) == ("hello wor日ld xxa", "")
 
 
-def test_reasoning_channels_are_not_snapshotted_yet() -> None:
-    params = StopParams(reasoning_start="<think>", reasoning_end="</think>")
-    t = FinishTracker(params)
-    with pytest.raises(stopline.StoplineValueError) as info:
-        t.snapshot()
-    assert (info.value.field, info.value.kind) == ("params", "snapshot_unsupported")
-    with pytest.raises(stopline.StoplineTypeError, match="reasoning channels"):
-        pickle.dumps(t, protocol=4)
+@settings(max_examples=150, deadline=None)
+@given(reasoning_cases(), st.sampled_from([None, [("<tool_call>", "</tool_call>")]]),
+       st.lists(st.integers(0, 2), min_size=26, max_size=26))
+def test_reasoning_channels_spans_and_budget_survive_a_restore(case: Any, spans: Any, hows: list[int]) -> None:
+    """Channels (markers split across pieces, held partial markers), tool-call
+    spans and the thinking budget's forced ids: handed over after every
+    step, the copy streams what the original streams."""
+    kw, toks, cuts = case
+    if spans:
+        kw = dict(kw, tool_call_markers=spans)
+    params = StopParams(**kw)
+    a = FinishTracker(params)
+    b = moved(FinishTracker(params), params, hows[0])
+    for k, (i, piece) in enumerate(toks):
+        if a.finished:
+            break
+        assert reasoning_fields(a.update([i], [piece])) == reasoning_fields(b.update([i], [piece]))
+        assert (b.forced_token_id, b.reasoning_tokens, b.in_tool_call, b.channel) == (
+            a.forced_token_id, a.reasoning_tokens, a.in_tool_call, a.channel)
+        b = moved(b, params, hows[k + 1])
+    assert (a.reasoning, a.content, a.reasoning_token_ids, a.content_token_ids) == (
+        b.reasoning, b.content, b.reasoning_token_ids, b.content_token_ids)
+    assert reasoning_fields(a.abort()) == reasoning_fields(b.abort())
 
 
 def test_a_tracker_pickles_finished_or_running() -> None:

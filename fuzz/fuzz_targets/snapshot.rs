@@ -2,7 +2,8 @@
 //! an error, never a panic, and a restored tracker is one the params allow.
 //!
 //! A valid snapshot is taken after a random stream (with or without a
-//! decoder over a small byte-level vocabulary), then changed by the input:
+//! decoder over a small byte-level vocabulary; half the time with reasoning
+//! channels, a thinking budget and a tool-call span), then changed by the input:
 //! cut, bytes overwritten, bytes appended, and, half the time, resealed (body
 //! length and checksum fixed) so that the field checks behind the checksum
 //! are reached. Whatever restores must snapshot again, restore from that to
@@ -15,10 +16,13 @@ use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use stopline::detok_batch::SeqDecoder;
 use stopline::snapshot::{reseal, restore, snapshot};
+use stopline::reasoning::{Channel, Marker, Reasoning, ReasoningSpec};
 use stopline::stop_regex::StopRegexes;
 use stopline::{DecodeOptions, FinishTracker, StopParams, StopStrings, Vocabulary};
 
-const PIECES: [&str; 8] = ["", "a", "b", "ab", "xy", "é", "日本", "\n"];
+const PIECES: [&str; 14] = [
+    "", "a", "b", "ab", "xy", "é", "日本", "\n", "<think>", "<th", "ink>", "</think>", "<tc>", "</tc>",
+];
 
 fn vocab() -> &'static Vocabulary {
     static V: OnceLock<Vocabulary> = OnceLock::new();
@@ -31,7 +35,7 @@ fn vocab() -> &'static Vocabulary {
 }
 
 fn params(u: &mut Unstructured<'_>) -> Result<Arc<StopParams>> {
-    Ok(Arc::new(StopParams {
+    let mut p = StopParams {
         max_tokens: Some(u.int_in_range(2..=40)?),
         min_tokens: u.int_in_range(0..=2)?,
         stop: Some(StopStrings::compile_strs(&["ab", "日本", "\n\n"]).expect("valid stops")),
@@ -45,7 +49,31 @@ fn params(u: &mut Unstructured<'_>) -> Result<Arc<StopParams>> {
         eos_token_ids: vec![7],
         vocab_size: Some(8),
         ..StopParams::default()
-    }))
+    };
+    // Half the time reasoning channels (text markers, or ids 5 and 6 with a
+    // budget) and, sometimes, a tool-call span.
+    if u.arbitrary()? {
+        let marker = |text: &str, id: Option<u32>| Marker {
+            text: Some(text.into()),
+            token_id: id,
+        };
+        let ids = u.arbitrary::<bool>()?;
+        let mut spec = ReasoningSpec {
+            start: marker("<think>", ids.then_some(5)),
+            end: marker("</think>", ids.then_some(6)),
+            keep_markers: u.arbitrary()?,
+            max_reasoning_tokens: if ids { Some(u.int_in_range(0..=3)?) } else { None },
+            starts_in: if u.arbitrary()? { Some(Channel::Reasoning) } else { None },
+            ..ReasoningSpec::default()
+        };
+        if u.arbitrary()? {
+            spec.spans = vec![[marker("<tc>", None), marker("</tc>", None)]];
+        }
+        if let Ok(r) = Reasoning::new(spec, p.stop.as_ref(), p.stop_regex.as_ref(), &[], &p.eos_token_ids) {
+            p.reasoning = Some(Arc::new(r));
+        }
+    }
+    Ok(Arc::new(p))
 }
 
 fn run(u: &mut Unstructured<'_>) -> Result<()> {

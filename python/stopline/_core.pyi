@@ -752,8 +752,8 @@ class FinishTracker:
         ``copy`` go through it for a tracker without a vocabulary.
 
         Raises:
-            ValueError: the params have reasoning channels or tool-call spans
-                (kind ``snapshot_unsupported``).
+            ValueError: the snapshot would be over ``max_snapshot_bytes``
+                (kind ``snapshot_too_large``).
         """
     @classmethod
     def restore(cls, params: StopParams, data: bytes, *, vocabulary: Vocabulary | None = None) -> FinishTracker:
@@ -1021,7 +1021,7 @@ class FinishBatch:
 
         Raises:
             ValueError: ``slot`` is outside ``[0, max_slots)`` or empty; the
-                params have reasoning channels (``snapshot_unsupported``).
+                snapshot would be over ``max_snapshot_bytes``.
             TypeError: ``slot`` is not an int.
             OverflowError: ``slot`` is 2**63 or more.
         """

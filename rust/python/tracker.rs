@@ -234,8 +234,7 @@ impl PyFinishTracker {
 
     /// Everything the next step and the getters depend on, as bytes
     /// (docs/semantics.md 12): restore them with `FinishTracker.restore` and
-    /// the same params (and vocabulary). Raises `ValueError` (kind
-    /// `snapshot_unsupported`) with reasoning channels or tool-call spans.
+    /// the same params (and vocabulary).
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let dec = self.detok.as_ref().map(|(v, d)| (&**v, d));
         let bytes = crate::snapshot::snapshot(&self.inner, dec).map_err(to_py_err)?;
@@ -272,16 +271,12 @@ impl PyFinishTracker {
 
     /// Pickles (protocol 2 and up) as its params and its snapshot; refused
     /// for a tracker with a vocabulary (which does not pickle: send
-    /// `snapshot()` and restore it with the vocabulary) or with reasoning
-    /// channels.
+    /// `snapshot()` and restore it with the vocabulary).
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
         let this = slf.borrow();
         if this.detok.is_some() {
             return Err(not_picklable("FinishTracker", "it decodes with a Vocabulary, which does not pickle; send tracker.snapshot() and call FinishTracker.restore(params, data, vocabulary=...) in the receiving process"));
-        }
-        if this.inner.params().reasoning.is_some() {
-            return Err(not_picklable("FinishTracker", "snapshots of sequences with reasoning channels or tool-call spans are not supported yet; move a request by its StopParams (which pickle) and its tokens"));
         }
         let data = this.snapshot(py)?;
         let params = Py::new(
