@@ -2,14 +2,16 @@
 
 A mid-stream sequence with four stop strings and nothing held back (the
 issue's target case), at several output lengths, as a ``FinishTracker``
-with texts and as an ids-only ``FinishBatch`` slot over a real tokenizer
+with texts (also inside an open ``<think>`` block with stops scoped
+``any``) and as an ids-only ``FinishBatch`` slot over a real tokenizer
 (``stopline.tools.vocab_files``; skipped when the file cannot be had).
 Printed per case:
 
 * ``bytes``: the snapshot's size, and its size less the kept text (the
   fixed part plus the varint token ids);
 * ``snapshot``, ``restore``, ``both``: per call, the best of ``--reps``
-  rounds of ``--n`` calls (timer overhead included, one Python call each);
+  rounds of ``--n`` calls in thread CPU time (so other processes on a shared
+  machine count less; one Python call each, its overhead included);
 * ``vs new``: ``both`` over building a fresh ``FinishTracker`` from the same
   params (the floor of any restore), measured in the same run.
 
@@ -32,15 +34,19 @@ STOPS = ["</s>", "User:", "\n\n\n", "<|im_end|>"]
 def per_call(fn: Callable[[], Any], n: int, reps: int) -> float:
     best = float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for _ in range(n):
             fn()
-        best = min(best, (time.perf_counter() - t0) / n)
+        best = min(best, (time.thread_time() - t0) / n)
     return best
 
 
-def tracker_case(tokens: int, n: int, reps: int) -> dict[str, Any]:
-    params = StopParams(stop=STOPS, max_tokens=100_000)
+def tracker_case(tokens: int, n: int, reps: int, think: bool = False) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if think:
+        extra = {"reasoning_start": "<think>", "reasoning_end": "</think>", "reasoning_starts_in": "reasoning",
+                 "stop_scopes": "any"}
+    params = StopParams(stop=STOPS, max_tokens=100_000, **extra)
     t = FinishTracker(params)
     for i in range(tokens):
         t.update([1000 + i % 30000], ["word "])
@@ -50,7 +56,8 @@ def tracker_case(tokens: int, n: int, reps: int) -> dict[str, Any]:
     rest = per_call(lambda: FinishTracker.restore(params, data), n, reps)
     both = per_call(lambda: FinishTracker.restore(params, t.snapshot()), n, reps)
     new = per_call(lambda: FinishTracker(params), n, reps)
-    return {"case": f"tracker, {tokens} tokens", "bytes": len(data),
+    name = "tracker in <think>" if think else "tracker"
+    return {"case": f"{name}, {tokens} tokens", "bytes": len(data),
             "bytes_less_text": len(data) - len(t.text.encode()), "snapshot_us": snap * 1e6,
             "restore_us": rest * 1e6, "both_us": both * 1e6, "new_us": new * 1e6}
 
@@ -102,6 +109,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for tokens in (16, 256, 4096):
         rows.append(tracker_case(tokens, a.n, a.reps))
+        rows.append(tracker_case(tokens, a.n, a.reps, think=True))
         r = batch_case(tokens, a.n, a.reps)
         if r is not None:
             rows.append(r)
