@@ -180,8 +180,9 @@ def test_a_failed_batch_restore_changes_nothing() -> None:
         b.restore(2, params, data)
     assert info.value.kind == "slot"
     for p, d in ((params, data[:-1]), (params, data[:10]), (StopParams(), data)):
-        with pytest.raises(stopline.StoplineValueError):
+        with pytest.raises(stopline.StoplineValueError) as info:
             b.restore(1, p, d)
+        assert info.value.slot == 1 and info.value.kind.startswith("snapshot_")
     assert (len(b), repr(b), b.snapshot(2)) == before
     with pytest.raises(stopline.StoplineValueError):
         b.snapshot(1)

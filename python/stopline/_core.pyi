@@ -1032,7 +1032,8 @@ class FinishBatch:
 
         Raises:
             ValueError: ``slot`` is outside ``[0, max_slots)`` or in use; the
-                bytes are refused as by ``FinishTracker.restore``.
+                bytes are refused as by ``FinishTracker.restore`` (with
+                ``slot`` set on the exception).
             TypeError: ``slot`` is not an int; ``params`` is not a
                 ``StopParams``; ``data`` is not bytes.
             OverflowError: ``slot`` is 2**63 or more.

@@ -414,14 +414,17 @@ impl PyFinishBatch {
     fn snapshot<'py>(&self, slot: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let py = slot.py();
         let slot = extract_i64_arg(slot, "slot")?;
-        let bytes = self.inner.snapshot(slot).map_err(to_py_err)?;
+        let bytes = self
+            .inner
+            .snapshot(slot)
+            .map_err(|e| at_slot(to_py_err(e), None, slot))?;
         Ok(PyBytes::new(py, &bytes))
     }
 
     /// Starts an empty slot in the state `data` (a snapshot taken with
     /// `params` and, for a batch with a vocabulary, the same vocabulary)
     /// holds. Raises as `add` for the slot and as `FinishTracker.restore`
-    /// for the bytes; nothing changes on error.
+    /// for the bytes, with `slot` set; nothing changes on error.
     fn restore(
         &mut self,
         slot: &Bound<'_, PyAny>,
@@ -431,9 +434,10 @@ impl PyFinishBatch {
         let slot = extract_i64_arg(slot, "slot")?;
         let params = params_arg(params)?;
         let data = snapshot_arg(data)?;
+        // Every refusal names the slot: the engine drops that request alone.
         self.inner
             .restore(slot, params, data.as_bytes())
-            .map_err(to_py_err)
+            .map_err(|e| at_slot(to_py_err(e), None, slot))
     }
 
     /// Refused on every protocol: its slots are per-sequence state.
