@@ -175,6 +175,9 @@ pub struct Reasoning {
     /// Per channel (`Channel::index`).
     stops: [Option<Share<StopStrings>>; 2],
     regexes: [Option<Share<StopRegexes>>; 2],
+    /// A hash of the spec's `Debug` text (every field): what a snapshot's
+    /// params fingerprint takes of it, computed once.
+    fingerprint: u64,
 }
 
 fn kmp_table(m: &[u8]) -> Vec<usize> {
@@ -615,6 +618,8 @@ impl Reasoning {
             stop_token_id_scopes: id_scopes,
             ..spec
         };
+        let mut h = crate::snapshot::Hash::new(0x0074_6869_6e6b);
+        h.bytes(format!("{spec:?}").as_bytes());
         Ok(Reasoning {
             spec,
             block,
@@ -624,11 +629,18 @@ impl Reasoning {
             first_bytes,
             stops,
             regexes,
+            fingerprint: h.finish(),
         })
     }
 
     pub fn spec(&self) -> &ReasoningSpec {
         &self.spec
+    }
+
+    /// A hash of every field of the spec (a snapshot's params fingerprint
+    /// takes it).
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// Marker `w` by index (see `fail`).

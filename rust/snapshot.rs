@@ -124,8 +124,12 @@ pub fn params_fingerprint(p: &StopParams) -> u64 {
     h.word(u64::from(p.token_aligned));
     match &p.reasoning {
         None => h.word(0),
-        // Its Debug form lists every field (markers, scopes, spans, budget).
-        Some(r) => h.bytes(format!("{:?}", r.spec()).as_bytes()),
+        // A hash of its Debug form, which lists every field (markers,
+        // scopes, spans, budget), made once per request.
+        Some(r) => {
+            h.word(1);
+            h.word(r.fingerprint());
+        }
     }
     opt(&mut h, p.vocab_size.map(u64::from));
     match p.repetition {
