@@ -21,7 +21,7 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
 # --target keeps RUSTFLAGS off build scripts (they must not need libFuzzer).
 cargo build --release --locked --target "$TRIPLE" --target-dir target/ci --bins
-for target in matcher finish detokenize; do
+for target in matcher finish detokenize snapshot; do
     mkdir -p "corpus/$target" "artifacts/$target"
     echo "fuzz: $target for ${PER_TARGET}s"
     rc=0

@@ -358,6 +358,50 @@ impl FinishBatch {
         Ok(tracker)
     }
 
+    /// The snapshot of slot `slot`'s sequence, with its decoder in a batch
+    /// with a vocabulary ([`crate::snapshot`]).
+    ///
+    /// # Errors
+    /// [`Error::Slot`] for a slot out of range or empty; as
+    /// [`crate::snapshot::snapshot`].
+    pub fn snapshot(&self, slot: i64) -> Result<Vec<u8>, Error> {
+        let i = self.index(slot)?;
+        let seq = self
+            .slots
+            .get(i)
+            .and_then(Option::as_deref)
+            .ok_or_else(|| slot_err(slot, "is empty"))?;
+        let vocab = self.decoding.as_ref().map(|d| &*d.vocab);
+        crate::snapshot::snapshot(&seq.tracker, vocab.zip(seq.dec.as_ref()))
+    }
+
+    /// Starts slot `slot` (empty, as for [`add`](Self::add)) in the state
+    /// `data` holds, a snapshot taken with `params` (and, in a batch with a
+    /// vocabulary, the same vocabulary) from any slot of any batch or a
+    /// tracker. Nothing changes on error.
+    ///
+    /// # Errors
+    /// [`Error::Slot`] if the slot is out of range or taken; as
+    /// [`crate::snapshot::restore`].
+    pub fn restore(
+        &mut self,
+        slot: i64,
+        params: Arc<StopParams>,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        let i = self.index(slot)?;
+        if self.slots.get(i).is_some_and(Option::is_some) {
+            return Err(slot_err(slot, "is already in use; remove() it first"));
+        }
+        let vocab = self.decoding.as_ref().map(|d| &*d.vocab);
+        let (tracker, dec) = crate::snapshot::restore(params, data, vocab)?;
+        self.grow_to(i)?;
+        self.with_channels += usize::from(tracker.has_channels());
+        self.slots[i] = Some(Box::new(Seq { tracker, dec }));
+        self.occupied += 1;
+        Ok(())
+    }
+
     pub fn get(&self, slot: i64) -> Result<&FinishTracker, Error> {
         let i = self.index(slot)?;
         self.slots

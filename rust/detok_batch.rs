@@ -51,6 +51,20 @@ impl SeqDecoder {
         &self.state
     }
 
+    /// Output tokens left before the length cap.
+    pub(crate) fn left(&self) -> u64 {
+        self.left
+    }
+
+    /// This decoder in `state` with `left` tokens left (a snapshot's restore).
+    pub(crate) fn with_state(self, state: DecodeState, left: u64) -> Self {
+        SeqDecoder {
+            state,
+            left,
+            ..self
+        }
+    }
+
     /// [`FinishTracker::update`] with token ids only: decodes them, advances
     /// `tracker` with the pieces and keeps the decoder after the run only if
     /// the update was accepted.

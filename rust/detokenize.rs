@@ -86,6 +86,9 @@ pub struct Vocabulary {
     strip_left: u8,
     strip_char: char,
     decoder_name: String,
+    /// A hash of the `tokenizer.json` it was built from: what a snapshot
+    /// checks that it restores with the same vocabulary.
+    fingerprint: u64,
 }
 
 /// Per-sequence decoding options (the vLLM `SamplingParams` fields).
@@ -128,6 +131,63 @@ impl DecodeState {
     /// Bytes held because the character they start is incomplete.
     pub fn pending(&self) -> &[u8] {
         &self.pending[..self.pending_len as usize]
+    }
+
+    /// Leading strip budget left (chars).
+    pub(crate) fn strip_left(&self) -> u8 {
+        self.strip_left
+    }
+
+    /// The held bytes and the flags, packed (a snapshot's fields).
+    pub(crate) fn parts(&self) -> (&[u8], u8) {
+        let flags = [
+            self.at_first,
+            self.in_run,
+            self.run_invalid,
+            self.skip_special,
+            self.raw_added_pairs,
+            self.last_added,
+        ];
+        let packed = flags
+            .iter()
+            .enumerate()
+            .fold(0u8, |acc, (i, &f)| acc | u8::from(f) << i);
+        (self.pending(), packed)
+    }
+
+    /// The state [`parts`](Self::parts) packed, checked so that the
+    /// decoder's invariants hold: the held bytes are the start of one UTF-8
+    /// character (so at most 3), the strip budget at most `vocab`'s.
+    pub(crate) fn from_parts(
+        vocab: &Vocabulary,
+        pending: &[u8],
+        flags: u8,
+        strip_left: u8,
+    ) -> Result<Self, &'static str> {
+        let incomplete = matches!(std::str::from_utf8(pending), Err(e) if e.valid_up_to() == 0 && e.error_len().is_none());
+        if !pending.is_empty() && !incomplete {
+            return Err("is not the start of one UTF-8 character");
+        }
+        if flags >> 6 != 0 {
+            return Err("has unknown flag bits");
+        }
+        if strip_left > vocab.strip_left {
+            return Err("has a strip budget above the vocabulary's");
+        }
+        let bit = |i: u8| flags >> i & 1 != 0;
+        let mut held = [0u8; 4];
+        held[..pending.len()].copy_from_slice(pending);
+        Ok(DecodeState {
+            pending: held,
+            pending_len: pending.len() as u8,
+            at_first: bit(0),
+            strip_left,
+            in_run: bit(1),
+            run_invalid: bit(2),
+            skip_special: bit(3),
+            raw_added_pairs: bit(4),
+            last_added: bit(5),
+        })
     }
 }
 
@@ -1022,7 +1082,7 @@ impl Vocabulary {
                 .max()
                 .unwrap_or(0)
             + added.values().map(|c| c.len()).max().unwrap_or(0);
-        Ok(Vocabulary {
+        let mut v = Vocabulary {
             stream: plan.stream,
             flags,
             offsets,
@@ -1033,7 +1093,34 @@ impl Vocabulary {
             strip_left: plan.strip_left.1.min(255) as u8,
             strip_char: plan.strip_left.0,
             decoder_name,
-        })
+            fingerprint: 0,
+        };
+        v.fingerprint = v.hash_tables();
+        Ok(v)
+    }
+
+    /// A hash of everything decoding reads: vocabularies that decode alike
+    /// (the same file, or one that differs only in what decoding ignores)
+    /// hash alike.
+    fn hash_tables(&self) -> u64 {
+        let mut h = crate::snapshot::Hash::new(0x0076_6f63_6162);
+        h.word(self.stream as u64);
+        h.bytes(&self.flags);
+        self.offsets.iter().for_each(|&o| h.word(o.into()));
+        h.bytes(&self.arena);
+        if let Some((o, a)) = &self.first {
+            o.iter().for_each(|&x| h.word(x.into()));
+            h.bytes(a);
+        }
+        let mut added: Vec<(&u32, &Box<str>)> = self.added.iter().collect();
+        added.sort_unstable();
+        for (id, text) in added {
+            h.word((*id).into());
+            h.bytes(text.as_bytes());
+        }
+        h.word(u64::from(self.strip_left) | u64::from(self.strip_char) << 8);
+        h.bytes(self.decoder_name.as_bytes());
+        h.finish()
     }
 
     /// Ids are in `[0, vocab_size)` (one past the largest id the file names;
@@ -1065,6 +1152,16 @@ impl Vocabulary {
                 .first
                 .as_ref()
                 .map_or(0, |(o, a)| o.len() * 4 + a.len())
+    }
+
+    /// A hash of the `tokenizer.json` this vocabulary was built from.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// The leading strip budget a fresh sequence starts with.
+    pub(crate) fn strip_left(&self) -> u8 {
+        self.strip_left
     }
 
     /// A fresh sequence's state.

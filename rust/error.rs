@@ -76,6 +76,7 @@ impl Error {
             Error::Slot { .. } => "slot",
             Error::Tokenizer { .. } => "tokenizer",
             Error::Alloc { .. } => "alloc",
+            Error::Snapshot { kind, .. } => kind,
         }
     }
 
@@ -103,6 +104,7 @@ impl Error {
             }
             Error::Slot { .. } => "slot".into(),
             Error::Tokenizer { .. } => "tokenizer".into(),
+            Error::Snapshot { field, .. } => (*field).into(),
             Error::Finished { .. } | Error::SlotFinished { .. } | Error::Alloc { .. } => {
                 return None
             }
@@ -186,6 +188,14 @@ pub enum Error {
     /// A table could not be allocated (`what` says which and how large);
     /// Python gets `MemoryError`, never an abort.
     Alloc { what: String },
+    /// Bytes that [`crate::snapshot::restore`] refuses (or a sequence
+    /// [`crate::snapshot::snapshot`] cannot write): `field` is the snapshot's
+    /// part at fault, `kind` one of the `snapshot_*` kinds of docs/errors.md.
+    Snapshot {
+        field: &'static str,
+        kind: &'static str,
+        message: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -244,6 +254,7 @@ impl fmt::Display for Error {
             Error::Slot { slot, message } => write!(f, "slot {slot}: {message}"),
             Error::Tokenizer { message } => write!(f, "tokenizer: {message}"),
             Error::Alloc { what } => write!(f, "cannot allocate {what}"),
+            Error::Snapshot { message, .. } => f.write_str(message),
         }
     }
 }

@@ -295,19 +295,19 @@ pub fn has_repetition(tokens: &[u32], r: Repetition) -> bool {
 
 /// The tokens and text a sequence keeps.
 #[derive(Clone)]
-struct Kept {
-    tokens: Vec<u32>,
-    text: String,
-    text_chars: usize,
+pub(crate) struct Kept {
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) text: String,
+    pub(crate) text_chars: usize,
 }
 
 /// Code-point end of each kept token's text, for tokens not yet released:
 /// `ends[head..]` (a queue that empties whenever everything is released,
 /// which is most steps).
 #[derive(Clone, Default)]
-struct Pending {
-    ends: Vec<usize>,
-    head: usize,
+pub(crate) struct Pending {
+    pub(crate) ends: Vec<usize>,
+    pub(crate) head: usize,
 }
 
 impl Kept {
@@ -398,36 +398,36 @@ thread_local! {
 /// The finish state of one sequence.
 #[derive(Clone)]
 pub struct FinishTracker {
-    params: Arc<StopParams>,
-    matcher: Option<StopMatcher>,
-    regex: Option<StopRegexMatcher>,
+    pub(crate) params: Arc<StopParams>,
+    pub(crate) matcher: Option<StopMatcher>,
+    pub(crate) regex: Option<StopRegexMatcher>,
     /// The text a stop regex matched, once one finished the sequence.
-    regex_matched: String,
+    pub(crate) regex_matched: String,
     /// Smallest and largest EOS / stop token id: most tokens fall outside and
     /// skip both lookups.
-    special_ids: (u32, u32),
+    pub(crate) special_ids: (u32, u32),
     /// `vocab_size`, or above every id without one.
-    vocab_limit: u64,
+    pub(crate) vocab_limit: u64,
     /// The first `n` at which the sequence finishes with `length`.
-    length_cap: u64,
+    pub(crate) length_cap: u64,
     /// `length_cap` when `plain_token` may take a step (no stop regexes, no
     /// repetition rule), else 0, which sends every step to the general loop.
-    plain_cap: u64,
-    kept: Kept,
-    pending: Pending,
-    emitted_bytes: usize,
-    emitted_chars: usize,
-    emitted_tokens: usize,
-    finish: Option<Finish>,
+    pub(crate) plain_cap: u64,
+    pub(crate) kept: Kept,
+    pub(crate) pending: Pending,
+    pub(crate) emitted_bytes: usize,
+    pub(crate) emitted_chars: usize,
+    pub(crate) emitted_tokens: usize,
+    pub(crate) finish: Option<Finish>,
     /// Reasoning channels, when configured (the stop matchers then live
     /// there, one pair per channel, and `matcher` / `regex` are `None`).
-    channels: Option<Box<Channels>>,
+    pub(crate) channels: Option<Box<Channels>>,
     /// `channels` has a reasoning block (not tool-call spans alone).
-    block: bool,
+    pub(crate) block: bool,
     /// Steps must carry text pieces.
-    text_required: bool,
+    pub(crate) text_required: bool,
     /// `params.token_aligned`, read on every release.
-    token_aligned: bool,
+    pub(crate) token_aligned: bool,
 }
 
 impl FinishTracker {

@@ -6,6 +6,7 @@
 //! * [`bad_words`]: a logits request's bad words, validated and laid out.
 //! * [`batch`]: many sequences advanced by one call per engine step.
 //! * [`detokenize`]: token ids to text, incrementally (a `tokenizer.json`'s decoder).
+//! * [`snapshot`]: one sequence's state as bytes, and back.
 //! * [`error`]: the one error type.
 //!
 //! The PyO3 binding (`python` module, feature `python`) is the only code that
@@ -27,6 +28,7 @@ pub mod error;
 pub mod finish;
 pub mod limits;
 pub mod reasoning;
+pub mod snapshot;
 mod stop_dfa;
 pub mod stop_regex;
 pub mod stop_strings;

@@ -34,6 +34,9 @@ pub const MAX_SLOTS: usize = 1 << 24;
 /// step may decode: the text, up to 3x that with U+FFFD repairs, is built
 /// in one piece.
 pub const MAX_DECODE_BYTES: usize = 64 << 20;
+/// Bytes of one snapshot taken or restored (`FinishTracker.snapshot`,
+/// `restore`): the kept text and ids of a long sequence fit many times over.
+pub const MAX_SNAPSHOT_BYTES: usize = 256 << 20;
 /// Bytes shown of a rejected value (a pattern, a stop string) in an error
 /// message; it lives with the message writer (`crate::error`).
 pub use crate::error::MAX_SHOWN_BYTES;
@@ -68,6 +71,7 @@ pub const ALL: &[(&str, usize)] = &[
     ("max_step_tokens", MAX_STEP_TOKENS),
     ("max_decode_bytes", MAX_DECODE_BYTES),
     ("max_slots", MAX_SLOTS),
+    ("max_snapshot_bytes", MAX_SNAPSHOT_BYTES),
 ];
 
 /// The caps of `stopline.logits.LIMITS` by name (`max_slots` there is

@@ -175,6 +175,9 @@ pub struct Reasoning {
     /// Per channel (`Channel::index`).
     stops: [Option<Share<StopStrings>>; 2],
     regexes: [Option<Share<StopRegexes>>; 2],
+    /// A hash of the spec's `Debug` text (every field): what a snapshot's
+    /// params fingerprint takes of it, computed once.
+    fingerprint: u64,
 }
 
 fn kmp_table(m: &[u8]) -> Vec<usize> {
@@ -615,6 +618,8 @@ impl Reasoning {
             stop_token_id_scopes: id_scopes,
             ..spec
         };
+        let mut h = crate::snapshot::Hash::new(0x0074_6869_6e6b);
+        h.bytes(format!("{spec:?}").as_bytes());
         Ok(Reasoning {
             spec,
             block,
@@ -624,11 +629,18 @@ impl Reasoning {
             first_bytes,
             stops,
             regexes,
+            fingerprint: h.finish(),
         })
     }
 
     pub fn spec(&self) -> &ReasoningSpec {
         &self.spec
+    }
+
+    /// A hash of every field of the spec (a snapshot's params fingerprint
+    /// takes it).
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// Marker `w` by index (see `fail`).
@@ -1282,6 +1294,208 @@ impl Channels {
         }
         let upto = total - self.partial;
         self.feed(kept, piece, confirmed, upto, allow)
+    }
+
+    /// A snapshot's channel fields (`crate::snapshot`): the phase, the open
+    /// span, the held partial marker and its automaton states, where the
+    /// current channel's matchers start and (`running`) its earliest live
+    /// stop-regex thread, the marker boundaries, the inner start markers,
+    /// the recent tokens and the prompt's reasoning tokens. The matchers
+    /// themselves are rebuilt from the text on restore.
+    pub(crate) fn write_snapshot(&self, out: &mut Vec<u8>, running: bool) {
+        use crate::snapshot::put;
+        put(out, self.phase as u64);
+        put(out, self.span.map_or(0, |s| s as u64 + 1));
+        self.q.iter().for_each(|&q| put(out, q as u64));
+        let c = self.channel().index();
+        put(out, self.base[c] as u64);
+        let threads = self.regexes[c]
+            .as_ref()
+            .filter(|_| running && self.span.is_none())
+            .and_then(StopRegexMatcher::earliest_start);
+        put(out, threads.map_or(0, |s| s as u64 + 1));
+        for v in self.bytes.iter().chain(&self.tokens) {
+            put(out, v.wrapping_add(1) as u64);
+        }
+        put(out, self.inner.len() as u64);
+        for [x, y] in &self.inner {
+            for v in [x.start, x.end, y.start, y.end] {
+                put(out, v as u64);
+            }
+        }
+        put(out, self.recent.len() as u64);
+        for &(k, at) in &self.recent {
+            put(out, k as u64);
+            put(out, at as u64);
+        }
+        put(out, self.prompt_reasoning as u64);
+    }
+
+    /// Reads what [`write_snapshot`](Self::write_snapshot) wrote into fresh
+    /// channels, checking each field against the spec, the kept `text` and
+    /// the `n_tokens` kept ids, and rebuilds the current channel's matchers
+    /// from the text (`running`; a finished sequence never feeds them).
+    pub(crate) fn read_snapshot(
+        &mut self,
+        r: &mut crate::snapshot::Reader<'_>,
+        text: &str,
+        n_tokens: usize,
+        running: bool,
+    ) -> Result<(), Error> {
+        use crate::snapshot::invalid;
+        let bad = |field: &'static str, what: &str| invalid(field, what.to_string());
+        let phase = match r.u64("channels.phase")? {
+            0 if self.spec.block => Phase::Before,
+            1 if self.spec.block => Phase::Inside,
+            2 => Phase::After,
+            p => {
+                return Err(invalid(
+                    "channels.phase",
+                    format!("is {p}, not a phase these params allow"),
+                ))
+            }
+        };
+        let spans = self.spec.spec.spans.len() as u64;
+        let span = r
+            .at_most("channels.span", spans)?
+            .checked_sub(1)
+            .map(|s| s as usize);
+        if span.is_some() && phase == Phase::Inside {
+            return Err(bad("channels.span", "is open inside the reasoning block"));
+        }
+        self.phase = phase;
+        self.span = span;
+        let awaited = &self.spec.awaits[self.state()];
+        let mut q = [0usize; MAX_AWAITED];
+        for (slot, v) in q.iter_mut().enumerate() {
+            *v = r.at_most("channels.q", text.len() as u64)? as usize;
+            let marker = awaited
+                .get(slot)
+                .and_then(|&w| self.spec.marker(w).text.as_deref());
+            let ok = match marker {
+                Some(m) => *v < m.len() && text.as_bytes().ends_with(&m.as_bytes()[..*v]),
+                None => *v == 0,
+            };
+            if !ok {
+                return Err(bad(
+                    "channels.q",
+                    "is not a partial match of an awaited marker at the end of the text",
+                ));
+            }
+        }
+        let partial = q.iter().copied().max().unwrap_or(0);
+        if !text.is_char_boundary(text.len() - partial) {
+            return Err(bad("channels.q", "starts inside a character"));
+        }
+        let upto = text.len() - partial;
+        let upto_chars = char_len(&text[..upto]);
+        let c = self.channel().index();
+        let base = r.at_most("channels.base", upto_chars as u64)? as usize;
+        let threads = r.at_most("channels.regex_threads", (upto_chars - base) as u64 + 1)?;
+        let feeds = running && span.is_none();
+        if threads != 0 && (!feeds || self.regexes[c].is_none()) {
+            return Err(bad(
+                "channels.regex_threads",
+                "is set for a channel that matches no stop regex now",
+            ));
+        }
+        let mut bounds = [UNSET; 8];
+        for (i, v) in bounds.iter_mut().enumerate() {
+            let limit = if i < 4 { text.len() } else { n_tokens };
+            *v = (r.at_most("channels.bounds", limit as u64 + 1)? as usize).wrapping_sub(1);
+        }
+        let set = |i: usize| bounds[i] != UNSET && bounds[i + 4] != UNSET;
+        let expected = match (phase, self.spec.block) {
+            (Phase::Inside, _) => [true, true, false, false],
+            (Phase::After, true) => [true; 4],
+            _ => [false; 4],
+        };
+        for i in 0..4 {
+            let (b, t) = (bounds[i], bounds[i + 4]);
+            // Unset together or both set, in order, on character boundaries.
+            if set(i) != expected[i] || (b == UNSET) != (t == UNSET) {
+                return Err(bad("channels.bounds", "do not match the phase"));
+            }
+            if b != UNSET
+                && (!text.is_char_boundary(b)
+                    || (i > 0 && (b < bounds[i - 1] || t < bounds[i + 3])))
+            {
+                return Err(bad(
+                    "channels.bounds",
+                    "are out of order or inside a character",
+                ));
+            }
+        }
+        let n = r.count("channels.inner")?;
+        let mut inner = Vec::new();
+        inner.try_reserve_exact(n).map_err(|_| Error::Alloc {
+            what: format!("{n} marker ranges"),
+        })?;
+        let mut after = (0, 0);
+        for _ in 0..n {
+            let mut v = [0usize; 4];
+            for (i, x) in v.iter_mut().enumerate() {
+                let limit = if i < 2 { text.len() } else { n_tokens };
+                *x = r.at_most("channels.inner", limit as u64)? as usize;
+            }
+            let [a, b, ta, tb] = v;
+            if a > b
+                || ta > tb
+                || a < after.0
+                || ta < after.1
+                || !text.is_char_boundary(a)
+                || !text.is_char_boundary(b)
+            {
+                return Err(bad(
+                    "channels.inner",
+                    "holds ranges out of order or inside a character",
+                ));
+            }
+            after = (b, tb);
+            inner.push([a..b, ta..tb]);
+        }
+        let n = r.count("channels.recent")?;
+        if partial == 0 && n != 0 {
+            return Err(bad(
+                "channels.recent",
+                "is not empty with no partial marker held",
+            ));
+        }
+        let mut recent = Vec::new();
+        recent.try_reserve_exact(n).map_err(|_| Error::Alloc {
+            what: format!("{n} recent tokens"),
+        })?;
+        let text_chars = char_len(text);
+        for _ in 0..n {
+            let k = r.at_most("channels.recent", n_tokens as u64)? as usize;
+            let at = r.at_most("channels.recent", text_chars as u64)? as usize;
+            recent.push((k, at));
+        }
+        let prompt = r.at_most("channels.prompt_reasoning", u64::from(u32::MAX))? as usize;
+        self.q = q;
+        self.partial = partial;
+        self.base = [0, 0];
+        self.base[c] = base;
+        self.bytes.copy_from_slice(&bounds[..4]);
+        self.tokens.copy_from_slice(&bounds[4..]);
+        self.inner = inner;
+        self.recent = recent;
+        self.prompt_reasoning = prompt;
+        if feeds {
+            let from = text[..upto]
+                .char_indices()
+                .nth(base)
+                .map_or(upto, |(b, _)| b);
+            let fed = &text[from..upto];
+            let chars = upto_chars - base;
+            if let Some(m) = self.strings[c].as_mut() {
+                m.resume(fed, chars);
+            }
+            if let Some(x) = self.regexes[c].as_mut() {
+                x.resume(fed, chars, threads.checked_sub(1).map(|s| s as usize));
+            }
+        }
+        Ok(())
     }
 
     #[inline(always)]
@@ -2143,6 +2357,104 @@ mod tests {
                 assert_eq!(a.content, "");
                 assert_eq!(a.channel, Some(Channel::Reasoning));
             }
+        }
+    }
+
+    /// What one step showed: the released text and ids, their channel
+    /// split, the finish, the channel, the forced id, the budget count and
+    /// the open span.
+    type Shown = (
+        String,
+        Vec<u32>,
+        bool,
+        Option<ChannelRanges>,
+        Option<(FinishReason, Option<Matched>)>,
+        Option<Channel>,
+        Option<u32>,
+        usize,
+        bool,
+    );
+
+    fn shown(t: &FinishTracker, s: &crate::finish::Step) -> Shown {
+        (
+            t.text()[s.text_delta.clone()].to_string(),
+            t.token_ids()[s.token_ids_delta.clone()].to_vec(),
+            s.whole_run,
+            t.channel_ranges(s.text_delta.clone(), s.token_ids_delta.clone()),
+            t.finish().map(|f| (f.reason, f.matched)),
+            t.channel(),
+            t.forced_token_id(),
+            t.reasoning_tokens(),
+            t.in_tool_call(),
+        )
+    }
+
+    proptest! {
+        /// Snapshot and restore after every step (the copy carries on)
+        /// gives what the uninterrupted run gives, channels, spans, forced
+        /// ids and budget count included; restore then snapshot gives the
+        /// same bytes.
+        #[test]
+        fn restored_channels_equal_an_uninterrupted_run(
+            toks in prop::collection::vec((0u32..14, span_piece()), 1..30),
+            kind in 0usize..3,
+            scopes in prop::collection::vec(0usize..3, 2),
+            (keep, aligned, include, starts) in (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+            (ids, budget, regex) in (any::<bool>(), prop::option::of(0u64..4), any::<bool>()),
+        ) {
+            use crate::snapshot::{restore, snapshot};
+            let all = [Scope::Content, Scope::Reasoning, Scope::Any];
+            let mut s = spec(|s| {
+                s.keep_markers = keep;
+                s.stop_scopes = scopes.iter().map(|&i| all[i]).collect();
+                s.starts_in = starts.then_some(Channel::Reasoning);
+                s.max_reasoning_tokens = budget;
+                if ids {
+                    s.start.token_id = Some(10);
+                    s.end.token_id = Some(11);
+                    s.end_ids = vec![11, 12];
+                }
+            });
+            let spans = vec![pair("<tc>", "</tc>"), pair("[C", "C]")];
+            if kind == 1 {
+                s.spans = spans;
+            } else if kind == 2 {
+                s = spans_only(spans);
+            }
+            let p = params(&["ab", "\na"], s, |p| {
+                p.token_aligned = aligned;
+                p.include_stop_str_in_output = include;
+                p.max_tokens = Some(25);
+                p.stop_token_ids = vec![3];
+                if regex {
+                    p.stop_regex = Some(crate::stop_regex::StopRegexes::compile(vec![r"b\n".into(), r"(?s)x.*y".into()]).unwrap());
+                }
+            });
+            // A budget needs end ids: those params are refused.
+            prop_assume!(p.is_ok());
+            let p = p.unwrap();
+            let mut a = FinishTracker::new(Arc::clone(&p)).unwrap();
+            let mut b = a.clone();
+            for &(id, piece) in &toks {
+                if a.is_finished() {
+                    break;
+                }
+                let bytes = snapshot(&b, None).unwrap();
+                let (back, _) = restore(Arc::clone(&p), &bytes, None).unwrap();
+                prop_assert_eq!(snapshot(&back, None).unwrap(), bytes);
+                b = back;
+                let sa = a.update(&[id], Some(&[piece]), None).unwrap();
+                let sb = b.update(&[id], Some(&[piece]), None).unwrap();
+                prop_assert_eq!(shown(&a, &sa), shown(&b, &sb));
+            }
+            let bytes = snapshot(&b, None).unwrap();
+            prop_assert_eq!(&snapshot(&a, None).unwrap(), &bytes);
+            let (mut back, _) = restore(Arc::clone(&p), &bytes, None).unwrap();
+            let all_text = 0..a.text().len();
+            let all_ids = 0..a.token_ids().len();
+            prop_assert_eq!(a.channel_ranges(all_text.clone(), all_ids.clone()), back.channel_ranges(all_text, all_ids));
+            let (sa, sb) = (a.abort(), back.abort());
+            prop_assert_eq!(shown(&a, &sa), shown(&back, &sb));
         }
     }
 

@@ -569,6 +569,30 @@ impl StopRegexMatcher {
         self.chars_fed = 0;
         self.prev_byte = None;
     }
+
+    /// Where the earliest live partial match starts (code points), if any:
+    /// what a snapshot keeps of the threads.
+    pub(crate) fn earliest_start(&self) -> Option<usize> {
+        // Threads are kept in increasing start.
+        self.threads.first().map(|t| t.start)
+    }
+
+    /// Rebuilds the threads of a matcher fed `text` (`text_chars` code
+    /// points) whose earliest live thread starts at code point `from`, by
+    /// feeding `text` again from there. A thread that started at `from` or
+    /// later and died (or merged into an earlier one, which then died) dies
+    /// again at the same byte: threads in one DFA state go on alike. So the
+    /// live threads, their order and their starts are the original ones.
+    pub(crate) fn resume(&mut self, text: &str, text_chars: usize, from: Option<usize>) {
+        self.threads.clear();
+        self.chars_fed = text_chars;
+        self.prev_byte = text.as_bytes().last().copied();
+        let Some(from) = from else { return };
+        let at = crate::stop_strings::byte_offset_from_end(text, text_chars - from);
+        self.chars_fed = from;
+        self.prev_byte = text.as_bytes()[..at].last().copied();
+        let _ = self.feed_counted(&text[at..], text_chars - from);
+    }
 }
 
 #[inline]

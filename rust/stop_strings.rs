@@ -556,6 +556,17 @@ impl StopMatcher {
         self.state = self.stops.start;
         self.chars_fed = 0;
     }
+
+    /// Sets the state a matcher has after being fed a text of `chars_fed`
+    /// code points that ends with `text` (a snapshot's restore). The state is
+    /// the longest suffix of the text that is a prefix of some stop string,
+    /// so the last [`max_stop_chars`](StopStrings::max_stop_chars) code
+    /// points decide it: only those of `text` are stepped over.
+    pub(crate) fn resume(&mut self, text: &str, chars_fed: usize) {
+        let from = byte_offset_from_end(text, self.stops.max_stop_chars);
+        self.state = self.stops.step(self.stops.start, &text.as_bytes()[from..]);
+        self.chars_fed = chars_fed;
+    }
 }
 
 /// Proptest inputs of the matcher tests here and in `stop_dfa`.

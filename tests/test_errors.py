@@ -85,6 +85,17 @@ def finished_tracker() -> stopline.FinishTracker:
     return t
 
 
+def _snap() -> bytes:
+    """A running tracker's snapshot, taken with ``StopParams()``."""
+    t = FT(SP())
+    t.update([1, 2], ["a", "b"])
+    return t.snapshot()
+
+
+def _tiny_vocab() -> stopline.Vocabulary:
+    return stopline.Vocabulary.from_str('{"model": {"vocab": {"a": 0, "b": 1}}}')
+
+
 def batch(n: int = 4, **kw: Any) -> stopline.FinishBatch:
     b = FB(n)
     b.add(0, SP(**kw))
@@ -869,6 +880,30 @@ ROWS: list[Row] = [
         "cannot pickle 'stopline.StopMatcher' object: it is one sequence's streaming state"),
     Row("pickle.dumps", "a StepResult, protocol 1", lambda: pickle.dumps(FT(SP()).abort(), protocol=1), TypeError,
         "cannot pickle 'stopline.StepResult' object: it is one step's result"),
+    Row("pickle.dumps", "a FinishTracker that decodes with a Vocabulary",
+        lambda: pickle.dumps(FT(SP(), _tiny_vocab()), protocol=4), TypeError,
+        "cannot pickle 'stopline.FinishTracker' object: it decodes with a Vocabulary"),
+    Row("FinishTracker.restore", "taken with other reasoning markers",
+        lambda: FT.restore(SP(reasoning_end="</think>"), FT(SP(reasoning_end="</th>")).snapshot()), ValueError,
+        "the snapshot was taken with other params"),
+    Row("FinishTracker.restore", "data is a bytearray", lambda: FT.restore(SP(), bytearray(_snap())), TypeError,
+        "data must be bytes, got bytearray"),
+    Row("FinishTracker.restore", "not a snapshot", lambda: FT.restore(SP(), b"{}"), ValueError,
+        "not a stopline snapshot"),
+    Row("FinishTracker.restore", "a later format version", lambda: FT.restore(SP(), _snap()[:4] + b"\x02\x00"),
+        ValueError, "snapshot format version 2; this stopline reads version 1"),
+    Row("FinishTracker.restore", "truncated", lambda: FT.restore(SP(), _snap()[:-1]), ValueError,
+        "the snapshot body is"),
+    Row("FinishTracker.restore", "a byte altered", lambda: FT.restore(SP(), _snap()[:-1] + b"?"), ValueError,
+        "the snapshot's checksum does not match its bytes"),
+    Row("FinishTracker.restore", "taken with other params", lambda: FT.restore(SP(stop=["b"]), _snap()),
+        ValueError, "the snapshot was taken with other params"),
+    Row("FinishTracker.restore", "taken without a vocabulary, restored with one",
+        lambda: FT.restore(SP(), _snap(), vocabulary=_tiny_vocab()), ValueError,
+        "the snapshot holds no decoder"),
+    Row("FinishBatch.restore", "slot in use", lambda: batch().restore(0, SP(), _snap()), ValueError,
+        "slot 0: is already in use"),
+    Row("FinishBatch.snapshot", "an empty slot", lambda: batch().snapshot(1), ValueError, "slot 1: is empty"),
     # The engine helpers name their callers' fields, not the core's.
     Row("compat.vllm_check_stop", "a bad id among the new ids of the history",
         lambda: compat.vllm_check_stop([1, 2, 3, -4], num_prompt_tokens=1, max_model_len=10, num_new_tokens=2),

@@ -1,7 +1,8 @@
 """Pickling and copying of the immutable parameter objects: an engine sends a
 request's ``StopParams`` (and compiled stop lists) to another process, or
-copies them, and gets objects that behave as the originals. The per-sequence
-objects and step results refuse it when dumped."""
+copies them, and gets objects that behave as the originals. A
+``FinishTracker`` pickles through its snapshot (tests/test_snapshot.py); the
+other per-sequence objects and step results refuse it when dumped."""
 
 from __future__ import annotations
 
@@ -111,13 +112,14 @@ def _per_sequence_objects() -> dict[str, Any]:
     """One of each object that holds one sequence's state or one step's result."""
     vocab = stopline.Vocabulary.from_str(json.dumps({"model": {"vocab": {"a": 0, "b": 1}}}))
     tracker = stopline.FinishTracker(stopline.StopParams(max_tokens=4))
+    decoding = stopline.FinishTracker(stopline.StopParams(max_tokens=4), vocab)
     batch = stopline.FinishBatch(2)
     batch.add(0, stopline.StopParams(max_tokens=1))
     return {
         "StopMatcher": stopline.StopStrings(["ab"]).matcher(),
         "StopRegexMatcher": stopline.StopRegexes(["a+"]).matcher(),
         "StopMatch": stopline.StopStrings(["ab"]).matcher().feed("xab"),
-        "FinishTracker": tracker,
+        "FinishTracker": decoding,
         "StepResult": tracker.update([1], ["a"]),
         "FinishBatch": batch,
         "BatchStepResult": batch.step([0], [1]),
@@ -133,6 +135,8 @@ def test_per_sequence_objects_refuse_pickling_when_dumped(name: str) -> None:
     and by copy, with the class named and what to send instead."""
     obj = _per_sequence_objects()[name]
     assert type(obj).__name__ == name
+    # A FinishTracker pickles through its snapshot; one that decodes with a
+    # Vocabulary (which does not pickle) refuses.
     calls = [lambda p=p: pickle.dumps(obj, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
     for call in [*calls, lambda: copy.copy(obj), lambda: copy.deepcopy(obj)]:
         with pytest.raises(stopline.StoplineTypeError, match=f"cannot pickle 'stopline.{name}' object: ") as info:

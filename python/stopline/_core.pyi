@@ -744,6 +744,37 @@ class FinishTracker:
                 not a ``Vocabulary``.
             ValueError: a prompt id outside the vocabulary.
         """
+    def snapshot(self) -> bytes:
+        """Everything the next step and the getters depend on, as bytes
+        (semantics.md 12): the finish, the kept ids and text, what was
+        released, the decoder's held bytes. Restore with ``restore`` and the
+        same params (and vocabulary). ``pickle`` (protocol 2 and up) and
+        ``copy`` go through it for a tracker without a vocabulary.
+
+        Raises:
+            ValueError: the snapshot would be over ``max_snapshot_bytes``
+                (kind ``snapshot_too_large``).
+        """
+    @classmethod
+    def restore(cls, params: StopParams, data: bytes, *, vocabulary: Vocabulary | None = None) -> FinishTracker:
+        """A tracker in the state ``data`` (a ``snapshot()`` of a tracker or
+        a ``FinishBatch`` slot) holds. Feeding it the rest of the stream
+        gives exactly the deltas, finish and stop reason of an uninterrupted
+        run.
+
+        Args:
+            params: the params the snapshot was taken with.
+            data: the snapshot.
+            vocabulary: the vocabulary it was taken with, if any.
+
+        Raises:
+            TypeError: ``data`` is not bytes; ``params`` is not a
+                ``StopParams``; ``vocabulary`` is not a ``Vocabulary``.
+            ValueError: ``data`` is not a snapshot of this format version, was
+                taken with other params or another (or no) vocabulary, or is
+                truncated, altered or inconsistent (``field`` names the part,
+                ``kind`` is a ``snapshot_*`` kind; errors.md).
+        """
     def update(
         self,
         token_ids: Iterable[int] | int,
@@ -982,6 +1013,29 @@ class FinishBatch:
                 use (``slot 0: is already in use; remove() it first``).
             TypeError: ``slot`` is not an int; ``params`` is not a
                 ``StopParams``.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def snapshot(self, slot: int) -> bytes:
+        """A slot's snapshot, as ``FinishTracker.snapshot`` (with the slot's
+        decoder in a batch with a vocabulary).
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or empty; the
+                snapshot would be over ``max_snapshot_bytes``.
+            TypeError: ``slot`` is not an int.
+            OverflowError: ``slot`` is 2**63 or more.
+        """
+    def restore(self, slot: int, params: StopParams, data: bytes) -> None:
+        """Starts an empty slot in the state ``data`` holds: a snapshot of a
+        slot of any batch, or of a tracker, taken with ``params`` (and this
+        batch's vocabulary, if it has one). Nothing changes on error.
+
+        Raises:
+            ValueError: ``slot`` is outside ``[0, max_slots)`` or in use; the
+                bytes are refused as by ``FinishTracker.restore`` (with
+                ``slot`` set on the exception).
+            TypeError: ``slot`` is not an int; ``params`` is not a
+                ``StopParams``; ``data`` is not bytes.
             OverflowError: ``slot`` is 2**63 or more.
         """
     def remove(self, slot: int) -> None:

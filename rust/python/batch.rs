@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyBytes, PyList, PyString};
 
 use super::convert::{
     extract_i64_arg, extract_i64s, extract_ids_named, is_conversion_error, opt_list, with_pieces,
@@ -17,6 +17,7 @@ use super::errors::{arg_err, at_slot, not_picklable, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
 use super::result::{Outcome, PyStepResult, RowChannels, RowTable};
+use super::tracker::snapshot_arg;
 use crate::batch::{FinishBatch, IdsSink, SlotStep, StepInput};
 use crate::detok_batch::Pieces;
 use crate::error::{Error, Problem};
@@ -404,6 +405,39 @@ impl PyFinishBatch {
     #[getter]
     fn max_slots(&self) -> usize {
         self.inner.max_slots()
+    }
+
+    /// The snapshot of a slot's sequence (with its decoder in a batch with a
+    /// vocabulary), as `FinishTracker.snapshot`; it restores into any empty
+    /// slot of any batch with the same params (and vocabulary), or into a
+    /// `FinishTracker`.
+    fn snapshot<'py>(&self, slot: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let py = slot.py();
+        let slot = extract_i64_arg(slot, "slot")?;
+        let bytes = self
+            .inner
+            .snapshot(slot)
+            .map_err(|e| at_slot(to_py_err(e), None, slot))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Starts an empty slot in the state `data` (a snapshot taken with
+    /// `params` and, for a batch with a vocabulary, the same vocabulary)
+    /// holds. Raises as `add` for the slot and as `FinishTracker.restore`
+    /// for the bytes, with `slot` set; nothing changes on error.
+    fn restore(
+        &mut self,
+        slot: &Bound<'_, PyAny>,
+        params: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let slot = extract_i64_arg(slot, "slot")?;
+        let params = params_arg(params)?;
+        let data = snapshot_arg(data)?;
+        // Every refusal names the slot: the engine drops that request alone.
+        self.inner
+            .restore(slot, params, data.as_bytes())
+            .map_err(|e| at_slot(to_py_err(e), None, slot))
     }
 
     /// Refused on every protocol: its slots are per-sequence state.

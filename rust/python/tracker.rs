@@ -3,13 +3,15 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple, PyType};
 
+use super::convert::wrong_type;
 use super::convert::{
     detach_if, extract_ids, extract_int, opt_list, with_pieces, DETACH_IDS, DETACH_TEXT_BYTES,
 };
 use super::detok;
 use super::errors::{arg_err, not_picklable, to_py_err};
-use super::params::params_arg;
+use super::params::{params_arg, PyStopParams};
 use super::result::{ChannelDeltas, Outcome, PyStepResult};
 use crate::detok_batch::SeqDecoder;
 use crate::detokenize::Vocabulary;
@@ -230,9 +232,67 @@ impl PyFinishTracker {
         self.inner.emitted_len()
     }
 
-    /// Refused on every protocol: it is one sequence's state.
-    fn __reduce__(&self) -> PyResult<()> {
-        Err(not_picklable("FinishTracker", "it is one sequence's state; move a request by its StopParams (which pickle) and its tokens"))
+    /// Everything the next step and the getters depend on, as bytes
+    /// (docs/semantics.md 12): restore them with `FinishTracker.restore` and
+    /// the same params (and vocabulary).
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let dec = self.detok.as_ref().map(|(v, d)| (&**v, d));
+        let bytes = crate::snapshot::snapshot(&self.inner, dec).map_err(to_py_err)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// A tracker in the state `data` (a `snapshot()`) holds, for the params
+    /// it was taken with and, when it was taken with one, the same
+    /// vocabulary. Feeding it the rest of the stream gives exactly what the
+    /// original would have given.
+    ///
+    /// Raises `TypeError` for `data` that is not bytes and `ValueError`
+    /// (`field`, `kind` `snapshot_*`) for bytes that are not a snapshot of
+    /// this format version, were taken with other params or vocabulary, or
+    /// are truncated, altered or inconsistent (docs/errors.md).
+    #[classmethod]
+    #[pyo3(signature = (params, data, *, vocabulary = None))]
+    fn restore(
+        _cls: &Bound<'_, PyType>,
+        params: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        vocabulary: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let params = params_arg(params)?;
+        let data = snapshot_arg(data)?;
+        let vocab = detok::vocabulary_arg(vocabulary)?;
+        let (inner, dec) = crate::snapshot::restore(params, data.as_bytes(), vocab.as_deref())
+            .map_err(to_py_err)?;
+        Ok(Self {
+            inner,
+            detok: vocab.zip(dec),
+        })
+    }
+
+    /// Pickles (protocol 2 and up) as its params and its snapshot; refused
+    /// for a tracker with a vocabulary (which does not pickle: send
+    /// `snapshot()` and restore it with the vocabulary).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let this = slf.borrow();
+        if this.detok.is_some() {
+            return Err(not_picklable("FinishTracker", "it decodes with a Vocabulary, which does not pickle; send tracker.snapshot() and call FinishTracker.restore(params, data, vocabulary=...) in the receiving process"));
+        }
+        let data = this.snapshot(py)?;
+        let params = Py::new(
+            py,
+            PyStopParams {
+                inner: Arc::clone(this.inner.params()),
+            },
+        )?;
+        let restore = py.get_type::<Self>().getattr("restore")?;
+        PyTuple::new(
+            py,
+            [
+                restore.into_any(),
+                PyTuple::new(py, [params.into_any().into_bound(py), data.into_any()])?.into_any(),
+            ],
+        )
     }
 
     fn __repr__(&self) -> String {
@@ -244,4 +304,12 @@ impl PyFinishTracker {
                 .map_or("None".to_string(), |r| format!("'{r}'"))
         )
     }
+}
+
+/// A snapshot argument: `bytes` (a TypeError naming `data` otherwise).
+pub(super) fn snapshot_arg<'a, 'py>(
+    data: &'a Bound<'py, PyAny>,
+) -> PyResult<&'a Bound<'py, PyBytes>> {
+    data.cast::<PyBytes>()
+        .map_err(|_| arg_err("data", wrong_type("bytes", data)))
 }
