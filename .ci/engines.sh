@@ -129,7 +129,9 @@ print('engines.sh: stopline', stopline.__version__, 'from the wheel;', '$engine'
         -c "$ROOT/pyproject.toml" "$@")
 }
 
+ran=0
 for id in ${STOPLINE_ENGINES:-${ENGINES[*]}}; do
+    ran=$((ran + 1))
     case "$id" in
         vllm-*) run_engine "$id" "$ROOT/tests/test_vllm_startup.py" "$ROOT/tests/test_integrations_vllm.py" \
                     "$ROOT/tests/test_engine_parity.py" "$ROOT/tests/test_reasoning_parity.py" -k vllm ;;
@@ -140,6 +142,7 @@ for id in ${STOPLINE_ENGINES:-${ENGINES[*]}}; do
 done
 
 phase "done"
+if [ "$ran" -eq 0 ]; then echo "engines.sh: no engine named (STOPLINE_ENGINES='${STOPLINE_ENGINES:-}')"; exit 2; fi
 if [ "${#unreachable[@]}" -gt 0 ]; then
     echo "engines.sh: not tested (the package index was out of reach): ${unreachable[*]}"
     exit 75

@@ -244,15 +244,36 @@ def test_validate_params_names_the_field():
     StoplineLogitsProcessor.validate_params(SamplingParams(min_tokens=2))
 
 
-@needs_v1
-def test_out_of_vocabulary_id_is_refused_before_any_launch():
-    ours = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
-    params = SamplingParams(logit_bias={V + 3: 1.0})
-    with pytest.raises(ValueError, match="logit_bias"):
-        ours.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, params, [1], [])], moved=[]))
-    # The slot went back to the pool: a valid request still fits every slot.
-    added = [(i, SamplingParams(min_tokens=1, stop_token_ids=[1]), [1], []) for i in range(MAX_SEQS)]
-    ours.update_state(BatchUpdate(batch_size=MAX_SEQS, removed=[], added=added, moved=[]))
+def test_an_id_past_the_vocabulary_never_fails_the_engine_step():
+    """vLLM treats an exception in the engine step as fatal to the whole engine, and admission
+    cannot see the model's vocabulary. An id at or past it names no column, so a stop id, a
+    biased id or a bad word holding one is dropped (nothing the model can sample changes); an
+    allowed_token_ids with no id inside the vocabulary is ended at its next token (forced to
+    its stop id) with an error logged. Both runners' paths; the other rows are untouched."""
+    bias = SamplingParams(logit_bias={V + 3: 1.0, 2: 1.5}, stop_token_ids=[V + 9])
+    words = SamplingParams(extra_args={"stopline": {"bad_words": [[1, V + 1]], "logit_bias": {V: 2.0, 4: 1.0}}})
+    nothing = SamplingParams(stop_token_ids=[5], extra_args={"stopline": {"allowed_token_ids": [V, V + 1]}})
+    logits = torch.randn(3, V)
+    expect = logits.clone()
+    expect[0, 4] += 1.0  # the extra_args request: its one biased id inside the vocabulary
+    expect[2] = float("-inf")
+    expect[2, 5] = logits[2, 5]  # ended: forced to its stop id
+    v2 = StoplineLogitsProcessor(config(), v2_req_states())
+    for slot, params in enumerate((words, SamplingParams(), nothing)):
+        v2.add_request(slot, params)
+    idx = torch.tensor([0, 1, 2], dtype=torch.int32)
+    ctx = LogitsContext(expanded_idx_mapping=idx, idx_mapping=idx, idx_mapping_np=np.arange(3),
+                        expanded_local_pos=torch.zeros(3, dtype=torch.int32), input_ids=torch.zeros(3, dtype=torch.int32),
+                        pos=torch.zeros(3, dtype=torch.int64), seq_lens_upper_bound_np=None)
+    assert torch.equal(v2.apply(logits.clone(), ctx), expect)
+    if HAS_V1_RUNNER:
+        ours = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
+        ours.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, bias, [1], [])], moved=[]))
+        got = ours.apply(logits[:1].clone())
+        assert torch.equal(got[0, 2], logits[0, 2] + 1.5) and torch.equal(got[0, 3:], logits[0, 3:])
+        # The slot pool is intact: a valid request still fits every slot.
+        added = [(i, SamplingParams(min_tokens=1, stop_token_ids=[1]), [1], []) for i in range(MAX_SEQS)]
+        ours.update_state(BatchUpdate(batch_size=MAX_SEQS, removed=[], added=added, moved=[]))
 
 
 # --- RequestStop against vLLM's check_stop ---------------------------------
@@ -633,18 +654,36 @@ def test_v2_multi_token_bad_words_read_the_engine_history(seed):
     assert torch.equal(got, expect)
 
 
-def test_v2_budget_is_vllms_own():
+def test_v2_budget_is_vllms_own(caplog):
     """Under V2 vLLM forces thinking_token_budget itself after every processor; a
-    max_reasoning_tokens of the entry-point processor is refused, naming the field and
-    thinking_token_budget (at admission where the engine has only the V2 runner)."""
+    max_reasoning_tokens of the entry-point processor is refused at admission, naming the field
+    and thinking_token_budget, unless the engine certainly runs V1 (0.33 with
+    VLLM_USE_V2_MODEL_RUNNER=0). One that reaches the V2 engine step anyway does not fail it:
+    the request is ended at its next token, or (no stop id) runs without it, and an error is logged."""
+    from stopline.integrations.vllm import _v1_runner_certain
+
     sp = SamplingParams(extra_args={"stopline": {"max_reasoning_tokens": 4}})
-    with pytest.raises(ValueError, match="thinking_token_budget") as info:
-        StoplineLogitsProcessor(config(), v2_req_states()).add_request(0, sp)
-    assert (info.value.field, info.value.kind) == ("extra_args['stopline']['max_reasoning_tokens']", "unsupported")
-    if not HAS_V1_RUNNER:
-        with pytest.raises(ValueError, match="thinking_token_budget"):
+    if not _v1_runner_certain():
+        with pytest.raises(ValueError, match="thinking_token_budget") as info:
             StoplineLogitsProcessor.validate_params(sp)
+        assert (info.value.field, info.value.kind) == ("extra_args['stopline']['max_reasoning_tokens']", "unsupported")
     StoplineLogitsProcessor.validate_params(SamplingParams(thinking_token_budget=4))  # vLLM's own field: not ours
+    v2 = StoplineLogitsProcessor(config(), v2_req_states())
+    with caplog.at_level("ERROR", logger="stopline.integrations.vllm"):
+        assert v2.add_request(0, sp) is True
+        assert v2.add_request(1, SamplingParams(stop_token_ids=[7], extra_args=sp.extra_args)) is True
+    assert "max_reasoning_tokens" in caplog.text and "forced to its stop id 7" in caplog.text
+    assert v2.constraints.forced_token(1) == 7 and v2.constraints.forced_token(0) is None
+
+
+def test_extra_args_of_other_shapes_are_not_stoplines():
+    """extra_args is vLLM's field for every custom processor: a list or str there carries
+    nothing for stopline and is never refused by it (an AttributeError here would have been a
+    server error for a request that never asked for stopline)."""
+    for extra in (["stopline"], "stopline", {"other": 1}):
+        params = SamplingParams(extra_args=extra)
+        StoplineLogitsProcessor.validate_params(params)
+        assert StoplineLogitsProcessor(config(), v2_req_states()).add_request(0, params) is False
 
 
 # --- reasoning channels (docs/semantics.md 11) -------------------------------
@@ -975,12 +1014,17 @@ def test_bad_reasoning_configuration_names_the_field(deepseek, smollm2):
     assert e.value.field == "reasoning_parser"
     with pytest.raises(ValueError, match=r"reasoning_config.natural_reasoning_end_token_ids=\[6, 7\] is several") as e:
         vllm_reasoning(reasoning_config([5], [6, 7]))
-    if HAS_V1_RUNNER:
-        with pytest.raises(ValueError, match="max_reasoning_tokens=2: this engine has no reasoning markers") as e:
-            proc = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
+    if HAS_V1_RUNNER:  # in the engine step: logged and the request ended, never raised (fatal there)
+        import logging
+
+        proc = StoplineBuiltinsProcessor(config(), torch.device("cpu"), False)
+        logger = logging.getLogger("stopline.integrations.vllm")
+        with pytest.MonkeyPatch.context() as mp:
+            seen: list[str] = []
+            mp.setattr(logger, "error", lambda msg, *args: seen.append(msg % args))
             proc.update_state(BatchUpdate(batch_size=1, removed=[], moved=[],
                                           added=[(0, SamplingParams(thinking_token_budget=2), [1], [])]))
-        assert e.value.field == "max_reasoning_tokens"
+        assert "max_reasoning_tokens: max_reasoning_tokens=2: this engine has no reasoning markers" in seen[0]
     with pytest.raises(ValueError, match="thinking_token_budget=2 needs reasoning markers") as e:
         RequestStop(Request("r", [1], SamplingParams(thinking_token_budget=2), None), 100)
     assert e.value.field == "thinking_token_budget"

@@ -69,6 +69,7 @@ calls ``apply``.
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import sys
 import weakref
@@ -118,10 +119,13 @@ def plugin_mode() -> str:
     ``off`` (inactive whatever the version: stopline stays installed and
     vLLM runs as without it) or ``force`` (active on an untested vLLM too,
     to take up a new release before stopline has been tested with it).
-    Anything else is read as ``auto`` with a warning."""
-    mode = os.environ.get(PLUGIN_ENV, "auto").strip().lower() or "auto"
+    ``0``/``false``/``no`` read as ``off``, ``1``/``true``/``yes``/``on`` as
+    ``auto``; anything else as ``auto``, with a warning."""
+    raw = os.environ.get(PLUGIN_ENV, "auto").strip().lower()
+    mode = {"": "auto", "1": "auto", "true": "auto", "yes": "auto", "on": "auto",
+            "0": "off", "false": "off", "no": "off", "none": "off"}.get(raw, raw)
     if mode not in ("auto", "off", "force"):
-        _log.warning("%s=%r is not one of auto, off, force; read as auto", PLUGIN_ENV, mode[:40])
+        _log.warning("%s=%r is not one of auto, off, force; read as auto", PLUGIN_ENV, raw[:40])
         return "auto"
     return mode
 
@@ -155,7 +159,7 @@ except ImportError as exc:  # pragma: no cover - vLLM brings both
     raise ImportError(f"stopline.integrations.vllm needs numpy and torch beside vLLM {VLLM_VERSION}: {exc}") from exc
 
 # The V2 interface (vLLM >= 0.33: the only one from 0.34 on), then V1's (0.33's
-# default runner, gone in 0.34). The classes below subclass every interface
+# other runner, gone in 0.34). The classes below subclass every interface
 # the installed vLLM has, so each of its loaders accepts them.
 # Any failure to import an interface is read as "not in this release" (a vLLM that
 # breaks on an import here must still start with stopline installed).
@@ -177,6 +181,20 @@ if not _BASES:
         f"stopline.integrations.vllm: vLLM {VLLM_VERSION} has no logits-processor interface stopline knows "
         f"(tested with vLLM {TESTED_VLLM_RANGE}); see docs/integrations.md, 'Supported engine versions'"
     )
+
+def _v1_runner_certain() -> bool:
+    """Whether this engine certainly runs the V1 model runner: only vLLM 0.33 has it, and
+    there it runs only with ``VLLM_USE_V2_MODEL_RUNNER=0`` or when the configuration needs a
+    feature V2 lacks (unknown at admission, so read as "V2 may run")."""
+    if not HAS_V1_RUNNER:
+        return False
+    try:
+        import vllm.envs as envs
+
+        return envs.VLLM_USE_V2_MODEL_RUNNER is False
+    except Exception:
+        return False
+
 
 PLUGIN_MODE = plugin_mode()
 #: Whether the processors act (True) or are loaded inactive (False): the
@@ -223,9 +241,9 @@ EXTRA_ARGS_KEY = "stopline"
 
 def constraints_from_extra_args(params: SamplingParams) -> dict[str, Any] | None:
     """``extra_args["stopline"]`` as :meth:`LogitsConstraints.set` arguments, or None."""
-    extra = params.extra_args or {}
-    if EXTRA_ARGS_KEY not in extra:
-        return None
+    extra = params.extra_args
+    if not isinstance(extra, dict) or EXTRA_ARGS_KEY not in extra:
+        return None  # vLLM's own field: anything but a dict carries nothing for stopline
     kw = extra[EXTRA_ARGS_KEY]
     field = f"extra_args[{EXTRA_ARGS_KEY!r}]"
     if not isinstance(kw, dict):
@@ -239,7 +257,8 @@ def constraints_from_extra_args(params: SamplingParams) -> dict[str, Any] | None
 def budget_from_extra_args(params: SamplingParams) -> int | None:
     """``extra_args["stopline"]["max_reasoning_tokens"]``: the request's
     thinking budget in tokens (``None`` / -1: none)."""
-    kw = (params.extra_args or {}).get(EXTRA_ARGS_KEY)
+    extra = params.extra_args
+    kw = extra.get(EXTRA_ARGS_KEY) if isinstance(extra, dict) else None
     if not isinstance(kw, dict):
         return None
     return thinking_budget(kw.get(_BUDGET_KEY), f"extra_args[{EXTRA_ARGS_KEY!r}][{_BUDGET_KEY!r}]")
@@ -430,7 +449,8 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
         self._row_slot = {}
         self._outputs: dict[int, list[int]] = {}  # slot -> the request's live output list
         self._fed: dict[int, int] = {}  # slot -> output tokens appended to the constraints
-        self._setup: dict[int, tuple[dict[str, Any], int | None, Any]] = {}  # slot -> (constraints, budget, prompt)
+        # slot -> (constraints, budget, prompt, params), to restart the slot as it was added
+        self._setup: dict[int, tuple[dict[str, Any], int | None, Any, Any]] = {}
         self._batch_size = 0
         self._rows: list[int] = []
         self._positions: list[int] = []
@@ -461,7 +481,7 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
             budget = cls.budget_for(sampling_params)  # type and range of the budget
             _refuse_iterators(kw)
             check_request(None, **kw)
-            if not HAS_V1_RUNNER:  # only the V2 runner: refuse here what add_request would refuse in the step
+            if not _v1_runner_certain():  # V2 may run: refuse here what add_request could not serve
                 cls._check_v2(kw, budget)
         except TypeError as exc:
             raise field_error(ValueError, getattr(exc, "field", None) or f"extra_args[{EXTRA_ARGS_KEY!r}]", str(exc),
@@ -507,18 +527,18 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
                     continue
                 slot = self._free.pop()
                 try:
-                    self.constraints.set(slot, **(kw or {}))
+                    self.constraints.set(slot, **_within_vocab(kw or {}, self.constraints.vocab_size))
                     if budget is not None:
                         tracker = self._trackers[slot] = self._budget_tracker(budget, _prompt)
                         self.constraints.force(slot, tracker.forced_token_id)
-                except (TypeError, ValueError):
-                    self.constraints.clear(slot)
-                    self._free.append(slot)
-                    raise
+                except (TypeError, ValueError) as exc:
+                    self._trackers.pop(slot, None)
+                    self._end_in_step(slot, params, exc)
+                    budget = None
                 self._row_slot[index] = slot
                 self._outputs[slot] = output_ids
                 self._fed[slot] = 0
-                self._setup[slot] = (kw or {}, budget, _prompt)
+                self._setup[slot] = (kw or {}, budget, _prompt, params)
             for a, b, direction in batch_update.moved:
                 slot_a = self._row_slot.pop(a, None)
                 slot_b = self._row_slot.pop(b, None)
@@ -573,13 +593,17 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
     def _restart(self, slot: int) -> None:
         """The slot as when its request was added: its constraints, and its thinking
         budget counted again from the prompt (the output is then fed anew)."""
-        kw, budget, prompt = self._setup[slot]
-        self.constraints.set(slot, **kw)
+        kw, budget, prompt, params = self._setup[slot]
         self._fed[slot] = 0
         self._trackers.pop(slot, None)
-        if budget is not None:
-            tracker = self._trackers[slot] = self._budget_tracker(budget, prompt)
-            self.constraints.force(slot, tracker.forced_token_id)
+        try:
+            self.constraints.set(slot, **_within_vocab(kw, self.constraints.vocab_size))
+            if budget is not None:
+                tracker = self._trackers[slot] = self._budget_tracker(budget, prompt)
+                self.constraints.force(slot, tracker.forced_token_id)
+        except (TypeError, ValueError) as exc:
+            self._trackers.pop(slot, None)
+            self._end_in_step(slot, params, exc)
 
     # -- model runner V2 --------------------------------------------------
 
@@ -611,16 +635,40 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
         if not self._on:
             return False
         kw = self.constraints_for(sampling_params)
-        self._check_v2(kw or {}, self.budget_for(sampling_params))
-        if kw is None:
+        budget = self.budget_for(sampling_params)
+        if kw is None and budget is None:
             if self._active[req_idx]:
                 self.constraints.clear(req_idx)
                 self._active[req_idx] = self._multi[req_idx] = False
             return False
-        self.constraints.set(req_idx, **kw)
-        self._active[req_idx] = True
+        self._active[req_idx], self._multi[req_idx] = True, False
+        try:
+            self._check_v2(kw or {}, budget)
+            kw = _within_vocab(kw or {}, self.constraints.vocab_size)
+            self.constraints.set(req_idx, **kw)
+        except (TypeError, ValueError) as exc:
+            self._end_in_step(req_idx, sampling_params, exc)
+            return True
         self._multi[req_idx] = any(len(w) > 1 for w in kw.get("bad_words") or ())
         return True
+
+    def _end_in_step(self, slot: int, params: SamplingParams, exc: Exception) -> None:
+        """A request refused inside the engine step, where vLLM treats any exception as fatal
+        to the whole engine: it is ended at its next token instead (its row forced to its first
+        stop id, so it finishes with ``stop``), or, with no stop id to end it, run without its
+        constraints; either way an error naming the field is logged. Admission
+        (:meth:`validate_params`) refuses everything it can see, so this is for what needs the
+        model: a table over its byte cap, a budget without reasoning markers, an
+        ``allowed_token_ids`` with no id inside the vocabulary."""
+        vocab = self.constraints.vocab_size
+        stops = sorted(t for t in (getattr(params, "all_stop_token_ids", None) or ()) if 0 <= int(t) < vocab)
+        self.constraints.clear(slot)
+        field = getattr(exc, "field", None) or f"extra_args[{EXTRA_ARGS_KEY!r}]"
+        if stops:
+            self.constraints.force(slot, stops[0])
+        _log.error("stopline: a request in slot %d cannot be served (%s: %s); %s", slot, field, str(exc)[:300],
+                   f"it is ended at its next token (forced to its stop id {stops[0]})" if stops
+                   else "it has no stop id to end it, so it runs without stopline's constraints")
 
     def apply_staged_writes(self) -> None:
         """V2: nothing is staged (``set`` writes the slot's rows at once)."""
@@ -667,12 +715,37 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
     @classmethod
     def _asks_for_stopline(cls, params: SamplingParams) -> bool:
         """Whether a request needs this class to act (refused while it is inactive)."""
-        return EXTRA_ARGS_KEY in (params.extra_args or {})
+        return isinstance(params.extra_args, dict) and EXTRA_ARGS_KEY in params.extra_args
 
     def _check_active(self) -> bool:
         """Whether this instance acts: the module's :data:`ACTIVE` (the entry point's class
         then loads as a no-op)."""
         return ACTIVE
+
+
+def _past(value: Any, vocab_size: int) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= vocab_size
+
+
+def _within_vocab(kw: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    """``kw`` without the ids at or past the model's vocabulary (admission checks everything
+    else but cannot know it): a stop id, a biased id or a bad word holding such an id names no
+    column, so dropping it changes nothing the model can sample. ``allowed_token_ids`` left
+    with no id is then refused by ``set`` (the request allows nothing the model has)."""
+    out = dict(kw)
+    for key in ("stop_token_ids", "allowed_token_ids"):
+        ids = out.get(key)
+        if isinstance(ids, (list, tuple)) and any(_past(t, vocab_size) for t in ids):
+            out[key] = [t for t in ids if not _past(t, vocab_size)]
+    bias = out.get("logit_bias")
+    if isinstance(bias, dict) and any(_past(t, vocab_size) for t in bias):
+        out["logit_bias"] = {t: b for t, b in bias.items() if not _past(t, vocab_size)}
+    words = out.get("bad_words")
+    if isinstance(words, (list, tuple)):
+        kept = [w for w in words if not (isinstance(w, (list, tuple)) and any(_past(t, vocab_size) for t in w))]
+        if len(kept) != len(words):
+            out["bad_words"] = kept
+    return out
 
 
 def _draft_token_ids(ctx: Any, max_drafts: int) -> torch.Tensor:
@@ -686,6 +759,12 @@ def _draft_token_ids(ctx: Any, max_drafts: int) -> torch.Tensor:
     src = (torch.arange(rows, device=dev) - local)[:, None] + 1 + j
     ids = ctx.input_ids.to(torch.int32)[src.clamp(max=rows - 1)]
     return torch.where(j < local[:, None], ids, torch.full_like(ids, -1)).contiguous()
+
+
+if not ACTIVE:
+    # Inactive, the class must still be built by a loader whose interface grew abstract methods
+    # this release of stopline does not know: none of them is ever called on a no-op.
+    StoplineLogitsProcessor.__abstractmethods__ = frozenset()
 
 
 class StoplineBuiltinsProcessor(StoplineLogitsProcessor):
