@@ -22,6 +22,7 @@ reproduction, in docs/errors.md.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import pickle
@@ -1146,6 +1147,65 @@ def test_a_batch_step_error_names_its_slot(impl: Any, case: str, call: Any, cls:
     survivors = [s for s in (2, 5) if s != e.slot]
     results = impl.batch_step(b, survivors, [7] * len(survivors))
     assert [r.num_tokens for r in results] == [1] * len(survivors)
+
+
+def test_a_refused_add_names_its_slot_in_the_core_and_the_baseline(impl: Any) -> None:
+    b = impl.FinishBatch(8)
+    with pytest.raises(stopline.StoplineTypeError) as info:
+        b.add(3, "max_tokens=4")
+    e = info.value
+    assert (e.slot, e.field, e.kind) == (3, "params", "wrong_type")  # type: ignore[attr-defined]
+
+
+class _Boom(Exception):
+    pass
+
+
+class _BadIndex:
+    def __index__(self) -> int:
+        raise _Boom("the caller's own")
+
+
+def _add_vocab() -> Any:
+    return stopline.Vocabulary.from_str('{"model": {"vocab": {"a": 0, "b": 1, "<t>": 2, "</t>": 3}}}')
+
+
+@pytest.mark.parametrize(("case", "add", "cls", "field", "kind"), [
+    ("a prompt id outside the vocabulary", lambda b: b.add(5, stopline.StopParams(), prompt_token_ids=[0, 9]),
+     stopline.StoplineValueError, "prompt_token_ids[1]", "not_in_vocabulary"),
+    ("a prompt id that is not an int", lambda b: b.add(5, stopline.StopParams(), prompt_token_ids=[0, "x"]),
+     stopline.StoplineTypeError, "prompt_token_ids[1]", "wrong_type"),
+    ("marker ids checked against the vocabulary",
+     lambda b: b.add(5, stopline.StopParams(reasoning_start_id=2, reasoning_end_id=40)),
+     stopline.StoplineValueError, "reasoning_end_id", "id_outside"),
+    ("params that are not StopParams", lambda b: b.add(5, {"max_tokens": 4}),
+     stopline.StoplineTypeError, "params", "wrong_type"),
+    ("a prompt over max_decode_bytes",
+     lambda b: b.add(5, stopline.StopParams(), prompt_token_ids=[0] * 1200),  # 72 MB of token text
+     stopline.StoplineValueError, "prompt_token_ids", "decodes_too_long"),
+    ("a slot in use", lambda b: (b.add(5, stopline.StopParams()), b.add(5, stopline.StopParams())),
+     stopline.StoplineValueError, "slot", "slot"),
+])
+def test_every_error_of_add_names_its_slot(case: str, add: Any, cls: type, field: str, kind: str) -> None:
+    """``FinishBatch.add`` errors found once the slot is read (the params,
+    the prompt ids, the params against the batch's vocabulary) carried
+    ``slot=None``; each names the slot now, so the engine refuses that one
+    request. The slot stays empty."""
+    vocab = stopline.Vocabulary.from_str(json.dumps({"model": {"vocab": {"x" * 60_000: 0, "a": 1}}}))
+    b = stopline.FinishBatch(8, vocabulary=_add_vocab() if "marker" in case else vocab)
+    with pytest.raises(cls) as info:
+        add(b)
+    e = info.value
+    assert (e.slot, e.field, e.kind) == (5, field, kind), str(e)  # type: ignore[attr-defined]
+    if kind != "slot":
+        assert 5 not in b
+
+
+def test_a_callers_own_exception_during_add_passes_unchanged() -> None:
+    b = stopline.FinishBatch(8, vocabulary=_add_vocab())
+    with pytest.raises(_Boom) as info:
+        b.add(5, stopline.StopParams(), prompt_token_ids=[0, _BadIndex()])
+    assert not hasattr(info.value, "slot")
 
 
 @pytest.mark.parametrize("arg", ["slots", "token_ids", "run_lengths", "texts", "grammar_terminated_at"])

@@ -979,10 +979,14 @@ class FinishBatch:
 
         Raises:
             ValueError: ``slot`` is outside ``[0, max_slots)`` or already in
-                use (``slot 0: is already in use; remove() it first``).
+                use (``slot 0: is already in use; remove() it first``); a
+                prompt id outside the vocabulary.
             TypeError: ``slot`` is not an int; ``params`` is not a
-                ``StopParams``.
+                ``StopParams``; a flag is not a bool (or NumPy's bool).
             OverflowError: ``slot`` is 2**63 or more.
+
+        Every error once ``slot`` is read has it in ``slot`` (the engine
+        refuses that one request); the slot stays empty.
         """
     def remove(self, slot: int) -> None:
         """Frees a slot, finished or not; its state is dropped.

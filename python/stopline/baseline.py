@@ -1525,7 +1525,12 @@ class FinishBatch:
         s = self._slot(slot)
         if self._slots[s] is not None:
             raise _err(StoplineValueError, f"slot {s} is already in use; remove it first", "slot", "slot", slot=s)
-        self._slots[s] = FinishTracker(params)
+        try:
+            tracker = FinishTracker(params)
+        except (StoplineValueError, StoplineTypeError) as e:
+            e.slot = s
+            raise
+        self._slots[s] = tracker
 
     def remove(self, slot: int) -> None:
         s = self._slot(slot)
