@@ -30,6 +30,7 @@ pub mod reasoning;
 mod stop_dfa;
 pub mod stop_regex;
 pub mod stop_strings;
+mod tokenizer_json;
 
 #[cfg(feature = "python")]
 #[deny(unsafe_code)]
