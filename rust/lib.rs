@@ -2,11 +2,16 @@
 //!
 //! * [`stop_strings`]: the incremental multi-stop-string matcher.
 //! * [`stop_regex`]: stop regexes, matched incrementally on a shared DFA.
+//! * `stop_dfa`, `cache`: the dense DFA of short stop lists and the
+//!   byte-bounded cache of compiled lists.
 //! * [`finish`]: the ordered finish-state machine of one sequence.
 //! * [`bad_words`]: a logits request's bad words, validated and laid out.
+//! * [`reasoning`]: reasoning channels and tool-call spans of one sequence.
 //! * [`batch`]: many sequences advanced by one call per engine step.
 //! * [`detokenize`]: token ids to text, incrementally (a `tokenizer.json`'s decoder).
-//! * [`error`]: the one error type.
+//! * `tokenizer_json`: reading a `tokenizer.json`, each error at its JSON path.
+//! * [`detok_batch`]: one sequence's decoder for ids-only steps.
+//! * [`limits`]: the caps on every input; [`error`]: the one error type.
 //!
 //! The PyO3 binding (`python` module, feature `python`) is the only code that
 //! knows about Python; everything else is tested with plain `cargo test`.
