@@ -8,8 +8,11 @@ temporary folder first (not timed).
 Cases, each at its cap:
 
 * ``file size``: a 127 MiB ``tokenizer.json`` that is all ``model.vocab``
-  (8.4M short entries: the most table per file byte), and one that is all
-  ``merges`` (skipped unbuilt);
+  (8.4M short entries: the most table per file byte), one that is all
+  ``merges`` (skipped unbuilt), one that is all ``added_tokens`` (special
+  ones, the most per file byte), and one that is half ``model.vocab`` and
+  half special ``added_tokens`` (the smaller side, the specials, is hashed
+  to find the vocab entries with a special token's text);
 * ``decoder rules``: 32 rules (``max_decoder_rules``) over 250k tokens (just
   under ``max_rule_output_bytes``);
 * ``rule output``: Replace rules that grow every token by 60 KB and shrink it
@@ -79,14 +82,47 @@ def write_files(folder: Path) -> dict[str, Path]:
             i += 1
         f.write("".join(parts)[:-1])
         f.write('}}, "decoder": {"type": "ByteLevel"}}')
-    files["vocab"] = vocab
+    files["all vocab"] = vocab
     merges = folder / "merges.json"
     with open(merges, "w") as f:
         n = (cap - 100) // 6
         f.write('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [')
         f.write(",".join(['"a b"'] * n))
         f.write(']}, "decoder": {"type": "ByteLevel"}}')
-    files["merges"] = merges
+    files["all merges"] = merges
+
+    def added_tokens(f: object, first: int, size: int) -> int:
+        """Writes special added tokens from id ``first`` until ``size`` bytes;
+        returns the next id."""
+        i, parts, n = first, [], 0
+        while n < size:
+            p = '{"id":%d,"content":"%x","special":true},' % (i, i)
+            parts.append(p)
+            n += len(p)
+            i += 1
+        f.write("".join(parts)[:-1])  # type: ignore[attr-defined]
+        return i
+
+    added = folder / "added.json"
+    with open(added, "w") as f:
+        f.write('{"added_tokens": [')
+        added_tokens(f, 0, cap - 100)
+        f.write('], "model": {"type": "BPE", "vocab": {}}, "decoder": {"type": "ByteLevel"}}')
+    files["all added_tokens"] = added
+    half = folder / "half.json"
+    with open(half, "w") as f:
+        f.write('{"model": {"type": "BPE", "vocab": {')
+        size, i, parts = 0, 0, []
+        while size < cap // 2:
+            p = f'"{i:x}":{i},'
+            parts.append(p)
+            size += len(p)
+            i += 1
+        f.write("".join(parts)[:-1])
+        f.write('}}, "added_tokens": [')
+        added_tokens(f, i, cap // 2 - 100)
+        f.write('], "decoder": {"type": "ByteLevel"}}')
+    files["half vocab, half special added_tokens"] = half
     return files
 
 
@@ -104,7 +140,7 @@ def main() -> None:
         for name, path in files.items():
             mib = path.stat().st_size / (1 << 20)
             r = child("", f"Vocabulary.from_file({str(path)!r})")
-            rows.append((f"file size: {mib:.0f} MiB, all {name}", r))
+            rows.append((f"file size: {mib:.0f} MiB, {name}", r))
     replace = 'lambda p, c: {"type": "Replace", "pattern": {"String": p}, "content": c}'
     cases = [
         ("decoder rules: 32 never-matching x 250k tokens",

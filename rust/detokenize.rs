@@ -8,28 +8,20 @@
 //! in docs/semantics.md, "Incremental detokenization".
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
-use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
+use rustc_hash::FxHashSet;
 use serde_json::Value;
 
 use crate::error::{shown, shown_repr};
 use crate::error::{Error, Problem};
-use crate::limits::{self, MAX_DECODE_BYTES};
+use crate::limits::MAX_DECODE_BYTES;
+use crate::tokenizer_json::{self, at};
+pub use crate::tokenizer_json::{
+    read_tokenizer_file, MAX_TOKENIZER_JSON_BYTES, MAX_TOKEN_BYTES, MAX_VOCAB_SIZE,
+};
 
-/// The largest `tokenizer.json` accepted, in bytes (the largest published
-/// ones are about 35 MB).
-pub const MAX_TOKENIZER_JSON_BYTES: usize = 128 << 20;
-/// Ids must be below this (the largest vocabularies hold about 260 000).
-pub const MAX_VOCAB_SIZE: usize = 1 << 24;
 /// Decoders in one `Sequence` (published ones have at most 5).
 pub const MAX_DECODER_RULES: usize = 32;
-/// Bytes of one token: its string in the file and its text after each
-/// decoder rule (a `Replace` that would grow it past this is refused before
-/// it is applied).
-pub const MAX_TOKEN_BYTES: usize = 64 << 10;
 /// Bytes all decoder rules together may produce while the table is built
 /// (every rule's output for every token): bounds the build time whatever
 /// the rules do.
@@ -56,10 +48,11 @@ enum Stream {
 
 // Per-id flags.
 const PRESENT: u8 = 1;
-/// Skipped under `skip_special_tokens`.
-const SPECIAL: u8 = 2;
+/// Skipped under `skip_special_tokens`: its text is a special added
+/// token's content.
+const SPECIAL: u8 = tokenizer_json::SPECIAL;
 /// An added token (vLLM's `spaces_between_special_tokens` rule).
-const ADDED: u8 = 4;
+const ADDED: u8 = tokenizer_json::ADDED;
 /// A ByteFallback byte token; its arena entry is the one byte.
 const BYTE: u8 = 8;
 /// Its bytes are valid UTF-8 on their own.
@@ -76,8 +69,12 @@ pub struct Vocabulary {
     /// The bytes when it is the first token, for decoders that treat it
     /// differently (WordPiece, Metaspace, none); same layout.
     first: Option<(Vec<u32>, Vec<u8>)>,
-    /// Added tokens' contents, by id.
-    added: HashMap<u32, Box<str>>,
+    /// Added tokens' ids, ascending, and their contents:
+    /// `added_text[added_ends[k - 1]..added_ends[k]]` is that of
+    /// `added_ids[k]` (read only by vLLM's raw-pairs rule).
+    added_ids: Vec<u32>,
+    added_ends: Vec<u32>,
+    added_text: String,
     /// The most one step and a flush can append: every byte of the longest
     /// token a 3-byte U+FFFD, or an added token's raw content.
     max_step: usize,
@@ -191,17 +188,15 @@ impl DecodeState {
     }
 }
 
-fn bad(message: impl Into<String>) -> Error {
-    Error::Tokenizer {
-        message: message.into(),
-    }
-}
+/// The chars of GPT-2's byte <-> printable-char table are below this.
+const BYTE_LEVEL_CHARS: usize = 0x144;
 
-/// GPT-2's byte <-> printable-char table, inverted: char -> byte.
-fn byte_level_table() -> HashMap<char, u8> {
-    let mut table = HashMap::with_capacity(256);
-    let mut extra = 0u32;
-    for b in 0u32..256 {
+/// GPT-2's byte <-> printable-char table, inverted: char -> byte, indexed
+/// by code point (a lookup per char of every token while building).
+fn byte_level_table() -> [Option<u8>; BYTE_LEVEL_CHARS] {
+    let mut table = [None; BYTE_LEVEL_CHARS];
+    let mut extra = 0usize;
+    for b in 0usize..256 {
         let printable =
             (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
         let c = if printable {
@@ -210,9 +205,25 @@ fn byte_level_table() -> HashMap<char, u8> {
             extra += 1;
             255 + extra
         };
-        table.insert(char::from_u32(c).expect("below 0x200"), b as u8);
+        table[c] = Some(b as u8);
     }
     table
+}
+
+/// ByteLevel: the bytes of `text` when every char is in the table, else
+/// its UTF-8 (an added token's text, say), appended to `out`.
+fn byte_level_bytes(table: &[Option<u8>; BYTE_LEVEL_CHARS], text: &str, out: &mut Vec<u8>) {
+    let start = out.len();
+    for c in text.chars() {
+        match table.get(c as usize).copied().flatten() {
+            Some(b) => out.push(b),
+            None => {
+                out.truncate(start);
+                out.extend_from_slice(text.as_bytes());
+                return;
+            }
+        }
+    }
 }
 
 /// `<0xHH>` -> the byte.
@@ -243,94 +254,126 @@ struct Plan {
     rules: Vec<TokenRule>,
     stream: Stream,
     strip_left: (char, usize),
+    /// Rule `k` is `decoder.decoders[k]` (a `Sequence`), else `decoder`.
+    sequence: bool,
 }
 
-fn str_field<'a>(v: &'a Value, key: &str, what: &str) -> Result<&'a str, Error> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad(format!("decoder {what} needs a string field {key:?}")))
-}
-
-fn one_char(s: &str, what: &str) -> Result<char, Error> {
-    let mut it = s.chars();
-    match (it.next(), it.next()) {
-        (Some(c), None) => Ok(c),
-        _ => Err(bad(format!(
-            "decoder {what}: {} must be one character",
-            shown(s)
-        ))),
+impl Plan {
+    /// The JSON path of rule `k`.
+    fn rule_path(&self, k: usize) -> String {
+        if self.sequence {
+            format!("decoder.decoders[{k}]")
+        } else {
+            "decoder".into()
+        }
     }
 }
 
-fn count_field(v: &Value, key: &str, what: &str) -> Result<usize, Error> {
+fn str_field<'a>(v: &'a Value, base: &str, key: &str) -> Result<&'a str, Error> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| at(format!("{base}.{key}"), " must be a string"))
+}
+
+fn one_char(s: &str, base: &str, key: &str) -> Result<char, Error> {
+    let mut it = s.chars();
+    match (it.next(), it.next()) {
+        (Some(c), None) => Ok(c),
+        _ => Err(at(
+            format!("{base}.{key}"),
+            format!("={} must be one character", shown(s)),
+        )),
+    }
+}
+
+fn count_field(v: &Value, base: &str, key: &str) -> Result<usize, Error> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(0),
         Some(x) => x
             .as_u64()
             .filter(|&n| n <= 255)
             .map(|n| n as usize)
-            .ok_or_else(|| bad(format!("decoder {what}: {key} must be an int in [0, 255]"))),
+            .ok_or_else(|| at(format!("{base}.{key}"), " must be an int in [0, 255]")),
     }
 }
 
-fn decoder_type(v: &Value) -> Result<&str, Error> {
+fn decoder_type<'a>(v: &'a Value, base: &str) -> Result<&'a str, Error> {
     v.get("type")
         .and_then(Value::as_str)
         .filter(|t| t.len() <= 64)
-        .ok_or_else(|| bad("decoder has no \"type\" string (of at most 64 bytes)"))
+        .ok_or_else(|| {
+            at(
+                format!("{base}.type"),
+                " must be a string of at most 64 bytes",
+            )
+        })
 }
 
 /// The supported decoders: ByteLevel; WordPiece; Metaspace; none; and a
 /// Sequence of per-token Replace/Strip/Metaspace, then optionally
 /// ByteFallback, then optionally Fuse, then optionally a left-only Strip.
+/// Errors name the path of the value at fault (`decoder.decoders[2].type`).
 fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
     let Some(d) = decoder.filter(|d| !d.is_null()) else {
         let p = Plan {
             rules: vec![TokenRule::JoinSpace],
             stream: Stream::Text,
             strip_left: (' ', 0),
+            sequence: false,
         };
         return Ok((p, "none".into()));
     };
-    let ty = decoder_type(d)?;
-    let items: Vec<&Value> = if ty == "Sequence" {
-        d.get("decoders")
+    let ty = decoder_type(d, "decoder")?;
+    let sequence = ty == "Sequence";
+    let items: Vec<&Value> = if sequence {
+        let list = d
+            .get("decoders")
             .and_then(Value::as_array)
-            .ok_or_else(|| bad("decoder Sequence needs a \"decoders\" list"))
-            .and_then(|list| {
-                limits::check_count("decoder.decoders", list.len(), MAX_DECODER_RULES)
-                    .map(|()| list)
-                    .map_err(|e| bad(e.to_string()))
-            })?
-            .iter()
-            .collect()
+            .ok_or_else(|| at("decoder.decoders".into(), " must be a list"))?;
+        Problem::at_most_entries(list.len(), MAX_DECODER_RULES, false)
+            .map_err(|p| at("decoder.decoders".into(), p.about("")))?;
+        list.iter().collect()
     } else {
         vec![d]
     };
+    let base = |k: usize| {
+        if sequence {
+            format!("decoder.decoders[{k}]")
+        } else {
+            "decoder".to_owned()
+        }
+    };
     let names = items
         .iter()
-        .map(|v| decoder_type(v).map(str::to_owned))
+        .enumerate()
+        .map(|(k, v)| decoder_type(v, &base(k)).map(str::to_owned))
         .collect::<Result<Vec<_>, _>>()?;
-    let name = if ty == "Sequence" {
+    let name = if sequence {
         format!("Sequence[{}]", names.join(", "))
     } else {
         ty.to_owned()
     };
-    let unsupported = |why: &str| {
-        bad(format!(
-            "unsupported decoder {}: {why}; stopline decodes ByteLevel, WordPiece, Metaspace, \
-             no decoder, and Sequence[Replace/Strip/Metaspace..., ByteFallback?, Fuse?, Strip(left)?]",
-            shown_repr(&name)
-        ))
+    let unsupported = |path: String, why: &str| {
+        at(
+            path,
+            format!(
+                ": unsupported decoder {}: {why}; stopline decodes ByteLevel, WordPiece, \
+                 Metaspace, no decoder, and Sequence[Replace/Strip/Metaspace..., ByteFallback?, \
+                 Fuse?, Strip(left)?]",
+                shown_repr(&name)
+            ),
+        )
     };
     let mut p = Plan {
         rules: vec![],
         stream: Stream::Text,
         strip_left: (' ', 0),
+        sequence,
     };
     // 0: per-token rules, 1: after ByteFallback, 2: after Fuse, 3: after the final Strip.
     let mut phase = 0;
-    for (v, ty) in items.iter().zip(&names) {
+    for (k, (v, ty)) in items.iter().zip(&names).enumerate() {
+        let base = base(k);
         match ty.as_str() {
             "ByteLevel" if items.len() == 1 => p.stream = Stream::Lossy,
             "WordPiece" if items.len() == 1 => {
@@ -344,25 +387,33 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
                     .get("pattern")
                     .and_then(|p| p.get("String"))
                     .and_then(Value::as_str)
-                    .ok_or_else(|| unsupported("Replace needs a {\"String\": ...} pattern"))?;
+                    .ok_or_else(|| {
+                        unsupported(
+                            format!("{base}.pattern"),
+                            "Replace needs a {\"String\": ...} pattern",
+                        )
+                    })?;
                 if pattern.is_empty() {
-                    return Err(unsupported("Replace with an empty pattern"));
+                    return Err(unsupported(
+                        format!("{base}.pattern.String"),
+                        "Replace with an empty pattern",
+                    ));
                 }
-                let content = str_field(v, "content", "Replace")?;
+                let content = str_field(v, &base, "content")?;
                 p.rules
                     .push(TokenRule::Replace(pattern.to_owned(), content.to_owned()));
             }
             "Metaspace" if phase == 0 => {
-                let r = one_char(str_field(v, "replacement", "Metaspace")?, "Metaspace")?;
+                let r = one_char(str_field(v, &base, "replacement")?, &base, "replacement")?;
                 // `prepend_scheme` (tokenizers >= 0.19) or the older `add_prefix_space`.
                 let first_drops = match v.get("prepend_scheme").and_then(Value::as_str) {
                     Some("never") => false,
                     Some("first" | "always") => true,
                     Some(other) => {
-                        return Err(unsupported(&format!(
-                            "Metaspace prepend_scheme {}",
-                            shown(other)
-                        )))
+                        return Err(unsupported(
+                            format!("{base}.prepend_scheme"),
+                            &format!("Metaspace prepend_scheme {}", shown(other)),
+                        ))
                     }
                     None => v
                         .get("add_prefix_space")
@@ -372,10 +423,10 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
                 p.rules.push(TokenRule::Metaspace(r, first_drops));
             }
             "Strip" if phase <= 2 => {
-                let c = one_char(str_field(v, "content", "Strip")?, "Strip")?;
+                let c = one_char(str_field(v, &base, "content")?, &base, "content")?;
                 let (start, stop) = (
-                    count_field(v, "start", "Strip")?,
-                    count_field(v, "stop", "Strip")?,
+                    count_field(v, &base, "start")?,
+                    count_field(v, &base, "stop")?,
                 );
                 match phase {
                     0 => p.rules.push(TokenRule::Strip(c, start, stop)),
@@ -383,8 +434,18 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
                         p.strip_left = (c, start);
                         phase = 3;
                     }
-                    2 => return Err(unsupported("Strip from the right of the whole text")),
-                    _ => return Err(unsupported("Strip after ByteFallback without Fuse")),
+                    2 => {
+                        return Err(unsupported(
+                            format!("{base}.stop"),
+                            "Strip from the right of the whole text",
+                        ))
+                    }
+                    _ => {
+                        return Err(unsupported(
+                            format!("{base}.type"),
+                            "Strip after ByteFallback without Fuse",
+                        ))
+                    }
                 }
             }
             "ByteFallback" if phase == 0 => {
@@ -393,14 +454,17 @@ fn plan(decoder: Option<&Value>) -> Result<(Plan, String), Error> {
             }
             "Fuse" if phase <= 1 => phase = 2,
             other => {
-                return Err(unsupported(&format!(
-                    "{other} is not supported{}",
-                    if items.len() > 1 {
-                        " at this place"
-                    } else {
-                        ""
-                    }
-                )))
+                return Err(unsupported(
+                    format!("{base}.type"),
+                    &format!(
+                        "{other} is not supported{}",
+                        if items.len() > 1 {
+                            " at this place"
+                        } else {
+                            ""
+                        }
+                    ),
+                ))
             }
         }
     }
@@ -426,29 +490,32 @@ fn wordpiece_cleanup(s: &str) -> String {
 /// Applies the per-token rules, refusing any intermediate text over
 /// [`MAX_TOKEN_BYTES`] before building it and counting every rule's output
 /// against `budget` ([`MAX_RULE_OUTPUT_BYTES`] for the whole build).
-fn apply_rules(
-    rules: &[TokenRule],
-    token: &str,
+fn apply_rules<'t>(
+    plan: &Plan,
+    token: &'t str,
     first: bool,
     id: usize,
     budget: &mut usize,
-) -> Result<String, Error> {
-    let mut s = token.to_owned();
-    for (k, r) in rules.iter().enumerate() {
+) -> Result<Cow<'t, str>, Error> {
+    let mut s = Cow::Borrowed(token);
+    for (k, r) in plan.rules.iter().enumerate() {
         if let TokenRule::Replace(p, c) = r {
             // The length after the replacement, known before it is built.
             let n = s.matches(p.as_str()).count();
             let len = (s.len() - n * p.len()).saturating_add(n.saturating_mul(c.len()));
             if len > MAX_TOKEN_BYTES {
-                return Err(bad(format!(
-                    "decoder rule {k} (Replace {} -> {} bytes) makes token id {id} {len} bytes, \
-                     more than the supported {MAX_TOKEN_BYTES} (max_token_bytes)",
-                    shown(p),
-                    c.len()
-                )));
+                return Err(at(
+                    plan.rule_path(k),
+                    format!(
+                        " (Replace {} -> {} bytes) makes token id {id} {len} bytes, more than \
+                         the supported {MAX_TOKEN_BYTES} (max_token_bytes)",
+                        shown(p),
+                        c.len()
+                    ),
+                ));
             }
         }
-        s = match r {
+        s = Cow::Owned(match r {
             TokenRule::Replace(p, c) => s.replace(p.as_str(), c),
             TokenRule::Metaspace(r, first_drops) => {
                 if first && *first_drops {
@@ -470,7 +537,7 @@ fn apply_rules(
             }
             TokenRule::WordPiece(prefix, cleanup) => {
                 let t = if first {
-                    s
+                    s.into_owned()
                 } else if let Some(rest) = s.strip_prefix(prefix.as_str()) {
                     rest.to_owned()
                 } else {
@@ -484,26 +551,32 @@ fn apply_rules(
             }
             TokenRule::JoinSpace => {
                 if first {
-                    s
+                    s.into_owned()
                 } else {
                     format!(" {s}")
                 }
             }
-        };
+        });
         // Only Replace grows a token by more than a byte.
         if s.len() > MAX_TOKEN_BYTES {
-            return Err(bad(format!(
-                "decoder rule {k} makes token id {id} {} bytes, more than the supported \
-                 {MAX_TOKEN_BYTES} (max_token_bytes)",
-                s.len()
-            )));
+            return Err(at(
+                plan.rule_path(k),
+                format!(
+                    " makes token id {id} {} bytes, more than the supported {MAX_TOKEN_BYTES} \
+                     (max_token_bytes)",
+                    s.len()
+                ),
+            ));
         }
         *budget = budget.checked_sub(s.len()).ok_or_else(|| {
-            bad(format!(
-                "the decoder rules produce more than {MAX_RULE_OUTPUT_BYTES} bytes over the \
-                 vocabulary (max_rule_output_bytes; {} rules, reached at token id {id})",
-                rules.len()
-            ))
+            at(
+                "decoder".into(),
+                format!(
+                    ": its rules produce more than {MAX_RULE_OUTPUT_BYTES} bytes over the \
+                     vocabulary (max_rule_output_bytes; {} rules, reached at token id {id})",
+                    plan.rules.len()
+                ),
+            )
         })?;
     }
     Ok(s)
@@ -519,10 +592,13 @@ fn arena_push(
 ) -> Result<(), Error> {
     *total += bytes.len();
     if *total > MAX_DECODED_BYTES {
-        return Err(bad(format!(
-            "the decoded vocabulary is more than the supported {MAX_DECODED_BYTES} bytes \
-             (max_decoded_bytes)"
-        )));
+        return Err(at(
+            String::new(),
+            format!(
+                ": the decoded vocabulary is more than the supported {MAX_DECODED_BYTES} bytes \
+                 (max_decoded_bytes)"
+            ),
+        ));
     }
     let oom = |_| Error::Alloc {
         what: format!("a decoded vocabulary of {total} bytes"),
@@ -538,399 +614,6 @@ fn arena_push(
 /// the one part parsed into a JSON tree.
 pub const MAX_DECODER_JSON_BYTES: usize = 64 << 10;
 
-/// What is read of a `tokenizer.json`: only these fields, strings borrowed
-/// from the file where they have no escapes, everything else skipped
-/// without being built (a `merges` list costs nothing), so parsing takes a
-/// small multiple of the file at most instead of a whole JSON tree.
-struct Root<'a> {
-    /// `model.vocab`, by id.
-    vocab: Option<Tokens<'a>>,
-    added_tokens: Vec<AddedToken<'a>>,
-    decoder: Option<&'a RawValue>,
-}
-
-/// id -> token string.
-struct Tokens<'a>(Vec<Option<Cow<'a, str>>>);
-
-struct AddedToken<'a> {
-    id: usize,
-    content: Cow<'a, str>,
-    special: bool,
-}
-
-/// Grows `tokens` to hold id `i` (checked against [`MAX_VOCAB_SIZE`] by the
-/// caller), fallibly.
-fn grow(tokens: &mut Vec<Option<Cow<'_, str>>>, i: usize) -> Result<(), Error> {
-    if tokens.len() <= i {
-        tokens
-            .try_reserve(i + 1 - tokens.len())
-            .map_err(|_| Error::Alloc {
-                what: format!("a token table of {} ids", i + 1),
-            })?;
-        tokens.resize(i + 1, None);
-    }
-    Ok(())
-}
-
-/// `id` as an index, or the message naming `what` when it is not below
-/// [`MAX_VOCAB_SIZE`].
-fn check_id<E: de::Error>(id: u64, what: &str) -> Result<usize, E> {
-    usize::try_from(id)
-        .ok()
-        .filter(|&i| i < MAX_VOCAB_SIZE)
-        .ok_or_else(|| {
-            E::custom(format!(
-                "{what} id {id} is not below the supported vocabulary size {MAX_VOCAB_SIZE}"
-            ))
-        })
-}
-
-/// A string, borrowed when the file has it without escapes.
-struct Str<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Str<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Str<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// Any JSON value, kept only when it is of one wanted kind.
-enum Scalar<'a> {
-    Int(u64),
-    Str(Cow<'a, str>),
-    Bool(bool),
-    Other,
-}
-
-impl<'de> Deserialize<'de> for Scalar<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Scalar<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Int(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Scalar<'de>, E> {
-                Ok(u64::try_from(v).map_or(Scalar::Other, Scalar::Int))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Other)
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Bool(v))
-            }
-            fn visit_unit<E>(self) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Other)
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Str(Cow::Owned(v.to_owned())))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Scalar<'de>, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Scalar::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Scalar<'de>, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Scalar::Other)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for Root<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Root<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Root<'de>, A::Error> {
-                let mut root = Root {
-                    vocab: None,
-                    added_tokens: Vec::new(),
-                    decoder: None,
-                };
-                while let Some(key) = a.next_key::<Str<'de>>()? {
-                    match &*key.0 {
-                        "model" => root.vocab = a.next_value::<Model<'de>>()?.0,
-                        "added_tokens" => root.added_tokens = a.next_value::<AddedList<'de>>()?.0,
-                        "decoder" => {
-                            let raw: &'de RawValue = a.next_value()?;
-                            root.decoder = (raw.get() != "null").then_some(raw);
-                        }
-                        _ => {
-                            a.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(root)
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// `model`: only its `vocab`.
-struct Model<'a>(Option<Tokens<'a>>);
-
-impl<'de> Deserialize<'de> for Model<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Model<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("model as a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Model<'de>, A::Error> {
-                let mut vocab = None;
-                while let Some(key) = a.next_key::<Str<'de>>()? {
-                    if key.0 == "vocab" {
-                        vocab = Some(a.next_value::<Tokens<'de>>()?);
-                    } else {
-                        a.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(Model(vocab))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for Tokens<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Tokens<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("model.vocab as an object or a list")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Tokens<'de>, A::Error> {
-                let mut tokens = Vec::new();
-                while let Some(tok) = a.next_key::<Str<'de>>()? {
-                    let Scalar::Int(id) = a.next_value::<Scalar<'de>>()? else {
-                        return Err(de::Error::custom(format!(
-                            "model.vocab[{}] is not a token id",
-                            shown(&tok.0)
-                        )));
-                    };
-                    let i = check_id(id, "model.vocab")?;
-                    grow(&mut tokens, i).map_err(de::Error::custom)?;
-                    tokens[i] = Some(tok.0);
-                }
-                Ok(Tokens(tokens))
-            }
-            // Unigram: [[piece, score], ...], the id is the index.
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Tokens<'de>, A::Error> {
-                let mut tokens = Vec::new();
-                while let Some(piece) = a.next_element::<Piece<'de>>()? {
-                    let i = tokens.len();
-                    let tok = piece.0.ok_or_else(|| {
-                        de::Error::custom(format!("model.vocab[{i}] is not [piece, score]"))
-                    })?;
-                    if i + 1 >= MAX_VOCAB_SIZE {
-                        return Err(de::Error::custom(format!(
-                            "model.vocab length is not below the supported vocabulary size \
-                             {MAX_VOCAB_SIZE}"
-                        )));
-                    }
-                    grow(&mut tokens, i).map_err(de::Error::custom)?;
-                    tokens[i] = Some(tok);
-                }
-                Ok(Tokens(tokens))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// `[piece, score]`: the piece, None for anything else.
-struct Piece<'a>(Option<Cow<'a, str>>);
-
-impl<'de> Deserialize<'de> for Piece<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Piece<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("[piece, score]")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Piece<'de>, A::Error> {
-                let piece = match a.next_element::<Scalar<'de>>()? {
-                    Some(Scalar::Str(s)) => Some(s),
-                    _ => None,
-                };
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Piece(piece))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Piece<'de>, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Piece(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Piece<'de>, E> {
-                Ok(Piece(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Piece<'de>, E> {
-                Ok(Piece(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Piece<'de>, E> {
-                Ok(Piece(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Piece<'de>, E> {
-                Ok(Piece(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Piece<'de>, E> {
-                Ok(Piece(None))
-            }
-            fn visit_unit<E>(self) -> Result<Piece<'de>, E> {
-                Ok(Piece(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// `added_tokens`: `id`, `content` and `special` of each entry (`null`: none).
-struct AddedList<'a>(Vec<AddedToken<'a>>);
-
-impl<'de> Deserialize<'de> for AddedList<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = AddedList<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("added_tokens as a list")
-            }
-            fn visit_unit<E>(self) -> Result<AddedList<'de>, E> {
-                Ok(AddedList(Vec::new()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<AddedList<'de>, A::Error> {
-                let mut out = Vec::new();
-                while let Some(fields) = a.next_element::<AddedFields<'de>>()? {
-                    let k = out.len();
-                    let id = fields.id.ok_or_else(|| {
-                        de::Error::custom(format!("added_tokens[{k}] has no integer \"id\""))
-                    })?;
-                    let id = check_id(id, "added_tokens")?;
-                    let content = fields.content.ok_or_else(|| {
-                        de::Error::custom(format!("added_tokens[{k}] has no string \"content\""))
-                    })?;
-                    out.try_reserve(1)
-                        .map_err(|_| de::Error::custom("cannot allocate added_tokens"))?;
-                    out.push(AddedToken {
-                        id,
-                        content,
-                        special: fields.special,
-                    });
-                }
-                Ok(AddedList(out))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-struct AddedFields<'a> {
-    id: Option<u64>,
-    content: Option<Cow<'a, str>>,
-    special: bool,
-}
-
-impl<'de> Deserialize<'de> for AddedFields<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = AddedFields<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an added token as a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<AddedFields<'de>, A::Error> {
-                let mut out = AddedFields {
-                    id: None,
-                    content: None,
-                    special: false,
-                };
-                while let Some(key) = a.next_key::<Str<'de>>()? {
-                    let v = a.next_value::<Scalar<'de>>()?;
-                    match (&*key.0, v) {
-                        ("id", Scalar::Int(id)) => out.id = Some(id),
-                        ("content", Scalar::Str(c)) => out.content = Some(c),
-                        ("special", Scalar::Bool(b)) => out.special = b,
-                        _ => {}
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// Reads a `tokenizer.json` file, refusing (`Ok(Err(..))`, naming the path
-/// as `shown`) anything but a regular file of at most
-/// [`MAX_TOKENIZER_JSON_BYTES`]: checked on the path before it is opened
-/// (a FIFO would block the open, `/dev/zero` never ends), again on the open
-/// file, and while reading (at most the cap plus one byte is read).
-/// `Err` is the operating system's error.
-pub fn read_tokenizer_file(
-    path: &std::path::Path,
-    shown: &str,
-) -> std::io::Result<Result<Vec<u8>, Error>> {
-    use std::io::Read;
-    let too_big = |n: u64| {
-        bad(format!(
-            "{shown} is {n} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}"
-        ))
-    };
-    let not_regular = || bad(format!("{shown} is not a regular file"));
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        return Ok(Err(not_regular()));
-    }
-    if meta.len() > MAX_TOKENIZER_JSON_BYTES as u64 {
-        return Ok(Err(too_big(meta.len())));
-    }
-    let file = std::fs::File::open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Ok(Err(not_regular()));
-    }
-    let mut data = Vec::new();
-    let expect = meta.len().min(MAX_TOKENIZER_JSON_BYTES as u64) as usize + 1;
-    if data.try_reserve_exact(expect).is_err() {
-        return Ok(Err(Error::Alloc {
-            what: format!("{expect} bytes to read {shown}"),
-        }));
-    }
-    file.take(MAX_TOKENIZER_JSON_BYTES as u64 + 1)
-        .read_to_end(&mut data)?;
-    if data.len() > MAX_TOKENIZER_JSON_BYTES {
-        return Ok(Err(too_big(data.len() as u64)));
-    }
-    Ok(Ok(data))
-}
-
 /// The longer of id `i`'s two arena entries.
 fn max_len(i: usize, offsets: &[u32], first: &Option<(Vec<u32>, Vec<u8>)>) -> usize {
     let len = |o: &[u32]| (o[i + 1] - o[i]) as usize;
@@ -939,70 +622,104 @@ fn max_len(i: usize, offsets: &[u32], first: &Option<(Vec<u32>, Vec<u8>)>) -> us
         .map_or(len(offsets), |(o, _)| len(offsets).max(len(o)))
 }
 
+/// Adds [`SPECIAL`] to the marks of every id whose text is a special
+/// added token's content (`tokenizers` skips by text, so a vocab entry
+/// equal to one is skipped too). The matches are found by hashing the
+/// smaller side, the special contents or the other ids' texts: the
+/// transient set is bounded by the smaller of the two.
+fn mark_specials(
+    tokens: &[Option<Cow<'_, str>>],
+    marks: &mut [u8],
+    replaced: &[Cow<'_, str>],
+) -> Result<(), Error> {
+    let of = |special: bool| {
+        let marks = &*marks;
+        tokens
+            .iter()
+            .zip(marks)
+            .filter(move |(_, &m)| (m & SPECIAL != 0) == special)
+            .filter_map(|(t, _)| t.as_deref())
+    };
+    let specials = || of(true).chain(replaced.iter().map(|c| &**c));
+    let (n_special, n_other) = (specials().count(), of(false).count());
+    if n_special == 0 || n_other == 0 {
+        return Ok(());
+    }
+    fn set<'a>(
+        n: usize,
+        texts: impl Iterator<Item = &'a str>,
+    ) -> Result<FxHashSet<&'a str>, Error> {
+        let mut set: FxHashSet<&str> = FxHashSet::default();
+        set.try_reserve(n).map_err(|_| Error::Alloc {
+            what: format!("a set of {n} special token texts"),
+        })?;
+        set.extend(texts);
+        Ok(set)
+    }
+    let matched = if n_special <= n_other {
+        set(n_special, specials())?
+    } else {
+        let others = set(n_other, of(false))?;
+        let hits = specials().filter(|t| others.contains(t)).count();
+        set(hits, specials().filter(|t| others.contains(t)))?
+    };
+    if matched.is_empty() {
+        return Ok(());
+    }
+    for (t, m) in tokens.iter().zip(marks.iter_mut()) {
+        if t.as_deref().is_some_and(|t| matched.contains(t)) {
+            *m |= SPECIAL;
+        }
+    }
+    Ok(())
+}
+
 impl Vocabulary {
     /// Builds the vocabulary from the text of a `tokenizer.json`.
     ///
     /// # Errors
-    /// [`Error::Tokenizer`] naming what is wrong: not JSON, larger than
-    /// [`MAX_TOKENIZER_JSON_BYTES`], no `model.vocab`, an id at or above
-    /// [`MAX_VOCAB_SIZE`], or an unsupported decoder (named).
+    /// [`Error::Tokenizer`] naming the JSON path of what is wrong (its
+    /// `field`): not JSON, larger than [`MAX_TOKENIZER_JSON_BYTES`], no
+    /// `model.vocab`, an id at or above [`MAX_VOCAB_SIZE`], an unsupported
+    /// decoder (named) or a decoder over its caps; [`Error::Alloc`] when a
+    /// table cannot be allocated.
     pub fn from_json(json: &[u8]) -> Result<Self, Error> {
-        if json.len() > MAX_TOKENIZER_JSON_BYTES {
-            return Err(bad(format!(
-                "tokenizer.json is {} bytes, more than the supported {MAX_TOKENIZER_JSON_BYTES}",
-                json.len()
-            )));
-        }
-        let invalid = |e: serde_json::Error| bad(format!("tokenizer.json is not valid JSON: {e}"));
-        if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            // Checked without building anything.
-            serde_json::from_slice::<IgnoredAny>(json).map_err(invalid)?;
-            return Err(bad("tokenizer.json must hold a JSON object"));
-        }
-        let root: Root<'_> = serde_json::from_slice(json).map_err(|e| {
-            if e.is_data() {
-                bad(e.to_string())
-            } else {
-                invalid(e)
-            }
-        })?;
-        let decoder: Option<Value> = match root.decoder {
+        let parsed = tokenizer_json::read(json)?;
+        let decoder: Option<Value> = match parsed.decoder {
             None => None,
             Some(raw) => {
                 let n = raw.get().len();
                 if n > MAX_DECODER_JSON_BYTES {
-                    return Err(bad(format!(
-                        "decoder is {n} bytes of JSON, more than the supported \
-                         {MAX_DECODER_JSON_BYTES}"
-                    )));
+                    return Err(at(
+                        "decoder".into(),
+                        format!(
+                            " is {n} bytes of JSON, more than the supported \
+                             {MAX_DECODER_JSON_BYTES}"
+                        ),
+                    ));
                 }
-                Some(serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?)
+                Some(serde_json::from_str(raw.get()).map_err(|e| {
+                    at(
+                        "decoder".into(),
+                        format!(" is not valid JSON: {}", shown_repr(&e.to_string())),
+                    )
+                })?)
             }
         };
         let (plan, decoder_name) = plan(decoder.as_ref())?;
 
-        // id -> token string: the model's vocabulary, overridden by added tokens.
-        let mut tokens = root
-            .vocab
-            .ok_or_else(|| bad("tokenizer.json has no model.vocab"))?
-            .0;
-        let mut added: HashMap<u32, Box<str>> = HashMap::new();
-        let mut specials: HashSet<&str> = HashSet::new();
-        for t in &root.added_tokens {
-            grow(&mut tokens, t.id)?;
-            tokens[t.id] = Some(Cow::Borrowed(&*t.content));
-            if t.special {
-                specials.insert(&t.content);
-            }
-            added.insert(t.id as u32, (*t.content).into());
-        }
+        // id -> token string: the model's vocabulary, overridden by added
+        // tokens; the reader's marks become the flags in place.
+        let tokenizer_json::Parsed {
+            tokens,
+            marks: mut flags,
+            replaced_specials,
+            ..
+        } = parsed;
+        mark_specials(&tokens, &mut flags, &replaced_specials)?;
         let n = tokens.len();
         let lossy = plan.stream == Stream::Lossy;
-        let table = if lossy {
-            byte_level_table()
-        } else {
-            HashMap::new()
-        };
+        let table = byte_level_table();
         let has_first = plan.rules.iter().any(|r| {
             matches!(
                 r,
@@ -1012,45 +729,42 @@ impl Vocabulary {
         let oom = |_| Error::Alloc {
             what: format!("the tables of {n} token ids"),
         };
-        let mut flags = Vec::new();
-        flags.try_reserve_exact(n).map_err(oom)?;
         let mut offsets = Vec::new();
         offsets.try_reserve_exact(n + 1).map_err(oom)?;
         let mut arena = Vec::new();
         offsets.push(0);
         let (mut f_offsets, mut f_arena) = (vec![0u32], Vec::new());
+        let (mut added_ids, mut added_ends, mut added_text) =
+            (Vec::new(), Vec::new(), String::new());
         let mut bytes = Vec::new();
         let (mut total, mut budget) = (0, MAX_RULE_OUTPUT_BYTES);
         for (i, tok) in tokens.iter().enumerate() {
             let Some(tok) = tok.as_deref() else {
-                flags.push(0);
+                flags[i] = 0;
                 arena_push(&mut arena, &mut offsets, b"", &mut total)?;
                 if has_first {
                     arena_push(&mut f_arena, &mut f_offsets, b"", &mut total)?;
                 }
                 continue;
             };
-            if tok.len() > MAX_TOKEN_BYTES {
-                return Err(bad(format!(
-                    "token id {i} is {} bytes, more than the supported {MAX_TOKEN_BYTES} \
-                     (max_token_bytes)",
-                    tok.len()
-                )));
+            let mut f = PRESENT | (flags[i] & (SPECIAL | ADDED));
+            if f & ADDED != 0 {
+                let k = added_ids.len() + 1;
+                let oom = move |_| Error::Alloc {
+                    what: format!("the contents of {k} added tokens"),
+                };
+                added_ids.try_reserve(1).map_err(oom)?;
+                added_ends.try_reserve(1).map_err(oom)?;
+                added_text.try_reserve(tok.len()).map_err(oom)?;
+                added_text.push_str(tok);
+                added_ids.push(i as u32);
+                // At most the file's size, under 4 GiB.
+                added_ends.push(added_text.len() as u32);
             }
-            let mut f = PRESENT;
-            if specials.contains(tok) {
-                f |= SPECIAL;
-            }
-            if added.contains_key(&(i as u32)) {
-                f |= ADDED;
-            }
-            let text = apply_rules(&plan.rules, tok, false, i, &mut budget)?;
+            let text = apply_rules(&plan, tok, false, i, &mut budget)?;
             bytes.clear();
             if lossy {
-                // ByteLevel: all chars in the table -> their bytes; else the raw text.
-                let mapped: Option<Vec<u8>> =
-                    text.chars().map(|c| table.get(&c).copied()).collect();
-                bytes.extend_from_slice(mapped.as_deref().unwrap_or(text.as_bytes()));
+                byte_level_bytes(&table, &text, &mut bytes);
             } else if let Some(b) = (plan.stream == Stream::ByteRuns)
                 .then(|| byte_token(&text))
                 .flatten()
@@ -1063,10 +777,10 @@ impl Vocabulary {
             if f & BYTE == 0 && std::str::from_utf8(&bytes).is_ok() {
                 f |= UTF8;
             }
-            flags.push(f);
+            flags[i] = f;
             arena_push(&mut arena, &mut offsets, &bytes, &mut total)?;
             if has_first {
-                let t = apply_rules(&plan.rules, tok, true, i, &mut budget)?;
+                let t = apply_rules(&plan, tok, true, i, &mut budget)?;
                 let fb = if f & BYTE != 0 {
                     &bytes[..]
                 } else {
@@ -1076,12 +790,20 @@ impl Vocabulary {
             }
         }
         let first = has_first.then_some((f_offsets, f_arena));
+        let longest_added = added_ends
+            .iter()
+            .scan(0, |start, &end| {
+                let len = end - std::mem::replace(start, end);
+                Some(len as usize)
+            })
+            .max()
+            .unwrap_or(0);
         let max_step = 12
             + 3 * (0..flags.len())
                 .map(|i| max_len(i, &offsets, &first))
                 .max()
                 .unwrap_or(0)
-            + added.values().map(|c| c.len()).max().unwrap_or(0);
+            + longest_added;
         let mut v = Vocabulary {
             stream: plan.stream,
             flags,
@@ -1089,7 +811,9 @@ impl Vocabulary {
             arena,
             first,
             max_step,
-            added,
+            added_ids,
+            added_ends,
+            added_text,
             strip_left: plan.strip_left.1.min(255) as u8,
             strip_char: plan.strip_left.0,
             decoder_name,
@@ -1112,15 +836,20 @@ impl Vocabulary {
             o.iter().for_each(|&x| h.word(x.into()));
             h.bytes(a);
         }
-        let mut added: Vec<(&u32, &Box<str>)> = self.added.iter().collect();
-        added.sort_unstable();
-        for (id, text) in added {
-            h.word((*id).into());
-            h.bytes(text.as_bytes());
-        }
+        // Added tokens are kept sorted by id, their contents end to end.
+        self.added_ids.iter().for_each(|&id| h.word(id.into()));
+        self.added_ends.iter().for_each(|&e| h.word(e.into()));
+        h.bytes(self.added_text.as_bytes());
         h.word(u64::from(self.strip_left) | u64::from(self.strip_char) << 8);
         h.bytes(self.decoder_name.as_bytes());
         h.finish()
+    }
+
+    /// The content of added token `id` (an id flagged [`ADDED`]).
+    fn added_content(&self, id: u32) -> &str {
+        let k = self.added_ids.binary_search(&id).unwrap_or(0);
+        let start = if k == 0 { 0 } else { self.added_ends[k - 1] };
+        &self.added_text[start as usize..self.added_ends[k] as usize]
     }
 
     /// Ids are in `[0, vocab_size)` (one past the largest id the file names;
@@ -1152,6 +881,8 @@ impl Vocabulary {
                 .first
                 .as_ref()
                 .map_or(0, |(o, a)| o.len() * 4 + a.len())
+            + self.added_ids.len() * 8
+            + self.added_text.len()
     }
 
     /// A hash of the `tokenizer.json` this vocabulary was built from.
@@ -1177,7 +908,7 @@ impl Vocabulary {
             // vLLM applies the rule only when special tokens are kept.
             raw_added_pairs: !opts.skip_special_tokens
                 && !opts.spaces_between_special_tokens
-                && !self.added.is_empty(),
+                && !self.added_ids.is_empty(),
             last_added: false,
         }
     }
@@ -1239,7 +970,7 @@ impl Vocabulary {
         if raw {
             // vLLM replaces the step's text with the added token's content.
             out.truncate(start);
-            out.push_str(&self.added[&id]);
+            out.push_str(self.added_content(id));
             plain = false;
         }
         if st.strip_left > 0 && out.len() > start {
@@ -1629,28 +1360,113 @@ mod tests {
     }
 
     #[test]
-    fn malformed_files_are_errors() {
-        for (json, needle) in [
-            ("[", "not valid JSON"),
-            ("[]", "JSON object"),
-            ("{}", "model.vocab"),
-            (r#"{"model": {"vocab": {"a": -1}}}"#, "not a token id"),
+    fn malformed_files_are_errors_naming_the_json_path() {
+        let seq = |decoders: &str| {
+            let a = "a".repeat(4000);
+            format!(
+                r#"{{"model": {{"vocab": {{"{a}": 0}}}}, "decoder": {{"type": "Sequence", "decoders": {decoders}}}}}"#
+            )
+        };
+        let replace = |p: &str, c: &str| {
+            format!(r#"{{"type": "Replace", "pattern": {{"String": "{p}"}}, "content": "{c}"}}"#)
+        };
+        for (json, field, needle) in [
+            ("{".into(), "tokenizer", "tokenizer.json is not valid JSON"),
             (
-                r#"{"model": {"vocab": {"a": 99999999}}}"#,
+                "[]".into(),
+                "tokenizer",
+                "tokenizer.json must be an object, got a list",
+            ),
+            ("{}".into(), "tokenizer.model", "model is missing"),
+            (
+                r#"{"model": {"vocab": {"a": -1}}}"#.into(),
+                r#"tokenizer.model.vocab["a"]"#,
+                "is not a token id",
+            ),
+            (
+                r#"{"model": {"vocab": {"a": 99999999}}}"#.into(),
+                r#"tokenizer.model.vocab["a"]"#,
                 "supported vocabulary size",
             ),
             (
-                r#"{"model": {"vocab": {}}, "decoder": {"type": "CTC"}}"#,
-                "unsupported decoder CTC",
+                r#"{"model": {"vocab": {}}, "decoder": {"type": "CTC"}}"#.into(),
+                "tokenizer.decoder.type",
+                "decoder.type: unsupported decoder CTC",
             ),
             (
-                r#"{"model": {"vocab": {}}, "decoder": {"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "Replace", "pattern": {"String": "a"}, "content": "b"}]}}"#,
+                seq(&format!(r#"[{{"type": "Fuse"}}, {}]"#, replace("a", "b"))),
+                "tokenizer.decoder.decoders[1].type",
                 "Sequence[Fuse, Replace]",
+            ),
+            (
+                r#"{"model": {"vocab": {}}, "decoder": {"type": 5}}"#.into(),
+                "tokenizer.decoder.type",
+                "decoder.type must be a string of at most 64 bytes",
+            ),
+            (
+                seq(r#"[{"type": "Strip", "content": "ab"}]"#),
+                "tokenizer.decoder.decoders[0].content",
+                "must be one character",
+            ),
+            (
+                seq(r#"[{"type": "Strip", "content": " ", "start": -1}]"#),
+                "tokenizer.decoder.decoders[0].start",
+                "must be an int in [0, 255]",
+            ),
+            (
+                seq(r#"[{"type": "Replace", "pattern": {"Regex": "x"}, "content": ""}]"#),
+                "tokenizer.decoder.decoders[0].pattern",
+                "Replace needs a",
+            ),
+            (
+                seq(&format!("[{}]", replace("a", &"b".repeat(20)))),
+                "tokenizer.decoder.decoders[0]",
+                "(Replace \"a\" -> 20 bytes) makes token id 0 80000 bytes",
+            ),
+            (
+                seq("5"),
+                "tokenizer.decoder.decoders",
+                "decoder.decoders must be a list",
             ),
         ] {
             let e = Vocabulary::from_json(json.as_bytes()).err().unwrap();
-            assert!(e.to_string().contains(needle), "{json}: {e}");
+            assert_eq!(e.field().as_deref(), Some(field), "{e}");
+            assert!(e.to_string().contains(needle), "{e}");
+            assert!(e.to_string().len() < 1000, "{e}");
         }
+    }
+
+    #[test]
+    fn added_tokens_are_flagged_and_keep_their_content() {
+        // id 2 is a vocab entry whose text is a special token's: skipped too.
+        let j = serde_json::json!({
+            "added_tokens": [
+                {"id": 3, "content": "<s>", "special": true},
+                {"id": 4, "content": "x y", "special": false},
+            ],
+            "model": {"vocab": {"a": 0, "b": 1, "<s>": 2}},
+            "decoder": {"type": "ByteLevel"},
+        });
+        let v = Vocabulary::from_json(j.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            (0..5).map(|i| v.is_special(i)).collect::<Vec<_>>(),
+            [false, false, true, true, false]
+        );
+        assert_eq!((v.added_content(3), v.added_content(4)), ("<s>", "x y"));
+        let raw = DecodeOptions {
+            skip_special_tokens: false,
+            spaces_between_special_tokens: false,
+        };
+        // vLLM's rule: an added token after an added token is its raw content.
+        assert_eq!(v.decode(&[0, 4, 3, 4], raw).unwrap(), "ax y<s>x y");
+        // Many specials and few other ids: the other side is hashed.
+        let mut added: Vec<_> = (1..100)
+            .map(|i| serde_json::json!({"id": i, "content": format!("<{i}>"), "special": true}))
+            .collect();
+        added.push(serde_json::json!({"id": 100, "content": "b", "special": false}));
+        let j = serde_json::json!({"added_tokens": added, "model": {"vocab": {"<7>": 0}}});
+        let v = Vocabulary::from_json(j.to_string().as_bytes()).unwrap();
+        assert!(v.is_special(0) && v.is_special(7) && !v.is_special(100));
     }
 
     mod props {
@@ -1668,7 +1484,7 @@ mod tests {
                 let table = byte_level_table();
                 let mut all = Vec::new();
                 for &id in &ids {
-                    all.extend(toks[id as usize].chars().map(|c| table[&c]));
+                    all.extend(toks[id as usize].chars().map(|c| table[c as usize].unwrap()));
                 }
                 let mut st = v.start(DecodeOptions::default());
                 let mut out = String::new();

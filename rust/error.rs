@@ -103,7 +103,10 @@ impl Error {
                 }
             }
             Error::Slot { .. } => "slot".into(),
-            Error::Tokenizer { .. } => "tokenizer".into(),
+            Error::Tokenizer { path: None, .. } => "tokenizer".into(),
+            Error::Tokenizer {
+                path: Some(path), ..
+            } => format!("tokenizer.{path}"),
             Error::Snapshot { field, .. } => (*field).into(),
             Error::Finished { .. } | Error::SlotFinished { .. } | Error::Alloc { .. } => {
                 return None
@@ -183,8 +186,14 @@ pub enum Error {
     },
     /// A batch slot that is out of range, free or already taken.
     Slot { slot: i64, message: &'static str },
-    /// A `tokenizer.json` that cannot be read or uses an unsupported decoder.
-    Tokenizer { message: String },
+    /// A `tokenizer.json` that cannot be read or uses an unsupported
+    /// decoder. `path` is the JSON path of the value at fault
+    /// (`model.vocab["a"]`, `added_tokens[3].content`), `None` for the file
+    /// as a whole; `message` starts with it.
+    Tokenizer {
+        path: Option<String>,
+        message: String,
+    },
     /// A table could not be allocated (`what` says which and how large);
     /// Python gets `MemoryError`, never an abort.
     Alloc { what: String },
@@ -252,7 +261,7 @@ impl fmt::Display for Error {
                 "slot {slot} already finished (finish_reason={finish_reason:?}); remove() it before stepping it again"
             ),
             Error::Slot { slot, message } => write!(f, "slot {slot}: {message}"),
-            Error::Tokenizer { message } => write!(f, "tokenizer: {message}"),
+            Error::Tokenizer { message, .. } => write!(f, "tokenizer: {message}"),
             Error::Alloc { what } => write!(f, "cannot allocate {what}"),
             Error::Snapshot { message, .. } => f.write_str(message),
         }

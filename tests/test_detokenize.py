@@ -438,21 +438,77 @@ def test_deltas_share_one_str_per_id() -> None:
     assert r.text_deltas[0] is r.text_deltas[1]
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("{", "not valid JSON"),
-    ("[1]", "must hold a JSON object"),
-    ('{"model": {}}', "no model.vocab"),
-    ('{"model": {"vocab": {"a": "x"}}}', 'model.vocab["a"] is not a token id'),
-    ('{"model": {"vocab": {"a": 16777216}}}', "not below the supported vocabulary size"),
-    ('{"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 1}]}', "added_tokens[0] has no string"),
-    ('{"model": {"vocab": {"a": 0}}, "decoder": {"type": "CTC"}}', "unsupported decoder CTC"),
-    ('{"model": {"vocab": {"a": 0}}, "decoder": {"type": "BPEDecoder", "suffix": "</w>"}}', "unsupported decoder BPEDecoder"),
+@pytest.mark.parametrize(("text", "field", "needle"), [
+    ("{", "tokenizer", "tokenizer.json is not valid JSON: EOF"),
+    ("[1]", "tokenizer", "tokenizer.json must be an object, got a list"),
+    ('{"model": {}}', "tokenizer.model.vocab", "model.vocab is missing"),
+    ('{"model": {"vocab": {"a": "x"}}}', 'tokenizer.model.vocab["a"]', 'model.vocab["a"] is not a token id'),
+    ('{"model": {"vocab": {"a": 16777216}}}', 'tokenizer.model.vocab["a"]',
+     'model.vocab["a"]=16777216 is not below the supported vocabulary size'),
+    ('{"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 1}]}', "tokenizer.added_tokens[0].content",
+     "added_tokens[0].content is missing"),
+    ('{"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 1, "content": "b"}, {"id": 2, "content": 7}]}',
+     "tokenizer.added_tokens[1].content", "added_tokens[1].content must be a string, got a number"),
+    ('{"model": {"vocab": {"a": 0}, "merges": ["a b", "a b" "a b"]}}', "tokenizer.model.merges[2]",
+     "model.merges[2] is not valid JSON: expected `,` or `]`"),
+    ('{"model": {"vocab": {"a": 0}}, "decoder": {"type": "CTC"}}', "tokenizer.decoder.type",
+     "decoder.type: unsupported decoder CTC"),
+    ('{"model": {"vocab": {"a": 0}}, "decoder": {"type": "BPEDecoder", "suffix": "</w>"}}', "tokenizer.decoder.type",
+     "unsupported decoder BPEDecoder"),
     ('{"model": {"vocab": {"a": 0}}, "decoder": {"type": "Sequence", "decoders": '
-     '[{"type": "Replace", "pattern": {"Regex": "x"}, "content": ""}]}}', "Replace needs a"),
+     '[{"type": "Replace", "pattern": {"Regex": "x"}, "content": ""}]}}', "tokenizer.decoder.decoders[0].pattern",
+     "Replace needs a"),
 ])
-def test_malformed_tokenizer_json(text: str, needle: str) -> None:
-    with pytest.raises(ValueError, match="tokenizer: .*" + __import__("re").escape(needle)):
+def test_malformed_tokenizer_json(text: str, field: str, needle: str) -> None:
+    """Every error names the JSON path of the value at fault, in ``field``
+    (``tokenizer.`` and the path) and at the start of the message."""
+    with pytest.raises(ValueError, match="tokenizer: .*" + __import__("re").escape(needle)) as info:
         Vocabulary.from_str(text)
+    e = info.value
+    assert (e.field, e.slot, e.kind) == (field, None, "tokenizer")  # type: ignore[attr-defined]
+    path = field.removeprefix("tokenizer").removeprefix(".")
+    assert str(e).startswith(f"tokenizer: {path or 'tokenizer.json'}")
+
+
+HUGE = "v" * 1_000_000
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('{"model": "' + HUGE + '"}', "tokenizer.model"),
+    ('{"model": {"vocab": "' + HUGE + '"}}', "tokenizer.model.vocab"),
+    ('{"model": {"vocab": {}}, "added_tokens": "' + HUGE + '"}', "tokenizer.added_tokens"),
+    ('{"model": {"vocab": {}}, "added_tokens": [{"id": 0, "content": "a"}, "' + HUGE + '"]}',
+     "tokenizer.added_tokens[1]"),
+    ('{"model": {"vocab": {}}, "added_tokens": [{"id": "' + HUGE + '", "content": "a"}]}',
+     "tokenizer.added_tokens[0].id"),
+    ('{"model": {"vocab": {"' + HUGE + '": 0}}}', f'tokenizer.model.vocab["{"v" * 200}"... (1000000 bytes in all)]'),
+    ('{"model": {"vocab": {}}, "decoder": {"type": "' + HUGE + '"}}', "tokenizer.decoder"),
+    ('{"model": {"vocab": {}}, "' + HUGE + '": [1, 2 3]}', f'tokenizer.["{"v" * 200}"... (1000000 bytes in all)][2]'),
+], ids=["model", "model.vocab", "added_tokens", "an added token", "an added id", "a vocab key", "decoder",
+        "a key of an unread section"])
+def test_a_huge_value_in_a_tokenizer_json_is_named_by_its_path_never_quoted(text: str, field: str) -> None:
+    """A 1 MB string where an object, a list or an id belongs: the message
+    names the path and the JSON type, shows at most ~200 bytes of any value,
+    and stays one line (the parser's own message quoted the whole string)."""
+    with pytest.raises(ValueError) as info:
+        Vocabulary.from_str(text)
+    e = info.value
+    assert e.field == field  # type: ignore[attr-defined]
+    assert len(str(e)) < 1000 and "\n" not in str(e), str(e)[:2000]
+
+
+def test_added_tokens_are_read_as_vocab_entries() -> None:
+    """Added tokens override the vocab entry of their id wherever they come
+    in the file; a special token's text is skipped under any id (as
+    ``tokenizers`` skips by text), and vLLM's raw pairs keep each content."""
+    vocab = {"a": 0, "b": 1, "<s>": 2}
+    added = [{"id": 1, "content": "<s>", "special": True}, {"id": 3, "content": "x y", "special": False}]
+    for doc in ({"added_tokens": added, "model": {"vocab": vocab}}, {"model": {"vocab": vocab}, "added_tokens": added}):
+        v = Vocabulary.from_str(json.dumps(doc))
+        assert v.vocab_size == 4
+        assert v.decode([0, 1, 2, 3]) == "a x y"
+        assert v.decode([0, 1, 2, 3], skip_special_tokens=False) == "a <s> <s> x y"
+        assert v.decode([0, 3, 1, 3], skip_special_tokens=False, spaces_between_special_tokens=False) == "a x y<s>x y"
 
 
 def test_from_file_errors(tmp_path: Path) -> None:

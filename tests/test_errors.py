@@ -22,6 +22,7 @@ reproduction, in docs/errors.md.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import pickle
@@ -38,6 +39,8 @@ import stopline
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stopline import baseline, compat
+
+from conftest import IMPLS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 BEGIN = "<!-- BEGIN MATRIX: generated from tests/test_errors.py ROWS by `python tests/test_errors.py --write` -->"
@@ -1181,6 +1184,65 @@ def test_a_batch_step_error_names_its_slot(impl: Any, case: str, call: Any, cls:
     assert [r.num_tokens for r in results] == [1] * len(survivors)
 
 
+def test_a_refused_add_names_its_slot_in_the_core_and_the_baseline(impl: Any) -> None:
+    b = impl.FinishBatch(8)
+    with pytest.raises(stopline.StoplineTypeError) as info:
+        b.add(3, "max_tokens=4")
+    e = info.value
+    assert (e.slot, e.field, e.kind) == (3, "params", "wrong_type")  # type: ignore[attr-defined]
+
+
+class _Boom(Exception):
+    pass
+
+
+class _BadIndex:
+    def __index__(self) -> int:
+        raise _Boom("the caller's own")
+
+
+def _add_vocab() -> Any:
+    return stopline.Vocabulary.from_str('{"model": {"vocab": {"a": 0, "b": 1, "<t>": 2, "</t>": 3}}}')
+
+
+@pytest.mark.parametrize(("case", "add", "cls", "field", "kind"), [
+    ("a prompt id outside the vocabulary", lambda b: b.add(5, stopline.StopParams(), prompt_token_ids=[0, 9]),
+     stopline.StoplineValueError, "prompt_token_ids[1]", "not_in_vocabulary"),
+    ("a prompt id that is not an int", lambda b: b.add(5, stopline.StopParams(), prompt_token_ids=[0, "x"]),
+     stopline.StoplineTypeError, "prompt_token_ids[1]", "wrong_type"),
+    ("marker ids checked against the vocabulary",
+     lambda b: b.add(5, stopline.StopParams(reasoning_start_id=2, reasoning_end_id=40)),
+     stopline.StoplineValueError, "reasoning_end_id", "id_outside"),
+    ("params that are not StopParams", lambda b: b.add(5, {"max_tokens": 4}),
+     stopline.StoplineTypeError, "params", "wrong_type"),
+    ("a prompt over max_decode_bytes",
+     lambda b: b.add(5, stopline.StopParams(), prompt_token_ids=[0] * 1200),  # 72 MB of token text
+     stopline.StoplineValueError, "prompt_token_ids", "decodes_too_long"),
+    ("a slot in use", lambda b: (b.add(5, stopline.StopParams()), b.add(5, stopline.StopParams())),
+     stopline.StoplineValueError, "slot", "slot"),
+])
+def test_every_error_of_add_names_its_slot(case: str, add: Any, cls: type, field: str, kind: str) -> None:
+    """``FinishBatch.add`` errors found once the slot is read (the params,
+    the prompt ids, the params against the batch's vocabulary) carried
+    ``slot=None``; each names the slot now, so the engine refuses that one
+    request. The slot stays empty."""
+    vocab = stopline.Vocabulary.from_str(json.dumps({"model": {"vocab": {"x" * 60_000: 0, "a": 1}}}))
+    b = stopline.FinishBatch(8, vocabulary=_add_vocab() if "marker" in case else vocab)
+    with pytest.raises(cls) as info:
+        add(b)
+    e = info.value
+    assert (e.slot, e.field, e.kind) == (5, field, kind), str(e)  # type: ignore[attr-defined]
+    if kind != "slot":
+        assert 5 not in b
+
+
+def test_a_callers_own_exception_during_add_passes_unchanged() -> None:
+    b = stopline.FinishBatch(8, vocabulary=_add_vocab())
+    with pytest.raises(_Boom) as info:
+        b.add(5, stopline.StopParams(), prompt_token_ids=[0, _BadIndex()])
+    assert not hasattr(info.value, "slot")
+
+
 @pytest.mark.parametrize("arg", ["slots", "token_ids", "run_lengths", "texts", "grammar_terminated_at"])
 def test_a_batch_step_refuses_a_mapping_for_a_sequence(impl: Any, arg: str) -> None:
     """A dict's iteration yields its keys: the core and the baseline refuse it by name."""
@@ -1282,11 +1344,19 @@ def test_the_baseline_refuses_reasoning_and_span_params_as_the_core_does(kw: dic
     _both_refuse_alike(kw)
 
 
+try:
+    import numpy as _np
+
+    # NumPy's bool scalars: taken by every flag, refused by every int field.
+    _NP_BOOLS: list[Any] = [_np.True_, _np.False_]
+except ImportError:  # not in every CI job; the flags then get no NumPy values
+    _NP_BOOLS = []
+
 # Values for each field, good and bad (alone or beside others: min_tokens
 # over max_tokens, an id outside vocab_size or equal to a marker id, a span
 # overlapping a stop, ...).
 _FIELD_VALUES: dict[str, list[Any]] = {
-    "max_tokens": [None, 1, 10, 0, -1, "x", 2**70, 1.5, True],
+    "max_tokens": [None, 1, 10, 0, -1, "x", 2**70, 1.5, True, *_NP_BOOLS[:1]],
     "min_tokens": [None, 0, 3, 20, -1, "x", 2**70],
     "prompt_len": [None, 0, 3, 200, -1, 2**70, "x"],
     "max_model_len": [None, 100, 2, 0, 2**70, "x"],
@@ -1295,8 +1365,8 @@ _FIELD_VALUES: dict[str, list[Any]] = {
     "stop": [None, ["x"], ["</think>"], ["a<think>b"], [""], [1], 5, "x", ["<tool>"]],
     "stop_regex": [None, ["y"], ["("], ["a*"], [1], "y"],
     "vocab_size": [None, 50, 12, 0, -3, "x", 2**33, 2**70, 2**32 - 1],
-    "ignore_eos": [False, True, "x", None, 1],
-    "include_stop_str_in_output": [False, True, None, 0],
+    "ignore_eos": [False, True, "x", None, 1, *_NP_BOOLS],
+    "include_stop_str_in_output": [False, True, None, 0, *_NP_BOOLS],
     "repetition": [None, {"max_pattern_size": 3, "min_count": 2}, 5, {"a": 1}, {"max_pattern_size": 0, "min_count": 2},
                    {"max_pattern_size": 3}, {"max_pattern_size": 3, "min_pattern_size": 4, "min_count": 2},
                    {"max_pattern_size": 3, "min_count": 1}, {"max_pattern_size": 2**62, "min_count": 2**62},
@@ -1307,11 +1377,11 @@ _FIELD_VALUES: dict[str, list[Any]] = {
     "reasoning_end_id": [None, 11, 10, 60, -1, "x", 2],
     "reasoning_end_ids": [None, [], [11], [11, 12], [60], [-1], 5, ["x"]],
     "reasoning_starts_in": [None, "reasoning", "content", "x", 5],
-    "keep_reasoning_markers": [False, True, "x"],
+    "keep_reasoning_markers": [False, True, "x", *_NP_BOOLS],
     "max_reasoning_tokens": [None, 0, 5, -1, "x", 2**70],
     "stop_scopes": [None, "any", ["any"], ["x"], "x", [], 5, ["any", "any"]],
     "stop_token_id_scopes": [None, "any", ["any"], ["any", "any"], "x"],
-    "token_aligned": [False, True, "x"],
+    "token_aligned": [False, True, "x", *_NP_BOOLS],
     "tool_call_markers": [None, [], [("<tool>", "</tool>")], [("<a>", "</a>"), ("<ab>", "</b>")], [("", "x")],
                           [(1, 2)], 5, [("<tool>",)], [("<think>", "x")]],
     "tool_call_marker_ids": [None, [], [(20, 21)], [(1, 70)], [(1, 2, 3)], 5, [(3, 4)], [(20, 21), (20, 22)],
@@ -1394,6 +1464,87 @@ def test_the_baseline_refuses_a_non_bool_flag_as_the_core_does(name: str) -> Non
             with pytest.raises(TypeError) as info:
                 impl.StopParams(reasoning_end="x", **{name: v})
             assert name in _describe(info.value)
+
+
+class _NotABool:
+    """A type whose bare name is a builtin's: messages must not call it ``bool``."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+_NotABool.__name__ = _NotABool.__qualname__ = "bool"
+
+
+# Every flag of the bindings, read by the one reader (`convert::flags`): a
+# call that takes `value` for it, and whether the baseline has the call.
+_FLAG_CALLS: list[tuple[str, Callable[[Any, Any], Any], bool]] = [
+    ("ignore_eos", lambda impl, v: impl.StopParams(ignore_eos=v).ignore_eos, True),
+    ("include_stop_str_in_output",
+     lambda impl, v: impl.StopParams(include_stop_str_in_output=v).include_stop_str_in_output, True),
+    ("keep_reasoning_markers", lambda impl, v: _keep_markers(impl.StopParams(reasoning_end="x", keep_reasoning_markers=v)),
+     True),
+    ("token_aligned", lambda impl, v: impl.StopParams(token_aligned=v).token_aligned, True),
+    ("include_in_output", lambda impl, v: impl.check_stop_strings("xab", 2, ["a"], v), True),
+    ("include_in_output", lambda impl, v: impl.matcher(["a"], v).feed("xa"), True),
+    ("include_in_output", lambda impl, v: stopline.StopStrings(["a"]).check("xab", 2, v), False),
+    ("include_in_output", lambda impl, v: stopline.StopRegexes(["a"]).matcher(v).feed("xa"), False),
+    ("has_tool_calls", lambda impl, v: stopline.to_openai_finish_reason("stop", has_tool_calls=v), False),
+    ("skip_special_tokens", lambda impl, v: _flag_vocab().decode([0, 1], skip_special_tokens=v), False),
+    ("spaces_between_special_tokens", lambda impl, v: _flag_vocab().decode(
+        [1, 1], skip_special_tokens=False, spaces_between_special_tokens=v), False),
+    ("skip_special_tokens", lambda impl, v: _flag_vocab().decoder_for(skip_special_tokens=v).step([0, 1]), False),
+    ("skip_special_tokens", lambda impl, v: stopline.FinishTracker(
+        stopline.StopParams(), vocabulary=_flag_vocab(), skip_special_tokens=v).update([0, 1]).text_delta, False),
+    ("spaces_between_special_tokens", lambda impl, v: _flag_batch_add(spaces_between_special_tokens=v), False),
+]
+
+
+def _keep_markers(p: Any) -> bool:
+    """The flag as read: the core shows it in ``reasoning``, the baseline as a field."""
+    if isinstance(p, stopline.StopParams):
+        return bool(p.reasoning["keep_reasoning_markers"])  # type: ignore[index]
+    return bool(p.keep_reasoning_markers)
+
+
+def _flag_vocab() -> Any:
+    return stopline.Vocabulary.from_str(
+        '{"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 1, "content": "<s>", "special": true}]}')
+
+
+def _flag_batch_add(**kw: Any) -> Any:
+    b = stopline.FinishBatch(2, vocabulary=_flag_vocab())
+    b.add(1, stopline.StopParams(), skip_special_tokens=False, **kw)
+    return b.step([1], [1, 1], [2]).text_deltas
+
+
+@pytest.mark.parametrize(("name", "call", "in_baseline"), _FLAG_CALLS,
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(_FLAG_CALLS)])
+def test_every_flag_takes_numpy_bools_and_names_a_refused_type_unambiguously(
+        name: str, call: Callable[[Any, Any], Any], in_baseline: bool) -> None:
+    """``StopParams(ignore_eos=numpy.bool_(True))`` said "ignore_eos must be a
+    bool, got bool". A NumPy bool scalar is now read as the bool it holds
+    (as NumPy's ints are read as ints) by every flag, in the core and the
+    baseline alike; a refused value's type is named with its module where
+    its bare name is a builtin's."""
+    np = pytest.importorskip("numpy")
+    for impl in [IMPLS["rust"], IMPLS["baseline"]] if in_baseline else [IMPLS["rust"]]:
+        for value in (True, False):
+            assert call(impl, np.bool_(value)) == call(impl, value), (impl, value)
+        for bad, shown in ((1, "int"), (None, "NoneType"), (_NotABool(), f"{__name__}.bool")):
+            with pytest.raises(stopline.StoplineTypeError) as info:
+                call(impl, bad)
+            e = info.value
+            assert (e.field, e.kind) == (name, "wrong_type"), (impl, e)  # type: ignore[attr-defined]
+            assert f"{name} must be a bool, got {shown}" in str(e), (impl, str(e))
+
+
+def test_a_numpy_bool_for_an_int_is_refused_by_its_qualified_name(impl: Any) -> None:
+    np = pytest.importorskip("numpy")
+    with pytest.raises(stopline.StoplineTypeError) as info:
+        impl.StopParams(max_tokens=np.True_)
+    assert (info.value.field, info.value.kind) == ("max_tokens", "wrong_type")  # type: ignore[attr-defined]
+    assert str(info.value) == f"max_tokens must be an int, got numpy.{type(np.True_).__qualname__}"
 
 
 def test_the_baseline_reads_endless_reasoning_lists_under_the_cores_caps() -> None:

@@ -549,7 +549,7 @@ VOCABULARIES: list[tuple[str, str, str]] = [
     # (case, the child's expression for the tokenizer.json text, text the message contains)
     ("40 chained a -> aa", "TJ({'a': 0}, [R('a', 'aa')] * 40)", "decoder.decoders has 40 entries; at most 32"),
     ("20 chained a -> aa on a 4096-byte token", "TJ({'a' * 4096: 0}, [R('a', 'aa')] * 20)",
-     "decoder rule 4 (Replace \"a\" -> 2 bytes) makes token id 0 131072 bytes"),
+     "decoder.decoders[4] (Replace \"a\" -> 2 bytes) makes token id 0 131072 bytes"),
     ("a -> 60 KB on a 4096-byte token", "TJ({'a' * 4096: 0}, [R('a', 'b' * 60_000)])",
      "makes token id 0 245760000 bytes, more than the supported 65536 (max_token_bytes)"),
     ("a -> 1 MiB", "TJ({'a': 0}, [R('a', 'b' * (1 << 20))])", "decoder is 1048674 bytes of JSON"),
@@ -561,13 +561,24 @@ VOCABULARIES: list[tuple[str, str, str]] = [
     ("a 1 MB decoder type", "json.dumps({'model': {'vocab': {}}, 'decoder': {'type': 'x' * 1_000_000}})",
      "decoder is 1000012 bytes of JSON, more than the supported 65536"),
     ("a 50 KB decoder type", "json.dumps({'model': {'vocab': {}}, 'decoder': {'type': 'x' * 50_000}})",
-     "decoder has no \"type\" string (of at most 64 bytes)"),
+     "decoder.type must be a string of at most 64 bytes"),
     ("a 60 KB Metaspace prepend_scheme",
      "json.dumps({'model': {'vocab': {}}, 'decoder': {'type': 'Metaspace', 'replacement': '_', "
      "'prepend_scheme': 'x' * 60_000}})", "(60000 bytes in all)"),
     ("32 decoders of 64-byte names", "TJ({}, [{'type': 'x' * 64}] * 32)", "... ("),
     ("a 1 MB vocab key that is no id", "json.dumps({'model': {'vocab': {'k' * 1_000_000: 'x'}}})",
      "is not a token id"),
+    # A 100 MB string where an object, a list or an id belongs: the parser's
+    # message quoted it whole (a 100,000,106-character ValueError).
+    ("a 100 MB string for model.vocab", "'{\"model\": {\"vocab\": \"' + 'v' * 100_000_000 + '\"}}'",
+     "tokenizer: model.vocab must be an object or a list, got a string"),
+    ("a 100 MB string for model", "'{\"model\": \"' + 'v' * 100_000_000 + '\"}'",
+     "tokenizer: model must be an object, got a string"),
+    ("a 100 MB string for added_tokens", "'{\"model\": {\"vocab\": {}}, \"added_tokens\": \"' + 'v' * 100_000_000 + '\"}'",
+     "tokenizer: added_tokens must be a list or null, got a string"),
+    ("a 100 MB string for an added token",
+     "'{\"model\": {\"vocab\": {}}, \"added_tokens\": [\"' + 'v' * 100_000_000 + '\"]}'",
+     "tokenizer: added_tokens[0] must be an object, got a string"),
 ]
 
 VOCAB_PRELUDE = """
@@ -587,10 +598,20 @@ def test_a_hostile_tokenizer_json_is_refused_naming_the_cap(case: str, expr: str
     """Decoder rules that chain or expand, too many rules, oversized tokens
     and sections: a ValueError naming the cap, within the memory limit
     (these aborted the process or took minutes)."""
-    out = run_child(VOCAB_PRELUDE + f"text = {expr}\nprint(json.dumps(outcome(lambda: Vocabulary.from_str(text))))")
+    out = run_child(VOCAB_PRELUDE + f"""
+text = {expr}
+def go():
+    try:
+        Vocabulary.from_str(text)
+    except ValueError as e:
+        raise ValueError(f"{{e.field}} | {{e}}") from None
+print(json.dumps(outcome(go)))
+""")
     assert out.get("raised") == "ValueError", out
     assert says in out["message"], out
-    assert len(out["message"]) < 500
+    # One bounded line that names the path, in `field` too.
+    field, message = out["message"].split(" | ", 1)
+    assert field.startswith("tokenizer") and len(message) < 600 and "\n" not in message, out
 
 
 def test_rules_at_the_cap_build_linearly() -> None:
@@ -620,6 +641,31 @@ from stopline import Vocabulary
 print(json.dumps(outcome(lambda: Vocabulary.from_file({str(path)!r}).vocab_size)))
 """, limit=512 << 20)
     assert out == {"value": 2_000_000}
+
+
+def test_two_million_added_tokens_load_in_a_small_multiple_of_the_file(tmp_path: Any) -> None:
+    """2,000,000 added tokens (a 133 MB file, under the 128 MiB cap) are read
+    as vocab entries are, one table entry each: under a 400 MiB limit (they
+    took 4.1x the file when each went through a hash map and a list of
+    their own)."""
+    path = tmp_path / "tokenizer.json"
+    n = 2_000_000
+    with open(path, "w") as f:
+        f.write('{"added_tokens": [')
+        for start in range(0, n, 100_000):
+            f.write(",".join('{"id":%d,"content":"<t%d>","special":true,"lstrip":false}' % (i + 1, i)
+                             for i in range(start, min(n, start + 100_000))))
+            f.write("," if start + 100_000 < n else "")
+        f.write('], "model": {"type": "BPE", "vocab": {"a": 0}}, "decoder": {"type": "ByteLevel"}}')
+    assert 120 << 20 < path.stat().st_size <= 128 << 20
+    out = run_child(f"""
+from stopline import Vocabulary
+def go():
+    v = Vocabulary.from_file({str(path)!r})
+    return [v.vocab_size, v.decode([0, 1, 2_000_000], skip_special_tokens=False)]
+print(json.dumps(outcome(go)))
+""", limit=400 << 20)
+    assert out == {"value": [2_000_001, "a<t0><t1999999>"]}
 
 
 DECODES: list[tuple[str, str]] = [

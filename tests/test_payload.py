@@ -146,12 +146,27 @@ def test_payload_errors_carry_field_kind_and_slot():
     with pytest.raises(ValueError, match="slot 2: count must be >= 0") as info:
         held.release(2, -1)
     assert data(info) == (stopline.StoplineValueError, "count", 2, "below")
-    with pytest.raises(TypeError, match="count must be an int, got bool") as info:
+    # The count of a slot's release names the slot, as every other error of
+    # that release does (a bool count named none).
+    with pytest.raises(TypeError, match="slot 2: count must be an int, got bool") as info:
         held.release(2, True)
-    assert data(info) == (stopline.StoplineTypeError, "count", None, "wrong_type")
+    assert data(info) == (stopline.StoplineTypeError, "count", 2, "wrong_type")
     with pytest.raises(ValueError, match="max_slots must be in") as info:
         HeldPayloads(0)
     assert data(info) == (stopline.StoplineValueError, "max_slots", None, "out_of_range")
     with pytest.raises(TypeError, match="result must be a BatchStepResult, got int") as info:
         held.step(3)
     assert data(info) == (stopline.StoplineTypeError, "result", None, "wrong_type")
+
+
+def test_a_numpy_bool_count_is_named_unambiguously():
+    """NumPy's bool is not an int (it has no ``__index__``): refused like
+    ``True``, its type named ``numpy.bool``, not a bare ``bool``."""
+    np = pytest.importorskip("numpy")
+    held = HeldPayloads(4)
+    held.push(0, [1])
+    with pytest.raises(TypeError) as info:
+        held.release(0, np.True_)
+    e = info.value
+    assert (e.field, e.slot, e.kind) == ("count", 0, "wrong_type")
+    assert str(e) == f"slot 0: count must be an int, got numpy.{type(np.True_).__qualname__}"

@@ -270,6 +270,24 @@ def test_missing_file_exits_2(tmp_path):
     assert p.stdout == ""  # nothing replayed
 
 
+@pytest.mark.parametrize("doc, path", [
+    ('{"model": {"vocab": "' + "v" * 10_000_000 + '"}}', "model.vocab"),
+    ('{"model": {"vocab": {}}, "added_tokens": [{"id": 0, "content": "a"}, "' + "v" * 10_000_000 + '"]}',
+     "added_tokens[1]"),
+    ('{"model": {"vocab": {}, "merges": ["a b", "' + "v" * 10_000_000 + '" "a b"]}}', "model.merges[2]"),
+], ids=["model.vocab", "an added token", "merges"])
+def test_a_bad_tokenizer_file_is_one_bounded_line(tmp_path, doc, path):
+    """`replay --tokenizer` prints the Vocabulary's error: one line that
+    names the JSON path, never the 10 MB value it is about."""
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text(doc)
+    p = run_cli("replay", "--tokenizer", str(tok), str(_write(tmp_path, [GOOD])))
+    assert p.returncode == 2 and p.stdout == ""
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 600, p.stderr[:2000]
+    assert f"--tokenizer {tok}: tokenizer: {path}" in lines[0]
+
+
 def test_directory_is_unreadable(tmp_path):
     p = run_cli("replay", str(tmp_path))
     assert p.returncode == 2 and "cannot read" in p.stderr

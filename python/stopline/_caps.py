@@ -5,6 +5,7 @@ wording, rendered by the core's message writer (``_core._problem``)."""
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import numbers
 import reprlib
@@ -31,6 +32,16 @@ def shown(value: Any) -> str:
         if isinstance(value, int):
             return f"<an int of {value.bit_length()} bits>"
         raise
+
+
+def type_name(value: Any) -> str:
+    """The type of ``value`` as an error message names it, as the core does:
+    its bare name, or ``module.qualname`` where the bare name is also a
+    builtin's that it is not (NumPy's bool scalar is ``numpy.bool``)."""
+    t = type(value)
+    if t.__module__ != "builtins" and hasattr(builtins, t.__name__):
+        return f"{t.__module__}.{t.__qualname__}"
+    return t.__name__
 
 
 def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
@@ -84,7 +95,7 @@ def field_type_error(field_name: str, expected: str, value: Any) -> TypeError:
     """``StoplineTypeError("{field} must be {expected}, got {type}")``,
     ``kind="wrong_type"`` as the core's own type errors."""
     return field_error(
-        TypeError, field_name, f"{field_name} must be {expected}, got {type(value).__name__}", "wrong_type"
+        TypeError, field_name, f"{field_name} must be {expected}, got {type_name(value)}", "wrong_type"
     )
 
 
@@ -130,9 +141,10 @@ def token_id(value: Any, field_name: str) -> int:
 
 
 def flag(value: Any, field_name: str) -> bool:
-    """A request's on/off field: a bool (or numpy's bool scalar), ``None``
-    (off); anything else is a TypeError naming the field (``bool("false")``
-    is True, which turned a duck-typed request's ``ignore_eos="false"`` on)."""
+    """A request's on/off field: a bool (or numpy's bool scalar, known by its
+    type's module and name as the core knows it), ``None`` (off); anything
+    else is a TypeError naming the field (``bool("false")`` is True, which
+    turned a duck-typed request's ``ignore_eos="false"`` on)."""
     if value is None:
         return False
     if isinstance(value, bool):

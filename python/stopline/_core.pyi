@@ -1010,10 +1010,14 @@ class FinishBatch:
 
         Raises:
             ValueError: ``slot`` is outside ``[0, max_slots)`` or already in
-                use (``slot 0: is already in use; remove() it first``).
+                use (``slot 0: is already in use; remove() it first``); a
+                prompt id outside the vocabulary.
             TypeError: ``slot`` is not an int; ``params`` is not a
-                ``StopParams``.
+                ``StopParams``; a flag is not a bool (or NumPy's bool).
             OverflowError: ``slot`` is 2**63 or more.
+
+        Every error once ``slot`` is read has it in ``slot`` (the engine
+        refuses that one request); the slot stays empty.
         """
     def snapshot(self, slot: int) -> bytes:
         """A slot's snapshot, as ``FinishTracker.snapshot`` (with the slot's
@@ -1167,9 +1171,22 @@ class Vocabulary:
     (ByteLevel, ByteFallback/SentencePiece, Metaspace, WordPiece decoders)."""
 
     @staticmethod
-    def from_file(path: str | os.PathLike[str]) -> Vocabulary: ...
+    def from_file(path: str | os.PathLike[str]) -> Vocabulary:
+        """Reads a tokenizer.json of at most 128 MiB (a regular file).
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: (``kind="tokenizer"``) the file is not what stopline
+                reads; ``field`` is ``"tokenizer."`` and the JSON path of the
+                value at fault (``"tokenizer.added_tokens[3].content"``),
+                which the message names too, or ``"tokenizer"`` for the file
+                as a whole. No message quotes a value whole.
+            MemoryError: a table cannot be allocated.
+        """
     @staticmethod
-    def from_str(json: str) -> Vocabulary: ...
+    def from_str(json: str) -> Vocabulary:
+        """Builds the vocabulary from the text of a tokenizer.json; raises as
+        ``from_file`` (``field="json"`` for a lone surrogate)."""
     @property
     def vocab_size(self) -> int: ...
     @property

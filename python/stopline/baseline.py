@@ -71,6 +71,7 @@ are rejected.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import itertools
 import operator
@@ -107,6 +108,27 @@ def _err(cls: type[_E], message: str, field: str | None, kind: str, slot: int | 
     return e
 
 
+def _type_name(v: Any) -> str:
+    """The type of ``v`` as the core's messages name it: bare, or qualified
+    where the bare name is also a builtin's that it is not (``numpy.bool``)."""
+    t = type(v)
+    if t.__module__ != "builtins" and hasattr(builtins, t.__name__):
+        return f"{t.__module__}.{t.__qualname__}"
+    return t.__name__
+
+
+def _flag(v: Any, name: str) -> bool:
+    """A bool argument, as the core reads one: a ``bool``, or NumPy's bool
+    scalar (by its type's module and name; NumPy is not imported), read by
+    its truth. Anything else (``1``, ``None``, ``"no"``) is a TypeError."""
+    if isinstance(v, bool):
+        return v
+    t = type(v)
+    if t.__module__ == "numpy" and t.__name__ in ("bool", "bool_"):
+        return bool(v)
+    raise _err(StoplineTypeError, f"{name} must be a bool, got {_type_name(v)}", name, "wrong_type")
+
+
 def _check_encodable(s: str, what: str) -> None:
     # isascii() is O(1) in CPython; only non-ASCII text pays for the scan.
     if not s.isascii():
@@ -129,10 +151,10 @@ def _str_items(obj: Any, what: str, check: Callable[[int, str], None]) -> tuple[
             raise TypeError
         items = tuple(obj)
     except TypeError:
-        raise _err(StoplineTypeError, f"{what} must be a sequence of str, got {type(obj).__name__}", what, "wrong_type") from None
+        raise _err(StoplineTypeError, f"{what} must be a sequence of str, got {_type_name(obj)}", what, "wrong_type") from None
     for i, s in enumerate(items):
         if not isinstance(s, str):
-            raise _err(StoplineTypeError, f"{what}[{i}] must be str, got {type(s).__name__}", f"{what}[{i}]", "wrong_type")
+            raise _err(StoplineTypeError, f"{what}[{i}] must be str, got {_type_name(s)}", f"{what}[{i}]", "wrong_type")
         check(i, s)
     return items
 
@@ -186,7 +208,7 @@ def _index(v: Any, what: str) -> int:
     try:
         return operator.index(v)
     except TypeError:
-        raise _err(StoplineTypeError, f"{what} must be an int, got {type(v).__name__}", what, "wrong_type") from None
+        raise _err(StoplineTypeError, f"{what} must be an int, got {_type_name(v)}", what, "wrong_type") from None
 
 
 def _param_int(name: str, v: Any) -> int:
@@ -214,7 +236,7 @@ def _token_id(name: str, v: Any) -> int:
 def _text(name: str, v: Any) -> str:
     """A str of valid Unicode, errors naming ``name`` as the core's."""
     if not isinstance(v, str):
-        raise _err(StoplineTypeError, f"{name} must be str, got {type(v).__name__}", name, "wrong_type")
+        raise _err(StoplineTypeError, f"{name} must be str, got {_type_name(v)}", name, "wrong_type")
     _check_encodable(v, name)
     return v
 
@@ -245,7 +267,7 @@ def _pairs(name: str, obj: Any) -> list[list[Any]] | None:
         items = list(itertools.islice(obj, _MAX_SPANS + 1))
         n = len(obj) if hasattr(obj, "__len__") else len(items)
     except TypeError:
-        raise _err(StoplineTypeError, f"{name} must be a sequence of (start, end) pairs, got {type(obj).__name__}",
+        raise _err(StoplineTypeError, f"{name} must be a sequence of (start, end) pairs, got {_type_name(obj)}",
                    name, "wrong_type") from None
     if n > _MAX_SPANS:
         raise _err(StoplineValueError, f"{name} has {n} entries; at most {_MAX_SPANS} are accepted",
@@ -257,11 +279,11 @@ def _pairs(name: str, obj: Any) -> list[list[Any]] | None:
             raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, not a single str", at, "single_str")
         if isinstance(pair, (set, frozenset, Mapping)):
             raise _err(StoplineTypeError, f"{at} must be a (start, end) pair in order (a tuple or list), "
-                       f"got {type(pair).__name__}", at, "wrong_type")
+                       f"got {_type_name(pair)}", at, "wrong_type")
         try:
             two = list(pair)
         except TypeError:
-            raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, got {type(pair).__name__}",
+            raise _err(StoplineTypeError, f"{at} must be a (start, end) pair, got {_type_name(pair)}",
                        at, "wrong_type") from None
         if len(two) != 2:
             raise _err(StoplineValueError, f"{at} has {len(two)} items; a (start, end) pair has exactly 2", at, "count")
@@ -310,7 +332,7 @@ def _id_list(name: str, ids: Any) -> tuple[int, ...]:
             raise TypeError
         it = iter(ids)
     except TypeError:
-        raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {type(ids).__name__}", name, "wrong_type") from None
+        raise _err(StoplineTypeError, f"{name} must be a sequence of int, got {_type_name(ids)}", name, "wrong_type") from None
     items = _take(ids if hasattr(ids, "__len__") else it, name, _MAX_IDS)
     return tuple(_one_id(f"{name}[{i}]", t) for i, t in enumerate(items))
 
@@ -357,8 +379,9 @@ def check_stop_strings(
     Returns None, or ``(stop_str, offset)``: the match start, or with
     ``include_in_output`` its end, or -1 when that end is the end of the text.
     """
+    include_in_output = _flag(include_in_output, "include_in_output")
     if not isinstance(output_text, str):
-        raise _err(StoplineTypeError, f"output_text must be str, got {type(output_text).__name__}", "output_text", "wrong_type")
+        raise _err(StoplineTypeError, f"output_text must be str, got {_type_name(output_text)}", "output_text", "wrong_type")
     new_char_count = _index(new_char_count, "new_char_count")
     if new_char_count < 0 or new_char_count > len(output_text):
         raise _err(StoplineValueError,
@@ -399,7 +422,7 @@ class StopMatcher:
 
     def __init__(self, stops: Sequence[str], include_in_output: bool = False) -> None:
         self._stops = _validate_stops(stops, "stops")
-        self._include = bool(include_in_output)
+        self._include = _flag(include_in_output, "include_in_output")
         self._keep = max(map(len, self._stops), default=1) - 1
         self._prefixes = frozenset(s[:k] for s in self._stops for k in range(1, len(s)))
         self._firsts = frozenset(s[0] for s in self._stops)
@@ -420,7 +443,7 @@ class StopMatcher:
 
     def feed(self, delta: str) -> StopMatch | None:
         if not isinstance(delta, str):
-            raise _err(StoplineTypeError, f"delta must be str, got {type(delta).__name__}", "delta", "wrong_type")
+            raise _err(StoplineTypeError, f"delta must be str, got {_type_name(delta)}", "delta", "wrong_type")
         if not delta:
             return None
         _check_encodable(delta, "delta")
@@ -458,7 +481,7 @@ class StopRegexMatcher:
     def __init__(self, patterns: Sequence[str], include_in_output: bool = False) -> None:
         self._patterns = _validate_regexes(patterns, "patterns")
         self._ends = [_compile_ending(p) for p in self._patterns]
-        self._include = bool(include_in_output)
+        self._include = _flag(include_in_output, "include_in_output")
         widths = [_regex_width(p)[1] for p in self._patterns]
         bounded = [w for w in widths if w is not None]
         # None: some pattern is unbounded and a match may start anywhere.
@@ -479,7 +502,7 @@ class StopRegexMatcher:
 
     def feed(self, delta: str) -> StopMatch | None:
         if not isinstance(delta, str):
-            raise _err(StoplineTypeError, f"delta must be str, got {type(delta).__name__}", "delta", "wrong_type")
+            raise _err(StoplineTypeError, f"delta must be str, got {_type_name(delta)}", "delta", "wrong_type")
         if not delta:
             return None
         _check_encodable(delta, "delta")
@@ -526,7 +549,7 @@ def _repetition(rep: Any) -> dict[str, int] | None:
         return None
     if not isinstance(rep, Mapping):
         raise _err(StoplineTypeError,
-                   f"repetition must be a mapping with keys {', '.join(_REPETITION_KEYS)}, got {type(rep).__name__}",
+                   f"repetition must be a mapping with keys {', '.join(_REPETITION_KEYS)}, got {_type_name(rep)}",
                    "repetition", "wrong_type")
     for k in rep:
         if k not in _REPETITION_KEYS:
@@ -559,7 +582,7 @@ def _scope_list(name: str, v: Any, n: int, count: bool = True) -> tuple[str, ...
     only (the core checks the count later)."""
     def scope(x: Any, at: str) -> str:
         if not isinstance(x, str):
-            raise _err(StoplineTypeError, f"{at} must be a str, got {type(x).__name__}", at, "wrong_type")
+            raise _err(StoplineTypeError, f"{at} must be a str, got {_type_name(x)}", at, "wrong_type")
         _check_encodable(x, at)
         if x not in _SCOPES:
             raise _err(StoplineValueError, f"{at}={x!r} is not one of 'content', 'reasoning' or 'any'", at, "not_one_of")
@@ -574,7 +597,7 @@ def _scope_list(name: str, v: Any, n: int, count: bool = True) -> tuple[str, ...
             raise TypeError
         it = iter(v)
     except TypeError:
-        raise _err(StoplineTypeError, f"{name} must be a str or a sequence of str, got {type(v).__name__}",
+        raise _err(StoplineTypeError, f"{name} must be a str or a sequence of str, got {_type_name(v)}",
                    name, "wrong_type") from None
     items = tuple(scope(x, f"{name}[{i}]")
                   for i, x in enumerate(_take(v if hasattr(v, "__len__") else it, name, max(_MAX_IDS, n))))
@@ -762,9 +785,7 @@ class StopParams:
         # `StopParams::validate` checks them together), so that with several
         # bad fields both report the same one first.
         for name in ("ignore_eos", "include_stop_str_in_output", "keep_reasoning_markers", "token_aligned"):
-            v = getattr(self, name)
-            if not isinstance(v, bool):
-                raise _err(StoplineTypeError, f"{name} must be bool, got {type(v).__name__} ({v!r})", name, "wrong_type")
+            put(name, _flag(getattr(self, name), name))
 
         vocab = self.vocab_size
         if vocab is not None:
@@ -813,7 +834,7 @@ class StopParams:
                 put(name, _marker_text(name, getattr(self, name)))
         sin = self.reasoning_starts_in
         if sin is not None and not isinstance(sin, str):
-            raise _err(StoplineTypeError, f"reasoning_starts_in must be str, got {type(sin).__name__}",
+            raise _err(StoplineTypeError, f"reasoning_starts_in must be str, got {_type_name(sin)}",
                        "reasoning_starts_in", "wrong_type")
         texts, ids = _pairs("tool_call_markers", self.tool_call_markers), _pairs("tool_call_marker_ids", self.tool_call_marker_ids)
         if texts is not None and ids is not None and len(texts) != len(ids):
@@ -1128,7 +1149,7 @@ class FinishTracker:
         """``starts_in="reasoning"``: output starts inside the reasoning block
         (a prompt that opened it), unless the params say where it starts."""
         if not isinstance(params, StopParams):
-            raise _err(StoplineTypeError, f"params must be StopParams, got {type(params).__name__}", "params", "wrong_type")
+            raise _err(StoplineTypeError, f"params must be StopParams, got {_type_name(params)}", "params", "wrong_type")
         p = params
         self._params = p
         self._vocab = p.vocab_size
@@ -1262,13 +1283,13 @@ class FinishTracker:
                        None, "slot_finished" if where else "finished")
         if isinstance(token_ids, (str, bytes, Mapping)):
             raise _err(StoplineTypeError,
-                       f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}",
+                       f"{where}token_ids must be a sequence of int, got {_type_name(token_ids)}",
                        "token_ids", "wrong_type")
         try:
             run = list(token_ids)
         except TypeError:
             raise _err(StoplineTypeError,
-                       f"{where}token_ids must be a sequence of int, got {type(token_ids).__name__}",
+                       f"{where}token_ids must be a sequence of int, got {_type_name(token_ids)}",
                        "token_ids", "wrong_type") from None
         for i, t in enumerate(run):
             if type(t) is not int:
@@ -1289,14 +1310,14 @@ class FinishTracker:
             if isinstance(texts, str):
                 raise _err(StoplineTypeError, f"{where}texts must be a sequence of str (one per token), not a str", "texts", "single_str")
             if isinstance(texts, Mapping):
-                raise _err(StoplineTypeError, f"{where}texts must be a sequence of str, got {type(texts).__name__}",
+                raise _err(StoplineTypeError, f"{where}texts must be a sequence of str, got {_type_name(texts)}",
                            "texts", "wrong_type")
             texts = list(texts)
             if len(texts) != len(run):
                 raise _err(StoplineValueError, f"{where}texts has {len(texts)} pieces for {len(run)} token ids", "texts", "count")
             for i, s in enumerate(texts):
                 if not isinstance(s, str):
-                    raise _err(StoplineTypeError, f"{where}texts[{i}] must be str, got {type(s).__name__}", f"texts[{i}]", "wrong_type")
+                    raise _err(StoplineTypeError, f"{where}texts[{i}] must be str, got {_type_name(s)}", f"texts[{i}]", "wrong_type")
                 _check_encodable(s, f"{where}texts[{i}]")
         g = grammar_terminated_at
         if g is not None:
@@ -1504,7 +1525,12 @@ class FinishBatch:
         s = self._slot(slot)
         if self._slots[s] is not None:
             raise _err(StoplineValueError, f"slot {s} is already in use; remove it first", "slot", "slot", slot=s)
-        self._slots[s] = FinishTracker(params)
+        try:
+            tracker = FinishTracker(params)
+        except (StoplineValueError, StoplineTypeError) as e:
+            e.slot = s
+            raise
+        self._slots[s] = tracker
 
     def remove(self, slot: int) -> None:
         s = self._slot(slot)
@@ -1526,7 +1552,7 @@ class FinishBatch:
         for name, v in (("slots", slots), ("token_ids", token_ids), ("run_lengths", run_lengths), ("texts", texts),
                         ("grammar_terminated_at", grammar_terminated_at)):
             if isinstance(v, Mapping):  # its keys: never what a caller meant
-                raise _err(StoplineTypeError, f"{name} must be a sequence, got {type(v).__name__}", name, "wrong_type")
+                raise _err(StoplineTypeError, f"{name} must be a sequence, got {_type_name(v)}", name, "wrong_type")
         slots = [self._slot(s) for s in slots]
         token_ids = list(token_ids)
         nslots = len(slots)

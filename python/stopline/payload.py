@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ._caps import field_error, shown
+from ._caps import field_error, shown, type_name
 from ._core import LIMITS
 
 __all__ = ["HeldPayloads"]
@@ -29,15 +29,19 @@ MAX_SLOTS = LIMITS["max_slots"]
 """The cap on ``max_slots``: ``FinishBatch``'s (``LIMITS["max_slots"]``, 2**24)."""
 
 
-def _index(value: Any, field: str) -> int:
+def _index(value: Any, field: str, slot: int | None = None) -> int:
     """``value`` as an int (anything with ``__index__``, as the core reads
-    ints; a ``bool`` is refused): ``TypeError`` naming the field otherwise."""
+    ints; a ``bool`` is refused): ``TypeError`` naming the field (and the
+    slot it is about, when known) otherwise."""
+    about = "" if slot is None else f"slot {slot}: "
     if isinstance(value, bool):
-        raise field_error(TypeError, field, f"{field} must be an int, got bool", "wrong_type")
+        raise field_error(TypeError, field, f"{about}{field} must be an int, got bool", "wrong_type", slot=slot)
     try:
         return operator.index(value)
     except TypeError:
-        raise field_error(TypeError, field, f"{field} must be an int, got {type(value).__name__}", "wrong_type") from None
+        raise field_error(
+            TypeError, field, f"{about}{field} must be an int, got {type_name(value)}", "wrong_type", slot=slot
+        ) from None
 
 
 class HeldPayloads:
@@ -92,7 +96,7 @@ class HeldPayloads:
             raise field_error(
                 TypeError,
                 "chunk",
-                f"slot {s}: chunk must have len() and slicing, got {type(chunk).__name__}",
+                f"slot {s}: chunk must have len() and slicing, got {type_name(chunk)}",
                 "wrong_type",
                 slot=s,
             ) from None
@@ -107,7 +111,7 @@ class HeldPayloads:
     def release(self, slot: int, count: int) -> list[Any]:
         """Take the payloads of the next ``count`` tokens of ``slot``, as chunks (the last one sliced)."""
         s = self._slot(slot)
-        k = _index(count, "count")
+        k = _index(count, "count", s)
         held = self._held.get(s, 0)
         if k < 0:
             raise field_error(ValueError, "count", f"slot {s}: count must be >= 0, got {shown(k)}", "below", slot=s)
@@ -154,10 +158,10 @@ class HeldPayloads:
         try:
             slots, counts, finished = result.slots, result.released_counts, result.finished_slots
         except AttributeError:
-            raise field_error(TypeError, "result", f"result must be a BatchStepResult, got {type(result).__name__}", "wrong_type") from None
+            raise field_error(TypeError, "result", f"result must be a BatchStepResult, got {type_name(result)}", "wrong_type") from None
         if chunks is not None:
             if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Sequence):
-                raise field_error(TypeError, "chunks", f"chunks must be a sequence of chunks, got {type(chunks).__name__}", "wrong_type")
+                raise field_error(TypeError, "chunks", f"chunks must be a sequence of chunks, got {type_name(chunks)}", "wrong_type")
             if len(chunks) != len(slots):
                 raise field_error(ValueError, "chunks", f"chunks has {len(chunks)} entries but the step has {len(slots)} rows", "count")
             for slot, chunk in zip(slots, chunks):

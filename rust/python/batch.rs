@@ -13,7 +13,7 @@ use super::convert::{
     Slots,
 };
 use super::detok;
-use super::errors::{arg_err, at_slot, not_picklable, to_py_err};
+use super::errors::{self, arg_err, at_slot, not_picklable, to_py_err};
 use super::ffi::PrivateList;
 use super::params::params_arg;
 use super::result::{Outcome, PyStepResult, RowChannels, RowTable};
@@ -320,6 +320,8 @@ impl PyFinishBatch {
     /// `prompt_token_ids` primes the slot's decoder (decoding continues
     /// after the prompt) and `skip_special_tokens` /
     /// `spaces_between_special_tokens` are as in vLLM's `SamplingParams`.
+    /// An error once `slot` is read (the params, the prompt ids, the slot's
+    /// state) names it in `slot`.
     #[pyo3(signature = (slot, params, prompt_token_ids = None, skip_special_tokens = true, spaces_between_special_tokens = true))]
     fn add(
         &mut self,
@@ -332,7 +334,10 @@ impl PyFinishBatch {
         spaces_between_special_tokens: bool,
     ) -> PyResult<()> {
         let slot = extract_i64_arg(slot, "slot")?;
-        let params = params_arg(params)?;
+        // From here on every error is about the request for `slot`: the
+        // engine refuses that one request.
+        let in_slot = |e: PyErr| errors::in_slot(e, slot);
+        let params = params_arg(params).map_err(in_slot)?;
         let vocab = self.inner.vocabulary();
         let dec = detok::seq_decoder(
             vocab,
@@ -340,11 +345,13 @@ impl PyFinishBatch {
             prompt_token_ids,
             skip_special_tokens,
             spaces_between_special_tokens,
-        )?;
-        let prompt = detok::prompt_state(vocab.map(|v| &**v), &params, prompt_token_ids)?;
+        )
+        .map_err(in_slot)?;
+        let prompt =
+            detok::prompt_state(vocab.map(|v| &**v), &params, prompt_token_ids).map_err(in_slot)?;
         self.inner
             .add_decoding(slot, Arc::clone(&params), prompt, dec)
-            .map_err(to_py_err)
+            .map_err(|e| in_slot(to_py_err(e)))
     }
 
     /// Frees a slot (finished or not).

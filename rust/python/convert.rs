@@ -183,11 +183,33 @@ fn known_len(
     }
 }
 
+/// The type of `obj` as an error message names it: its bare name, or
+/// `module.qualname` where the bare name is also a builtin's that it is not
+/// (NumPy's bool scalar is `numpy.bool`, never a bare `bool`).
 pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into())
+    let ty = obj.get_type();
+    let Ok(name) = ty.name().map(|n| n.to_string()) else {
+        return "?".into();
+    };
+    let module = ty.module().map(|m| m.to_string()).unwrap_or_default();
+    let py = obj.py();
+    let shadows = module != "builtins"
+        && py
+            .import("builtins")
+            .and_then(|b| b.hasattr(name.as_str()))
+            .unwrap_or(false);
+    match ty.qualname() {
+        Ok(q) if shadows => format!("{module}.{q}"),
+        _ => name,
+    }
+}
+
+/// Whether `obj` is NumPy's bool scalar (`numpy.bool`, `numpy.bool_`
+/// before NumPy 2), known by its type's module and name: NumPy need not be
+/// installed, and the type cannot be subclassed.
+fn is_numpy_bool(obj: &Bound<'_, PyAny>) -> bool {
+    let ty = obj.get_type();
+    ty.module().is_ok_and(|m| m == "numpy") && ty.name().is_ok_and(|n| n == "bool" || n == "bool_")
 }
 
 /// What an error message shows of a caller's value: its `repr()` cut to
@@ -394,17 +416,20 @@ pub(super) fn wrong_type(expected: &'static str, obj: &Bound<'_, PyAny>) -> Prob
     }
 }
 
-/// A `bool` argument; anything else (an int, `None`, a str: `bool("false")`
-/// is True) is a TypeError naming `field`.
+/// A `bool` argument, or NumPy's bool scalar (read by its truth, as NumPy's
+/// ints are taken for ints); anything else (an int, `None`, a str:
+/// `bool("false")` is True) is a TypeError naming `field`.
 pub(super) fn extract_flag(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<bool> {
     match obj.cast::<PyBool>() {
         Ok(b) => Ok(b.is_true()),
+        Err(_) if is_numpy_bool(obj) => obj.is_truthy(),
         Err(_) => Err(arg_err(field, wrong_type("a bool", obj))),
     }
 }
 
 /// `from_py_with` readers for the bindings' `bool` arguments, one per
-/// argument name: anything but a bool is refused naming the argument.
+/// argument name ([`extract_flag`]: a bool or NumPy's bool scalar; anything
+/// else is refused naming the argument). Every bool argument is read here.
 pub(super) mod flags {
     use super::extract_flag;
     use pyo3::prelude::*;
@@ -423,7 +448,8 @@ pub(super) mod flags {
         token_aligned,
         include_in_output,
         skip_special_tokens,
-        spaces_between_special_tokens
+        spaces_between_special_tokens,
+        has_tool_calls
     );
 }
 

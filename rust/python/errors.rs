@@ -170,6 +170,23 @@ pub(super) fn at_slot(err: PyErr, field: Option<&str>, slot: i64) -> PyErr {
     err
 }
 
+/// `err` naming `slot` when it is one of stopline's exceptions (a caller's
+/// own exception passing through, from an `__index__` say, is left as it
+/// is): an error of `FinishBatch.add` once its slot is read.
+pub(super) fn in_slot(err: PyErr, slot: i64) -> PyErr {
+    Python::attach(|py| {
+        let ours = err.is_instance_of::<StoplineValueError>(py)
+            || err.is_instance_of::<StoplineTypeError>(py)
+            || err.is_instance_of::<StoplineRuntimeError>(py)
+            || err.is_instance_of::<StoplineMemoryError>(py)
+            || err.is_instance_of::<StoplineOverflowError>(py);
+        if ours {
+            let _ = err.value(py).setattr("slot", slot);
+        }
+    });
+    err
+}
+
 /// `_core._problem(kind, field, *, slot=None, **values)`: the exception the
 /// core raises for `kind` about `field` (class, message and attributes), for
 /// the Python modules' own checks (`stopline._caps`), so a message is written

@@ -20,7 +20,7 @@ pub(super) fn finish_reasons() -> [&'static str; 5] {
 #[pyo3(signature = (finish_reason, has_tool_calls = false))]
 pub(super) fn to_openai_finish_reason(
     finish_reason: Option<&str>,
-    has_tool_calls: bool,
+    #[pyo3(from_py_with = super::convert::flags::has_tool_calls)] has_tool_calls: bool,
 ) -> PyResult<Option<&'static str>> {
     let Some(name) = finish_reason else {
         return Ok(None);
