@@ -228,8 +228,8 @@ class FinishCriteria(StoppingCriteria):
 
     Calling it returns a bool tensor ``[rows]`` on ``input_ids``' device, True
     for rows that have finished: the same tensor object from call to call
-    until a row finishes (then a new one), so do not modify it in place. After ``generate``, :meth:`results` and
-    :meth:`texts` report each row.
+    until a row finishes (then a new one), so do not modify it in place.
+    After ``generate``, :meth:`results` and :meth:`texts` report each row.
 
     With reasoning markers in a row's params (``reasoning_start`` /
     ``reasoning_end`` as text, or their ids; semantics.md 11) its stop
