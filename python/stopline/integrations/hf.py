@@ -71,14 +71,14 @@ def _per_row(value: Any, rows: int, field: str, kind: type) -> list[Any]:
 
 
 def _check_ids(input_ids: Any, field: str = "input_ids") -> tuple[int, int]:
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+    if not isinstance(input_ids, torch.Tensor) or len(input_ids.shape) != 2:
         raise field_error(
             ValueError,
             field,
             f"{field} must be a 2-D tensor [rows, positions], got {getattr(input_ids, 'shape', type(input_ids))}",
             "invalid",
         )
-    rows, width = (int(d) for d in input_ids.shape)
+    rows, width = input_ids.shape
     return rows, width
 
 
@@ -86,8 +86,8 @@ class _RowTracker:
     """The rows' layout across calls: prompt width, tokens seen, reorder check.
 
     Works on a host NumPy view of the columns it needs (the last one seen and
-    the new ones): a handful of NumPy operations per call instead of a torch
-    dispatch each, which is most of the adapters' own cost per step."""
+    the new ones): one torch call, then NumPy slicing and ``tobytes``, because
+    inside ``generate`` every further torch op or NumPy ufunc costs 10-30 us."""
 
     def __init__(self, prompt_len: int | None, owner: str):
         if prompt_len is not None:
@@ -99,7 +99,7 @@ class _RowTracker:
         self.owner = owner
         self.rows = -1
         self.seen = -1
-        self.last: np.ndarray | None = None
+        self.last: bytes | None = None  # the last column seen, to detect reordered rows
 
     def start(self, rows: int, width: int, already: int) -> None:
         if self.prompt_len is None:
@@ -129,9 +129,14 @@ class _RowTracker:
         if width < self.seen:
             raise field_error(ValueError, "input_ids", f"{self.owner}: input_ids shrank from {self.seen} to {width} positions", "invalid")
         first = max(self.seen - 1, 0)
-        host = input_ids[:, first:].cpu().numpy()  # a view on CPU; only these columns copied from a device
+        # Few and cheap calls: inside generate the forward pass leaves caches
+        # cold, and every torch op or NumPy ufunc then costs 10-30 us per call.
+        try:
+            host = input_ids.numpy()[:, first:]  # zero-copy on the CPU
+        except TypeError:  # on a device: only these columns are copied to the host
+            host = input_ids[:, first:].cpu().numpy()
         new = host[:, self.seen - first:]
-        if self.last is not None and self.seen > 0 and not np.array_equal(host[:, 0], self.last):
+        if self.last is not None and self.seen > 0 and host[:, 0].tobytes() != self.last:
             raise field_error(
                 ValueError,
                 "input_ids",
@@ -140,7 +145,7 @@ class _RowTracker:
                 "invalid",
             )
         self.seen = width
-        self.last = host[:, -1].copy() if width > 0 else None
+        self.last = host[:, -1].tobytes() if width > 0 else None  # a copy: input_ids may be freed
         return new
 
 
@@ -222,8 +227,9 @@ class FinishCriteria(StoppingCriteria):
             one; default: :func:`vocabulary_for` (built once per tokenizer).
 
     Calling it returns a bool tensor ``[rows]`` on ``input_ids``' device, True
-    for rows that have finished. After ``generate``, :meth:`results` and
-    :meth:`texts` report each row.
+    for rows that have finished: the same tensor object from call to call
+    until a row finishes (then a new one), so do not modify it in place.
+    After ``generate``, :meth:`results` and :meth:`texts` report each row.
 
     With reasoning markers in a row's params (``reasoning_start`` /
     ``reasoning_end`` as text, or their ids; semantics.md 11) its stop
@@ -285,7 +291,7 @@ class FinishCriteria(StoppingCriteria):
         self._batch: FinishBatch | None = None
         self._fallback: _StreamDecoder | None = None
         self._tails: dict[int, str] = {}  # the fallback's flush per length-finished row
-        self._running: list[int] = []
+        self._running: range | list[int] = []  # a range until a row finishes
         self._done: list[bool] = []
         self._done_t: torch.Tensor | None = None
         # Reasoning channels: per row the released reasoning / content pieces
@@ -311,7 +317,7 @@ class FinishCriteria(StoppingCriteria):
         if self._vocabulary is None:
             self._fallback = _StreamDecoder(self._tokenizer, prompts, self._skip)
         self._batch = batch
-        self._running = list(range(rows))
+        self._running = range(rows)
         self._done = [False] * rows
         self._done_t = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
         self._channels = [([], []) if p.reasoning is not None else None for p in params]
@@ -348,7 +354,7 @@ class FinishCriteria(StoppingCriteria):
         if k and running:
             if len(running) < len(self._done):
                 new = new[running]
-            ids = np.ascontiguousarray(new).reshape(-1)
+            ids = new.ravel()  # contiguous (a copy of the strided columns): the core's fast path
             run_lengths = None if k == 1 else [k] * len(running)
             if self._fallback is None:
                 res = self._batch.step(running, ids, run_lengths)
@@ -370,8 +376,9 @@ class FinishCriteria(StoppingCriteria):
                     self._done[row] = True
                     self._forced.pop(row, None)
                 self._running = [row for row in running if not self._done[row]]
+                # A new tensor, never an in-place update: tensors returned earlier keep their values.
                 self._done_t = torch.tensor(self._done, dtype=torch.bool, device=input_ids.device)
-        return self._done_t.clone()
+        return self._done_t
 
     def results(self) -> list[StepResult]:
         """Each row's state: ``finished``, ``finish_reason`` (``"stop"``, ``"length"``...),
