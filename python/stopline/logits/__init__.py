@@ -33,7 +33,7 @@ validation, ``set``/``clear``/``apply``; ``check_request``, the same checks
 without a state, for an engine's admission step), :mod:`~stopline.logits.device_state`
 (the device tables and when they grow, shrink or stay frozen for CUDA graphs),
 :mod:`~stopline.logits.limits` (caps), :mod:`~stopline.logits.tuning` (the
-kernel's launch knobs), and the two backends.
+kernel's launch knobs, and whether Triton interprets it), and the two backends.
 
 This module needs torch (``pip install 'stopline[torch]'``); ``import stopline``
 does not import it.

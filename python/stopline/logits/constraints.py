@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -22,7 +21,7 @@ from stopline._caps import at_slot, capped, field_error, shown
 
 from .device_state import DeviceState, DeviceTables, SlotHost, pack_bits, reserve_widths
 from .limits import BACKENDS, LIMITS, RESTORE_POLICIES
-from .tuning import KernelTuning
+from .tuning import KernelTuning, interpreting
 
 LOGITS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _INT_DTYPES = (torch.int32, torch.int64)
@@ -650,7 +649,7 @@ class LogitsConstraints:
                 raise field_error(ValueError, "draft_token_ids", "draft_token_ids: the last dimension must be contiguous", "invalid")
         if backend == "auto":
             backend = "triton" if dev.type == "cuda" else "torch"
-        if backend == "triton" and dev.type != "cuda" and not _interpreting():
+        if backend == "triton" and dev.type != "cuda" and not interpreting():
             raise field_error(
                 ValueError,
                 "backend",
@@ -733,9 +732,3 @@ def _check_tensor(t, name, dtypes, shape, dev) -> None:
         raise field_error(ValueError, name, f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}", "invalid")
     if not _same_device(t.device, dev):
         raise field_error(ValueError, name, f"{name} is on {t.device} but logits are on {dev}", "invalid")
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-

@@ -88,8 +88,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .constraints import _interpreting
-from .tuning import KernelTuning
+from .tuning import KernelTuning, interpreting
 
 # Tile configs and other launch knobs: stopline.logits.tuning.KernelTuning.
 
@@ -662,7 +661,7 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft,
                                 max_slots, dummy, n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch,
                                 prefetch_default, pairs, kept_only, early, may_force)
-    if one_wave_rule and logits.device.type == "cuda" and not _interpreting():
+    if one_wave_rule and logits.device.type == "cuda" and not interpreting():
         # The one-wave grid assumes WAVE_PROGS programs fit an SM; a specialization with more
         # registers (the 'all' constraints: 55 vs 48 in bfloat16) fits fewer, and the wave's
         # last programs would run as a second, mostly empty wave. Use what the compiled kernel
