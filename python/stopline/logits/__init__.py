@@ -36,9 +36,10 @@ reference, :mod:`stopline.logits.reference`, any device) and ``"triton"`` (one
 fused kernel, :mod:`stopline.logits.triton_kernel`, on CUDA; on CPU only under
 ``TRITON_INTERPRET=1``).
 
-Modules: :mod:`~stopline.logits.constraints` (``LogitsConstraints``: request
-validation, ``set``/``clear``/``apply``; ``check_request``, the same checks
-without a state, for an engine's admission step), :mod:`~stopline.logits.device_state`
+Modules: :mod:`~stopline.logits.constraints` (``LogitsConstraints``:
+``set``/``clear``/``apply``), :mod:`~stopline.logits.checks` (the checks of a
+request that need no state: ``set`` runs them, and ``check_request`` runs them
+alone, for an engine's admission step), :mod:`~stopline.logits.device_state`
 (the device tables and when they grow, shrink or stay frozen for CUDA graphs),
 :mod:`~stopline.logits.limits` (caps), :mod:`~stopline.logits.tuning` (the
 kernel's launch knobs, and whether Triton interprets it), and the two backends.
@@ -57,7 +58,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "pip install 'stopline[torch]'"
     ) from exc
 
-from .constraints import LogitsConstraints, check_request
+from .checks import check_request
+from .constraints import LogitsConstraints
 from .device_state import DeviceState  # noqa: F401  (the tables' layout, documented there)
 from .limits import BACKENDS, LIMITS, RESTORE_POLICIES
 
