@@ -185,7 +185,9 @@ class LogitsConstraints:
             V = self.vocab_size
             (min_tokens, stops, allowed, single, n_multi, prefix, prefix_len, last, bias_ids,
              bias_vals) = checks.checked_request(V, min_tokens, stop_token_ids, allowed_token_ids, bad_words, logit_bias,
-                                           restore)
+                                                 restore)
+            stops = checks.distinct(stops)
+            allowed = None if allowed is None else checks.distinct(allowed)
             dense_bans = allowed is not None or len(single) > self._tuning.sparse_ban_limit
             widths = (len(stops), 0 if dense_bans else len(single), len(bias_ids), n_multi, prefix.shape[1])
             if n_multi and not self._tables.frozen:
