@@ -9,15 +9,22 @@ caps are checked before any table is allocated, which is what is tested.
 
 from __future__ import annotations
 
+import enum
 import itertools
+import numbers
 import os
+from collections.abc import Mapping
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
+from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
 
 from stopline.logits import LIMITS, LogitsConstraints  # noqa: E402
 
@@ -480,3 +487,186 @@ def test_a_deep_or_huge_container_in_a_request_is_shown_bounded() -> None:
     with pytest.raises(TypeError, match=r"token id \[0, 1, 2, 3, 4, 5, \.\.\.\] is not an int") as info:
         lc().set(0, bad_words=[[list(range(1_000_000))]])
     assert len(str(info.value)) < 200
+
+
+# --- The list checks against an entry-by-entry loop --------------------------------------
+# stopline.logits.checks finds the first refused entry of a long list with whole-list passes
+# (types, then numpy) and lets the one-value rule raise for it. These tests run those passes
+# on short lists too (_SHORT and _CHUNK made small) and compare every outcome (values, or the
+# error's class, field, kind and message) with the loop the checks replaced.
+
+
+class _Tok(enum.IntEnum):  # an Integral the whole-list passes do not know: checked one by one
+    A = 3
+    B = V + 1
+
+
+class _NoPairs:  # unpacking it raises what the checks must pass on as it is
+    def __iter__(self) -> Any:
+        raise LookupError("no pairs here")
+
+
+_ID_ENTRIES = st.one_of(
+    st.integers(0, V - 1), st.integers(0, V - 1), st.integers(0, V - 1),
+    st.integers(-3, V + 3), st.sampled_from([-1, 0, V - 1, V, V + 1]),
+    st.sampled_from([2**63, 2**64 + 1, -(2**70), 2**31, 10**400]),
+    st.builds(np.int32, st.integers(-3, V + 3)),
+    st.builds(np.uint64, st.integers(0, V + 3)),
+    st.sampled_from([np.uint64(2**64 - 1), np.int8(-1), True, False, np.bool_(True), 1.0, 2.5, float("nan"),
+                     np.float64(2.0), "3", None, [1], _Tok.A, _Tok.B]),
+)
+# (_SHORT, _CHUNK): the entry-by-entry and numpy passes as shipped; numpy on every list, with
+# numpy's failures (ints past 64 bits) resolved in chunks of 2 or 3 entries.
+_PASSES = [(256, 4096), (0, 3), (2, 2)]
+
+
+def _outcome(call: Any) -> Any:
+    try:
+        return ("ok", [int(v) if isinstance(v, (int, np.integer)) else float(v) for v in call()])
+    except Exception as e:  # noqa: BLE001 - any error is part of the outcome
+        return (type(e).__name__, getattr(e, "field", None), getattr(e, "kind", None), str(e))
+
+
+def _each_pass(call: Any) -> list[Any]:
+    from stopline.logits import checks
+
+    outcomes = []
+    for short, chunk in _PASSES:
+        with mock.patch.object(checks, "_SHORT", short), mock.patch.object(checks, "_CHUNK", chunk):
+            outcomes.append(_outcome(call))
+    return outcomes
+
+
+def _ids_one_by_one(values: Any, field: str) -> list[int]:
+    from stopline.logits.checks import token_id
+
+    return [token_id(v, f"{field}[{i}]", V, shown_as=field) for i, v in enumerate(values)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_ID_ENTRIES, max_size=24), st.sampled_from(["list", "tuple", "iterator"]))
+def test_id_lists_are_refused_as_entry_by_entry(entries: list[Any], kind: str) -> None:
+    from stopline.logits.checks import token_ids
+
+    make = {"list": list, "tuple": tuple, "iterator": iter}[kind]
+    expected = _outcome(lambda: _ids_one_by_one(entries, "ids"))
+    assert _each_pass(lambda: token_ids(make(entries), "ids", V)) == [expected] * len(_PASSES), entries
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-3, V + 3), st.sampled_from([0, V - 1, V])), max_size=24),
+       st.sampled_from([np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint64, np.float32, np.bool_, object]),
+       st.sampled_from([1, 2]))
+def test_id_arrays_are_refused_as_entry_by_entry(values: list[int], dtype: Any, ndim: int) -> None:
+    """Numpy arrays of every kind (and a tensor) against a loop over what iterating them yields."""
+    from stopline.logits.checks import token_ids
+
+    if dtype in (np.uint8, np.uint64):
+        values = [abs(v) for v in values]
+    array = np.array(values).astype(dtype)
+    if ndim == 2:
+        array = array.reshape(len(values), 1)
+    for given_ids in (array, torch.from_numpy(np.array(values, dtype=np.int64))):
+        expected = _outcome(lambda ids=given_ids: _ids_one_by_one(list(ids), "ids"))
+        assert _each_pass(lambda ids=given_ids: token_ids(ids, "ids", V)) == [expected] * len(_PASSES), given_ids
+
+
+def _bias_one_by_one(logit_bias: Any) -> tuple[list[int], list[float]]:
+    """The logit_bias loop the whole-list checks replaced, as it was."""
+    import math
+
+    from stopline._caps import capped, field_error, shown
+    from stopline.logits.checks import token_id
+
+    items = logit_bias.items() if isinstance(logit_bias, Mapping) else logit_bias
+    ids: list[int] = []
+    vals: list[float] = []
+    seen: set[int] = set()
+    for item in capped(items, "logit_bias", LIMITS["max_logit_bias"]):
+        try:
+            tid, val = item
+        except (TypeError, ValueError):
+            raise field_error(TypeError, "logit_bias", f"logit_bias: expected (token_id, bias) pairs, got {shown(item)}",
+                              "wrong_type") from None
+        tid = token_id(tid, "logit_bias", V)
+        if isinstance(val, bool) or not isinstance(val, numbers.Real):
+            raise field_error(TypeError, f"logit_bias[{tid}]", f"logit_bias: bias for token {tid} is not a number: "
+                              f"{shown(val)}", "wrong_type")
+        try:
+            val = float(val)
+        except OverflowError:
+            raise field_error(ValueError, f"logit_bias[{tid}]", f"logit_bias: bias for token {tid} is not finite in "
+                              f"float32: {shown(val)}", "invalid") from None
+        if not math.isfinite(val) or not math.isfinite(float(torch.tensor(val, dtype=torch.float32))):
+            raise field_error(ValueError, f"logit_bias[{tid}]", f"logit_bias: bias for token {tid} is not finite in "
+                              f"float32: {shown(val)}", "invalid")
+        if tid in seen:
+            raise field_error(ValueError, "logit_bias", f"logit_bias: token id {tid} appears twice", "invalid")
+        seen.add(tid)
+        ids.append(tid)
+        vals.append(val)
+    return ids, vals
+
+
+_BIASES = st.one_of(
+    st.floats(-100, 100), st.floats(-100, 100), st.integers(-5, 5),
+    st.sampled_from([float("nan"), float("inf"), 1e39, -3.4028235677973366e38, 3.4028234663852886e38, 10**400,
+                     2**1023, np.float32(1.5), np.float64(-2.0), np.float64(1e300), np.int64(3), np.uint64(2**64 - 1),
+                     True, "1.5", None, Fraction(1, 3), Decimal("1e50"), Decimal("NaN")]),
+)
+_BIAS_ENTRIES = st.one_of(
+    st.tuples(st.integers(0, 60), _BIASES), st.tuples(st.integers(0, 60), _BIASES),
+    st.builds(lambda t, b: [t, b], _ID_ENTRIES, _BIASES),
+    st.sampled_from([(1, 2.0, 3), (4,), 7, "ab", None, {5: 1.0}, _NoPairs()]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_BIAS_ENTRIES, max_size=24), st.sampled_from(["pairs", "iterator", "dict"]))
+def test_logit_bias_is_refused_as_entry_by_entry(entries: list[Any], kind: str) -> None:
+    from stopline.logits.checks import bias_entries
+
+    if kind == "dict":
+        try:
+            given_bias: Any = dict(entries)
+        except Exception:  # noqa: BLE001 - not a dict's items: drawn again
+            reject()
+    else:
+        given_bias = entries
+    fresh = (lambda: iter(given_bias)) if kind == "iterator" else (lambda: given_bias)
+    expected = _outcome(lambda: _flat(_bias_one_by_one(fresh())))
+    assert _each_pass(lambda: _flat(bias_entries(fresh(), V))) == [expected] * len(_PASSES), given_bias
+
+
+def _flat(pair: tuple[Any, Any]) -> list[Any]:
+    ids, vals = pair
+    return [*map(int, ids), *map(float, vals)]
+
+
+def test_long_requests_set_the_same_tables_from_every_container() -> None:
+    """Past the short-list path, ``set`` still merges repeated ids where they first appear and
+    writes the same tables from a list, a tuple, an iterator and an array."""
+    import random
+
+    rng = random.Random(5)
+    stops = [rng.randrange(V) for _ in range(600)]
+    allowed = [rng.randrange(V) for _ in range(3000)]
+    bias = {rng.randrange(V): rng.uniform(-5, 5) for _ in range(400)}
+    tables = []
+    for make in (list, tuple, iter, np.array):
+        c = lc()
+        c.set(1, stop_token_ids=make(stops), allowed_token_ids=make(allowed), min_tokens=2,
+              logit_bias=list(bias.items()) if make is list else bias)
+        st_ = c.state
+        tables.append((st_.stop_ids[1].tolist(), st_.allowed[1].tolist(), st_.bias_ids[1].tolist(),
+                       st_.bias_values[1].tolist()))
+    assert all(t == tables[0] for t in tables)
+    distinct_stops = list(dict.fromkeys(stops))
+    assert tables[0][0][: len(distinct_stops)] == distinct_stops
+    assert set(tables[0][0][len(distinct_stops):]) <= {-1}
+    assert tables[0][2][: len(bias)] == list(bias)
+    assert tables[0][3][: len(bias)] == [float(torch.tensor(b, dtype=torch.float32)) for b in bias.values()]
+    logits = torch.zeros(1, V)
+    c.apply(logits, [1], [5], backend="torch")
+    kept = set(torch.nonzero(torch.isfinite(logits[0])).flatten().tolist())
+    assert kept == set(allowed)

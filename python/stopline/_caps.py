@@ -50,19 +50,27 @@ def capped(values: Iterable[Any], field_name: str, cap: int) -> list[Any]:
     ``len()`` says there are more than ``cap``, or after ``cap + 1`` items of
     an iterator without a length. Exceptions the iterable raises propagate
     unchanged."""
-    try:
-        n = len(values)  # type: ignore[arg-type]
-    except OverflowError:
-        n = cap + 1
-    except TypeError:
-        n = None
-    if n is not None and n > cap:
-        # More than a usize holds (never from a real len()): "more than cap".
-        raise _problem("too_many", field_name, n=n if n < 2**64 else None, cap=cap)
+    sized_within(values, field_name, cap)
     out = list(itertools.islice(values, cap + 1))
     if len(out) > cap:
         raise _problem("too_many", field_name, n=None, cap=cap)
     return out
+
+
+def sized_within(values: Any, field_name: str, cap: int) -> int | None:
+    """``len(values)``, or None when it has no length; refused as :func:`capped`
+    refuses it when that is more than ``cap`` (for callers that read a sized
+    container in place instead of listing it)."""
+    try:
+        n = len(values)
+    except OverflowError:
+        n = cap + 1
+    except TypeError:
+        return None
+    if n > cap:
+        # More than a usize holds (never from a real len()): "more than cap".
+        raise _problem("too_many", field_name, n=n if n < 2**64 else None, cap=cap)
+    return n
 
 
 # --- field checks shared by compat, the engine layer and the adapters -------

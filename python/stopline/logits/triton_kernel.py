@@ -88,8 +88,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .constraints import _interpreting
-from .tuning import KernelTuning
+from .tuning import KernelTuning, interpreting
 
 # Tile configs and other launch knobs: stopline.logits.tuning.KernelTuning.
 
@@ -133,7 +132,7 @@ def _mask_words(bitmask_ptr, allowed_ptr, start, w_hi, use_bitmask, use_allowed,
                 PRE: tl.constexpr = False):
     """The row's keep bits for words ``widx``: grammar bitmask AND the slot's dense mask; on a
     forced row (``forced >= 0``) only the forced id's bit, and no mask word is read. With ``PRE``
-    the grammar words are ``pre`` (loaded earlier by ``_early_words``)."""
+    the grammar words are ``pre`` (the first tile's, loaded by the kernel before the slot)."""
     widx = start + tl.arange(0, DENSE_WORDS)
     wok = widx < w_hi
     bits = widx * 0 - 1
@@ -149,10 +148,10 @@ def _mask_words(bitmask_ptr, allowed_ptr, start, w_hi, use_bitmask, use_allowed,
 
 @triton.jit
 def _tile_load(row_ptr, bits, start, w_hi, vocab,
-               DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr, KEPT_ONLY: tl.constexpr):
+               DENSE_WORDS: tl.constexpr, PAIRS: tl.constexpr, IS_BF16: tl.constexpr):
     """Loads of one tile's logits, [DENSE_WORDS, 32] (float) or [DENSE_WORDS, 16] (16-bit logits
-    as uint32 pairs); with ``KEPT_ONLY`` only the 16-byte vectors that hold a kept logit are read,
-    the others read as -inf (masked logits are written without being read). The vector's mask
+    as uint32 pairs); only the 16-byte vectors that hold a kept logit are read, the others read
+    as -inf (masked logits are written without being read). The vector's mask
     bits are selected by a shift that is constant over the vector, so the loads stay 16 bytes."""
     widx = start + tl.arange(0, DENSE_WORDS)
     wok = widx < w_hi
@@ -164,15 +163,13 @@ def _tile_load(row_ptr, bits, start, w_hi, vocab,
         c = tl.arange(0, 16)
         idx = widx[:, None] * 16 + c[None, :]
         ok = (idx < vocab // 2) & wok[:, None]
-        if KEPT_ONLY:
-            ok = ok & (((ubits[:, None] >> (c // 4 * 8)[None, :]) & 0xFF) != 0)
+        ok = ok & (((ubits[:, None] >> (c // 4 * 8)[None, :]) & 0xFF) != 0)
         v = tl.load(row_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + idx, mask=ok, other=NEG2)
     else:
         lane = tl.arange(0, 32)
         idx = widx[:, None] * 32 + lane[None, :]
         ok = (idx < vocab) & wok[:, None]
-        if KEPT_ONLY:
-            ok = ok & (((ubits[:, None] >> (lane // 4 * 4)[None, :]) & 0xF) != 0)
+        ok = ok & (((ubits[:, None] >> (lane // 4 * 4)[None, :]) & 0xF) != 0)
         v = tl.load(row_ptr + idx, mask=ok, other=float("-inf"))
     return v
 
@@ -220,8 +217,7 @@ def _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc,
 @triton.jit
 def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced, bits0, v0,
                 DENSE_WORDS: tl.constexpr, HAS_BITMASK: tl.constexpr, HAS_ALLOWED: tl.constexpr,
-                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr, KEPT_ONLY: tl.constexpr,
-                EARLY: tl.constexpr):
+                PAIRS: tl.constexpr, IS_BF16: tl.constexpr, PREFETCH: tl.constexpr, EARLY: tl.constexpr):
     """Step 2 over bitmask words [w_lo, w_hi) of the row; returns the kept finite count. With
     ``EARLY``, ``bits0``/``v0`` are the first tile's grammar words and the logits they keep."""
     # Per-thread counters, reduced once after the loop: a reduction per tile would put
@@ -236,19 +232,17 @@ def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_all
         # v0 holds every vector the final bits keep unless the row is not a grammar row or is
         # forced (bits not a subset of bits0): only then is the tile read again.
         early_ok = (use_bitmask != 0) & (forced < 0)
-        v = _tile_load(row_ptr, tl.where(early_ok, 0, bits), w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16,
-                       KEPT_ONLY)
+        v = _tile_load(row_ptr, tl.where(early_ok, 0, bits), w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
         v = tl.where(early_ok, v0, v)
     else:
-        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
+        v = _tile_load(row_ptr, bits, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
     if PREFETCH:
         # A tile's logits load waits for its mask words, so the words are loaded two tiles
         # ahead and the logits one tile ahead of the tile being masked.
         bits_next = _mask_words(bm_row, al_row, w_lo + DENSE_WORDS, w_hi, use_bitmask, use_allowed, forced, bits0,
                                 DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
         for start in range(w_lo, w_hi, DENSE_WORDS):
-            v_next = _tile_load(row_ptr, bits_next, start + DENSE_WORDS, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16,
-                                KEPT_ONLY)
+            v_next = _tile_load(row_ptr, bits_next, start + DENSE_WORDS, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
             bits_after = _mask_words(bm_row, al_row, start + 2 * DENSE_WORDS, w_hi, use_bitmask, use_allowed,
                                      forced, bits0, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
             acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
@@ -260,7 +254,7 @@ def _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_all
         for start in range(w_lo + DENSE_WORDS, w_hi, DENSE_WORDS):
             bits = _mask_words(bm_row, al_row, start, w_hi, use_bitmask, use_allowed, forced, bits0,
                                DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED)
-            v = _tile_load(row_ptr, bits, start, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, KEPT_ONLY)
+            v = _tile_load(row_ptr, bits, start, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
             acc = _tile_apply(row_ptr, v, bits, start, w_hi, vocab, acc, DENSE_WORDS, PAIRS, IS_BF16)
     if PAIRS:
         return (tl.sum(tl.sum(acc & 0xFFFF, axis=1), axis=0) + tl.sum(tl.sum(acc >> 16, axis=1), axis=0)).to(tl.int32)
@@ -394,9 +388,7 @@ def _constraints_kernel(
     IS_BF16: tl.constexpr,
     PAIRS: tl.constexpr,
     PREFETCH: tl.constexpr,
-    KEPT_ONLY: tl.constexpr,
     EARLY: tl.constexpr,
-    RELAXED: tl.constexpr,
     HAS_FORCED: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -421,7 +413,7 @@ def _constraints_kernel(
         none = row * 0
         bits0 = _mask_words(bm_row, bm_row, w_lo, w_hi, use_bitmask, none, none - 1, none, DENSE_WORDS, True, False)
         bits0 = tl.where(use_bitmask != 0, bits0, 0)
-        v0 = _tile_load(row_ptr, bits0, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16, True)
+        v0 = _tile_load(row_ptr, bits0, w_lo, w_hi, vocab, DENSE_WORDS, PAIRS, IS_BF16)
     slot = tl.load(slots_ptr + row).to(tl.int64)
     pos = tl.load(pos_ptr + row).to(tl.int64)
     slot_ok = (slot >= 0) & (slot < max_slots)
@@ -457,7 +449,7 @@ def _constraints_kernel(
             al_row = allowed_ptr + slot * num_words
             count = _dense_pass(row_ptr, bm_row, al_row, w_lo, w_hi, vocab, use_bitmask, use_allowed, forced,
                                 bits0, v0, DENSE_WORDS, HAS_BITMASK, HAS_ALLOWED, PAIRS, IS_BF16, PREFETCH,
-                                KEPT_ONLY, EARLY)
+                                EARLY)
             last = count == count
             if SPLIT:
                 # Publish this chunk's count (and stores); the last arrival gets the total. The
@@ -465,7 +457,7 @@ def _constraints_kernel(
                 # or a forced id: without them the arrival need not release (or acquire) stores.
                 tl.debug_barrier()
                 arrival = count.to(tl.int64) + (1 << 32)
-                tail_reads = (forced >= 0) | (RELAXED == 0)
+                tail_reads = forced >= 0
                 if N_STOP > 0:
                     tail_reads |= min_active & (tl.max(((stops >= 0) & (stops < vocab)).to(tl.int32), axis=0) != 0)
                 if N_BIAS > 0:
@@ -612,21 +604,16 @@ def _pairs_ok(logits: torch.Tensor) -> bool:
 def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows, draft_token_ids, max_slots,
                  dense_words: int | None = None, scan_words: int | None = None, num_warps: int | None = None,
                  progs_per_sm: int | None = None, chunk_words: int | None = None, prefetch: int | None = None,
-                 pairs: bool | None = None, wave_progs: int | None = None, tuning: KernelTuning | None = None,
-                 n_forced: int = 0, kept_only: bool = True, early: bool = True, fit_wave: bool = True,
+                 pairs: bool | None = None, tuning: KernelTuning | None = None, n_forced: int = 0,
                  may_force: bool = True):
     """Launch the fused kernel (rows x chunks programs); return bool ``infeasible [rows]``.
 
     Launch knobs come from ``tuning`` (the defaults when ``None``); the
-    keyword overrides (benchmark sweeps) take precedence over it;
-    ``kept_only=False`` reads every vector of a dense row (the earlier kernel's
-    traffic, for comparison); ``early=False`` loads the first tile only after
-    the slot's tables and always releases a chunk's stores (the previous
-    kernel); ``fit_wave=False`` sizes the one-wave grid by ``WAVE_PROGS`` alone, not by
-    what the compiled specialization fits on an SM (the previous grid). ``n_forced``
-    (slots with a forced token, host count) only picks the grid: with none, a
-    launch without a dense mask runs one program per row; a forced row is
-    handled correctly by either grid. ``may_force=False`` compiles the
+    keyword overrides take precedence over it (``benches/logits_stress.py``
+    forces tiles and chunks with them). ``n_forced`` (slots with a forced
+    token, host count) only picks the grid: with none, a launch without a
+    dense mask runs one program per row; a forced row is handled correctly by
+    either grid. ``may_force=False`` compiles the
     forced-token read out (a launch where no slot is forced and none can be
     before the launch runs: ``LogitsConstraints.apply`` passes it when no
     slot is forced and the state is not frozen, or is frozen but was built
@@ -650,19 +637,18 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
     draft = draft_token_ids if draft_token_ids is not None and draft_token_ids.shape[1] > 0 else None
     n_bad = st.bad_prefix.shape[1]
     dense = bitmask is not None or bool(st.any_allowed) or n_forced > 0
-    wave_eff = wave if wave_progs is None else wave_progs
     one_wave_rule = False
     if not dense:
         chunk_words = W
     elif chunk_words is None:
         chunk_words = tuning.chunk_words
         if chunk_words is None:
-            chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), wave_eff)
-            one_wave_rule = fit_wave and wave_eff * _device_sms(logits.device) // R >= 2
+            chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), wave)
+            one_wave_rule = wave * _device_sms(logits.device) // R >= 2
     args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft,
                                 max_slots, dummy, n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch,
-                                prefetch_default, pairs, kept_only, early, may_force)
-    if one_wave_rule and logits.device.type == "cuda" and not _interpreting():
+                                prefetch_default, pairs, may_force)
+    if one_wave_rule and logits.device.type == "cuda" and not interpreting():
         # The one-wave grid assumes WAVE_PROGS programs fit an SM; a specialization with more
         # registers (the 'all' constraints: 55 vs 48 in bfloat16) fits fewer, and the wave's
         # last programs would run as a second, mostly empty wave. Use what the compiled kernel
@@ -672,20 +658,18 @@ def apply_triton(state, logits, row_slots, row_positions, bitmask, grammar_rows,
         fits = _RESIDENT.get(key)
         if fits is None:
             compiled = _constraints_kernel.warmup(*args, grid=(R, _cdiv(W, chunk_words)), **kwargs)
-            fits = _RESIDENT[key] = _resident_of(compiled, num_warps, logits.device) or wave_eff
-        if fits < wave_eff:
+            fits = _RESIDENT[key] = _resident_of(compiled, num_warps, logits.device) or wave
+        if fits < wave:
             chunk_words = split_words(R, W, dense_words, progs_per_sm, _device_sms(logits.device), fits)
             args, kwargs = _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows,
                                         draft, max_slots, dummy, n_bad, chunk_words, dense_words, scan_words,
-                                        num_warps, prefetch, prefetch_default, pairs, kept_only, early,
-                                        may_force)
+                                        num_warps, prefetch, prefetch_default, pairs, may_force)
     _constraints_kernel[(R, _cdiv(W, chunk_words))](*args, **kwargs)
     return infeasible
 
 
 def _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, grammar_rows, draft, max_slots, dummy,
-                 n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch, prefetch_default, pairs, kept_only,
-                 early, may_force):
+                 n_bad, chunk_words, dense_words, scan_words, num_warps, prefetch, prefetch_default, pairs, may_force):
     """The kernel's positional arguments and keyword (constexpr and launch) arguments."""
     R, V = logits.shape
     W = (V + 31) // 32
@@ -741,11 +725,9 @@ def _launch_args(st, logits, infeasible, row_slots, row_positions, bitmask, gram
         IS_BF16=logits.dtype == torch.bfloat16,
         PAIRS=pairs,
         PREFETCH=bool(prefetch),
-        KEPT_ONLY=bool(kept_only),
         # The early first-tile load needs the bitmask to be the only thing a tile reads before the
         # pass, so no ban may be written into it first (bans are stored before the pass).
-        EARLY=bool(early) and bool(kept_only) and bitmask is not None and st.ban_ids.shape[1] == 0 and n_bad == 0,
-        RELAXED=bool(early),
+        EARLY=bitmask is not None and st.ban_ids.shape[1] == 0 and n_bad == 0,
         HAS_FORCED=bool(may_force),
         num_warps=num_warps,
     )

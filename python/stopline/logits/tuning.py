@@ -3,7 +3,8 @@
 A :class:`KernelTuning` is read from the environment when a
 ``LogitsConstraints`` is built (not when a module is imported), held by it and
 passed to the kernel on every ``apply``; tests and benchmarks build their own.
-docs/logits.md, "Tuning", gives the measured defaults.
+docs/logits.md, "Tuning", gives the measured defaults. :func:`interpreting`
+says whether Triton runs the kernel in its interpreter.
 """
 
 from __future__ import annotations
@@ -84,3 +85,9 @@ class KernelTuning:
                 f"or 'dtype=...,dtype=...', got {text!r}",
             ) from None
         return replace(self, tiles=tiles)
+
+
+def interpreting() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks Triton for its interpreter (the kernel then runs on CPU
+    tensors; read at each call, as Triton reads it when ``@triton.jit`` decorates the kernel)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
