@@ -15,13 +15,14 @@ use std::sync::{Arc, OnceLock};
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use stopline::detok_batch::SeqDecoder;
-use stopline::snapshot::{reseal, restore, snapshot};
 use stopline::reasoning::{Channel, Marker, Reasoning, ReasoningSpec};
+use stopline::snapshot::{reseal, restore, snapshot};
 use stopline::stop_regex::StopRegexes;
 use stopline::{DecodeOptions, FinishTracker, StopParams, StopStrings, Vocabulary};
 
 const PIECES: [&str; 14] = [
-    "", "a", "b", "ab", "xy", "é", "日本", "\n", "<think>", "<th", "ink>", "</think>", "<tc>", "</tc>",
+    "", "a", "b", "ab", "xy", "é", "日本", "\n", "<think>", "<th", "ink>", "</think>", "<tc>",
+    "</tc>",
 ];
 
 fn vocab() -> &'static Vocabulary {
@@ -62,14 +63,28 @@ fn params(u: &mut Unstructured<'_>) -> Result<Arc<StopParams>> {
             start: marker("<think>", ids.then_some(5)),
             end: marker("</think>", ids.then_some(6)),
             keep_markers: u.arbitrary()?,
-            max_reasoning_tokens: if ids { Some(u.int_in_range(0..=3)?) } else { None },
-            starts_in: if u.arbitrary()? { Some(Channel::Reasoning) } else { None },
+            max_reasoning_tokens: if ids {
+                Some(u.int_in_range(0..=3)?)
+            } else {
+                None
+            },
+            starts_in: if u.arbitrary()? {
+                Some(Channel::Reasoning)
+            } else {
+                None
+            },
             ..ReasoningSpec::default()
         };
         if u.arbitrary()? {
             spec.spans = vec![[marker("<tc>", None), marker("</tc>", None)]];
         }
-        if let Ok(r) = Reasoning::new(spec, p.stop.as_ref(), p.stop_regex.as_ref(), &[], &p.eos_token_ids) {
+        if let Ok(r) = Reasoning::new(
+            spec,
+            p.stop.as_ref(),
+            p.stop_regex.as_ref(),
+            &[],
+            &p.eos_token_ids,
+        ) {
             p.reasoning = Some(Arc::new(r));
         }
     }
@@ -115,7 +130,8 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
     let Ok((mut back, back_dec)) = restore(Arc::clone(&p), &data, vocab_arg) else {
         return Ok(());
     };
-    let again = snapshot(&back, vocab_arg.zip(back_dec.as_ref())).expect("restored state snapshots");
+    let again =
+        snapshot(&back, vocab_arg.zip(back_dec.as_ref())).expect("restored state snapshots");
     let (t2, d2) = restore(Arc::clone(&p), &again, vocab_arg).expect("its own snapshot restores");
     assert_eq!(snapshot(&t2, vocab_arg.zip(d2.as_ref())).ok(), Some(again));
     let piece = PIECES[u.choose_index(PIECES.len())?];
