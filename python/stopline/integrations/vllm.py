@@ -526,19 +526,10 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
                 if kw is None and budget is None:
                     continue
                 slot = self._free.pop()
-                try:
-                    self.constraints.set(slot, **_within_vocab(kw or {}, self.constraints.vocab_size))
-                    if budget is not None:
-                        tracker = self._trackers[slot] = self._budget_tracker(budget, _prompt)
-                        self.constraints.force(slot, tracker.forced_token_id)
-                except (TypeError, ValueError) as exc:
-                    self._trackers.pop(slot, None)
-                    self._end_in_step(slot, params, exc)
-                    budget = None
+                self._setup[slot] = (kw or {}, budget, _prompt, params)
+                self._start(slot)
                 self._row_slot[index] = slot
                 self._outputs[slot] = output_ids
-                self._fed[slot] = 0
-                self._setup[slot] = (kw or {}, budget, _prompt, params)
             for a, b, direction in batch_update.moved:
                 slot_a = self._row_slot.pop(a, None)
                 slot_b = self._row_slot.pop(b, None)
@@ -565,7 +556,7 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
         for slot, output_ids in self._outputs.items():
             n, fed = len(output_ids), self._fed[slot]
             if n < fed:
-                self._restart(slot)
+                self._start(slot)
                 fed = 0
             if n == fed:
                 continue
@@ -590,9 +581,10 @@ class StoplineLogitsProcessor(*_BASES):  # type: ignore[misc]
                 positions[index] = len(self._outputs[slot])
         self._rows, self._positions = rows, positions
 
-    def _restart(self, slot: int) -> None:
-        """The slot as when its request was added: its constraints, and its thinking
-        budget counted again from the prompt (the output is then fed anew)."""
+    def _start(self, slot: int) -> None:
+        """The slot as its request was added (``_setup``): its constraints, and its thinking
+        budget counted from the prompt; the output is fed from the start. A refusal ends the
+        request instead of failing the engine step (:meth:`_end_in_step`)."""
         kw, budget, prompt, params = self._setup[slot]
         self._fed[slot] = 0
         self._trackers.pop(slot, None)
